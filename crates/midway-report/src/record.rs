@@ -1,0 +1,59 @@
+//! One measurement of one case at one point of a sweep, as appended to `results.jsonl`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The file name, inside a run's output folder, that holds one [`RunRecord`] per line.
+pub const RESULTS_FILE: &str = "results.jsonl";
+
+/// One measurement. Field names are the JSON keys; keep them stable, reports read old files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRecord {
+    /// Scenario name (from the scenario file's `name`).
+    pub scenario: String,
+    /// Path of the scenario file as given on the command line.
+    pub scenario_file: String,
+    /// `git describe --always --dirty` of the midway tree that ran, or "unknown".
+    pub commit: String,
+    /// Experiment inside the scenario (a figure of a paper, or "main").
+    pub experiment: String,
+    /// Case name: "direct", "midway", "midway-spool", "haproxy", "haproxy-tuned", ...
+    pub case: String,
+    /// Name of the parameter this experiment sweeps (x axis of its plot), if any.
+    pub sweep_param: Option<String>,
+    /// Every parameter of this point: the swept one and the fixed ones (loss, delay, size, ...).
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// Repetition index, 0-based.
+    pub repetition: u32,
+    /// Seed of the link emulator (and any other randomness) for this run; rerun with it to repeat.
+    pub seed: u64,
+    /// Bytes the workload moved (application payload).
+    pub bytes: u64,
+    /// Seconds from the client's connect to the last byte received.
+    pub seconds: f64,
+    /// bytes * 8 / seconds.
+    pub throughput_bps: f64,
+    /// Retransmitted segments seen by each endpoint socket (tcp_info total_retrans), by name:
+    /// "client", "server", "proxy-local", "proxy-remote".
+    pub retransmits: BTreeMap<String, u64>,
+    /// Further named measurements (for example "remote_segment_seconds").
+    pub extra: BTreeMap<String, f64>,
+    /// False when the run failed; `error` then says why and the numbers are not to be used.
+    pub ok: bool,
+    pub error: Option<String>,
+    /// Wall-clock start of the run, RFC 3339 UTC.
+    pub started_at: String,
+}
+
+impl RunRecord {
+    /// Key that identifies one point of one sweep, used to resume an interrupted run.
+    pub fn resume_key(&self) -> String {
+        let params = serde_json::to_string(&self.params).unwrap_or_default();
+        format!(
+            "{}|{}|{}|{}",
+            self.experiment, self.case, params, self.repetition
+        )
+    }
+}
