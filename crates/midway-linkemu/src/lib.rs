@@ -1,1 +1,302 @@
-//! midway-linkemu
+//! midway-linkemu: midway's own link emulator.
+//!
+//! The lab needs links with a one-way delay, a serialisation rate, a drop-tail queue (a cable
+//! modem's 10 KB buffer), loss (Bernoulli or Gilbert-Elliott bursts, chosen separately for data and
+//! for pure TCP ACKs), jitter that never reorders, and mahimahi capacity traces.
+//!
+//! Why our own and not an existing tool or crate: the lab kernel has no `netem` qdisc (see
+//! `LINUX-TCP-KNOBS.md`), so delay cannot come from the kernel; mahimahi is a C++ program built on
+//! TUN devices and its own shells, not a library we can drive per link; and no Rust crate emulates a
+//! link between two existing interfaces. The emulator is therefore split in two:
+//!
+//! - [`engine`]: pure logic. Given `now` (nanoseconds) and a seeded ChaCha RNG it decides, for each
+//!   arriving frame, whether it is lost or tail-dropped and when it leaves. No I/O, no clock, no
+//!   global RNG, so unit tests are exact and a run is repeatable from its seed.
+//! - [`driver`]: a thin layer with one thread per direction that moves Ethernet frames between two
+//!   veth ends of the link's own network namespace with `AF_PACKET` raw sockets.
+//!
+//! [`classify`] tells pure TCP ACKs from everything else, and [`trace`] parses mahimahi traces.
+//!
+//! Frame size convention: the length that counts for rate, queue limits and traces is the whole
+//! Ethernet frame as the raw socket sees it (14-byte header + IP packet), without preamble,
+//! inter-frame gap or FCS. A "20 Mbit/s" link thus carries 20 Mbit/s of Ethernet frames, and a bulk
+//! TCP transfer with 1448-byte segments (1514-byte frames) gets 20 x 1448 / 1514 Mbit/s of goodput.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub mod classify;
+pub mod driver;
+pub mod engine;
+pub mod trace;
+
+pub use driver::{spawn_link, DriverError, LinkHandle};
+pub use engine::{Direction, DirectionStats, DropReason, Verdict};
+pub use trace::{CapacityTrace, TraceError};
+
+/// Longest one-way delay or jitter accepted; longer values are almost certainly a unit mistake.
+pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// The emulation of one direction of a link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectionConfig {
+    /// One-way propagation delay, added after serialisation.
+    pub delay: Duration,
+    /// Serialisation rate in bit/s; `None` = unlimited.
+    pub rate_bps: Option<u64>,
+    /// Drop-tail limit on the frames waiting for or in serialisation.
+    pub queue: QueueLimit,
+    /// Loss applied to frames that are not pure TCP ACKs.
+    pub data_loss: LossModel,
+    /// Loss applied to pure TCP ACKs.
+    pub ack_loss: LossModel,
+    /// Extra uniform delay in `0..=jitter`; departures stay in FIFO order (never reordering).
+    pub jitter: Option<Duration>,
+    /// A mahimahi capacity trace; replaces `rate_bps` when set.
+    pub trace: Option<CapacityTrace>,
+}
+
+impl Default for DirectionConfig {
+    /// A perfect link: no delay, unlimited rate and queue, no loss, no jitter.
+    fn default() -> Self {
+        DirectionConfig {
+            delay: Duration::ZERO,
+            rate_bps: None,
+            queue: QueueLimit::Unlimited,
+            data_loss: LossModel::None,
+            ack_loss: LossModel::None,
+            jitter: None,
+            trace: None,
+        }
+    }
+}
+
+/// Drop-tail limit of the queue in front of the serialiser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueLimit {
+    Unlimited,
+    /// At most this many bytes (whole frames) waiting for or in serialisation.
+    Bytes(u64),
+    /// At most this many frames waiting for or in serialisation.
+    Packets(u32),
+}
+
+/// How frames of one class (data or pure ACK) are lost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LossModel {
+    None,
+    /// Each frame is lost independently with probability `p`.
+    Bernoulli {
+        p: f64,
+    },
+    /// Two-state Markov chain advanced once per frame of its class; bursts of loss in the bad
+    /// state last on average `1 / p_bad_to_good` frames.
+    GilbertElliott {
+        p_good_to_bad: f64,
+        p_bad_to_good: f64,
+        loss_in_good: f64,
+        loss_in_bad: f64,
+    },
+}
+
+/// Why a [`DirectionConfig`] cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field} = {value} is not a probability (it must lie in 0..=1)")]
+    Probability { field: &'static str, value: f64 },
+    #[error("rate_bps = 0 would never send anything; use None for an unlimited rate")]
+    ZeroRate,
+    #[error("a queue limit of 0 drops every frame; use at least one frame's worth")]
+    ZeroQueueLimit,
+    #[error("{field} = {value:?} exceeds the maximum of {max:?}", max = MAX_DELAY)]
+    DelayTooLong {
+        field: &'static str,
+        value: Duration,
+    },
+    #[error("invalid capacity trace")]
+    Trace(#[source] TraceError),
+}
+
+impl DirectionConfig {
+    /// Checks every value; the engine assumes a validated config.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.delay > MAX_DELAY {
+            return Err(ConfigError::DelayTooLong {
+                field: "delay",
+                value: self.delay,
+            });
+        }
+        if let Some(jitter) = self.jitter {
+            if jitter > MAX_DELAY {
+                return Err(ConfigError::DelayTooLong {
+                    field: "jitter",
+                    value: jitter,
+                });
+            }
+        }
+        if self.rate_bps == Some(0) {
+            return Err(ConfigError::ZeroRate);
+        }
+        match self.queue {
+            QueueLimit::Bytes(0) | QueueLimit::Packets(0) => {
+                return Err(ConfigError::ZeroQueueLimit)
+            }
+            _ => {}
+        }
+        self.data_loss.validate("data_loss")?;
+        self.ack_loss.validate("ack_loss")?;
+        if let Some(trace) = &self.trace {
+            trace.validate().map_err(ConfigError::Trace)?;
+        }
+        Ok(())
+    }
+}
+
+impl LossModel {
+    fn validate(&self, prefix: &'static str) -> Result<(), ConfigError> {
+        let check = |field: &'static str, value: f64| {
+            if (0.0..=1.0).contains(&value) {
+                Ok(())
+            } else {
+                Err(ConfigError::Probability { field, value })
+            }
+        };
+        // The prefix tells data from ACK loss; field names are static so the error stays Clone.
+        let data = prefix == "data_loss";
+        match *self {
+            LossModel::None => Ok(()),
+            LossModel::Bernoulli { p } => check(if data { "data_loss.p" } else { "ack_loss.p" }, p),
+            LossModel::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_in_good,
+                loss_in_bad,
+            } => {
+                let fields: [(&'static str, &'static str, f64); 4] = [
+                    (
+                        "data_loss.p_good_to_bad",
+                        "ack_loss.p_good_to_bad",
+                        p_good_to_bad,
+                    ),
+                    (
+                        "data_loss.p_bad_to_good",
+                        "ack_loss.p_bad_to_good",
+                        p_bad_to_good,
+                    ),
+                    (
+                        "data_loss.loss_in_good",
+                        "ack_loss.loss_in_good",
+                        loss_in_good,
+                    ),
+                    ("data_loss.loss_in_bad", "ack_loss.loss_in_bad", loss_in_bad),
+                ];
+                for (data_name, ack_name, value) in fields {
+                    check(if data { data_name } else { ack_name }, value)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        assert_eq!(DirectionConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn validation_rejects_bad_values() {
+        let bad_p = DirectionConfig {
+            data_loss: LossModel::Bernoulli { p: 1.5 },
+            ..Default::default()
+        };
+        assert_eq!(
+            bad_p.validate(),
+            Err(ConfigError::Probability {
+                field: "data_loss.p",
+                value: 1.5
+            })
+        );
+        let nan_ge = DirectionConfig {
+            ack_loss: LossModel::GilbertElliott {
+                p_good_to_bad: 0.1,
+                p_bad_to_good: f64::NAN,
+                loss_in_good: 0.0,
+                loss_in_bad: 1.0,
+            },
+            ..Default::default()
+        };
+        assert!(matches!(
+            nan_ge.validate(),
+            Err(ConfigError::Probability {
+                field: "ack_loss.p_bad_to_good",
+                ..
+            })
+        ));
+        let negative = DirectionConfig {
+            data_loss: LossModel::Bernoulli { p: -0.01 },
+            ..Default::default()
+        };
+        assert!(negative.validate().is_err());
+        let zero_rate = DirectionConfig {
+            rate_bps: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(zero_rate.validate(), Err(ConfigError::ZeroRate));
+        for queue in [QueueLimit::Bytes(0), QueueLimit::Packets(0)] {
+            let zero_queue = DirectionConfig {
+                queue,
+                ..Default::default()
+            };
+            assert_eq!(zero_queue.validate(), Err(ConfigError::ZeroQueueLimit));
+        }
+        let long = DirectionConfig {
+            delay: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        assert!(matches!(
+            long.validate(),
+            Err(ConfigError::DelayTooLong { field: "delay", .. })
+        ));
+        let long_jitter = DirectionConfig {
+            jitter: Some(Duration::from_secs(61)),
+            ..Default::default()
+        };
+        assert!(matches!(
+            long_jitter.validate(),
+            Err(ConfigError::DelayTooLong {
+                field: "jitter",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn config_round_trips_through_serde() {
+        let config = DirectionConfig {
+            delay: Duration::from_millis(10),
+            rate_bps: Some(20_000_000),
+            queue: QueueLimit::Bytes(10_000),
+            data_loss: LossModel::Bernoulli { p: 0.01 },
+            ack_loss: LossModel::GilbertElliott {
+                p_good_to_bad: 0.01,
+                p_bad_to_good: 0.5,
+                loss_in_good: 0.0,
+                loss_in_bad: 1.0,
+            },
+            jitter: Some(Duration::from_micros(500)),
+            trace: Some(CapacityTrace::parse("1\n2\n").unwrap()),
+        };
+        let json = serde_json::to_string(&config).unwrap();
+        let back: DirectionConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, config);
+    }
+}

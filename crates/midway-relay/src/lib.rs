@@ -1,1 +1,118 @@
-//! midway-relay
+//! midway-relay: moves bytes between the two segments of a split TCP connection.
+//!
+//! Two models from the hfc-proxy paper, chosen per listener:
+//! - [`RelayModel::Buffer`] (buffer-and-forward): at most `buffer_bytes` held per direction,
+//!   splice(2) through a pooled pipe when one is free (plain copy otherwise), so a slow reader
+//!   pushes back on the sender.
+//! - [`RelayModel::Spool`] (store-and-forward): the server-to-client direction reads the remote
+//!   socket as fast as the server sends, into memory and then an anonymous spool file, so the
+//!   remote segment never waits for the local one. Per-connection and global disk caps turn into
+//!   backpressure; bytes are never dropped or reordered.
+//!
+//! Both models carry half-close per direction (EOF one way -> flush -> `shutdown(SHUT_WR)`),
+//! carry resets across (a reset on one side closes the other with `SO_LINGER {on, 0}`), honour an
+//! idle timeout and a cancellation token, and count bytes per direction while running.
+//! Idle connections allocate no buffer and hold no pipe.
+
+mod error;
+mod pump;
+mod resources;
+mod spool;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::{RelayError, Side};
+pub use resources::{clean_spool_dir, RelayResources, SPOOL_FILE_PREFIX};
+pub use spool::{SpoolPlan, SpoolQueue};
+
+/// Which relay model a listener uses.
+#[derive(Debug, Clone)]
+pub enum RelayModel {
+    Buffer(BufferConfig),
+    Spool(SpoolConfig),
+}
+
+/// Buffer-and-forward settings.
+#[derive(Debug, Clone)]
+pub struct BufferConfig {
+    /// Cap on bytes held per direction (user-space buffer, or pipe size when splicing).
+    pub buffer_bytes: usize,
+    /// Use splice(2) through pooled pipes when one is free.
+    pub splice: bool,
+}
+
+/// Store-and-forward settings.
+#[derive(Debug, Clone)]
+pub struct SpoolConfig {
+    /// Server-to-client bytes kept in memory before going to the spool file.
+    pub memory_bytes: usize,
+    /// Per-connection cap on bytes in the spool file.
+    pub max_spool_bytes: u64,
+    /// Cap per direction for the client-to-server direction (buffer-and-forward).
+    pub buffer_bytes: usize,
+}
+
+/// Live counters the caller can read while the relay runs (metrics, logs).
+#[derive(Debug, Default)]
+pub struct RelayCounters {
+    /// Bytes delivered to the server.
+    pub client_to_server: AtomicU64,
+    /// Bytes delivered to the client.
+    pub server_to_client: AtomicU64,
+    /// Bytes the spool holds right now (memory + disk), server-to-client direction.
+    pub spooled_now: AtomicU64,
+    /// Bytes read from the client and not yet delivered (user buffer or pipe).
+    pub held_client_to_server: AtomicU64,
+    /// Bytes read from the server and not yet delivered, outside the spool (buffer or pipe).
+    pub held_server_to_client: AtomicU64,
+    /// Highest value `held_client_to_server` or `held_server_to_client` ever reached.
+    pub peak_held: AtomicU64,
+}
+
+/// Per-connection options.
+#[derive(Debug, Clone, Default)]
+pub struct RelayOptions {
+    /// Close both sides when no byte moved in either direction for this long.
+    pub idle_timeout: Option<Duration>,
+    pub counters: Arc<RelayCounters>,
+}
+
+/// How one direction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectionEnd {
+    /// EOF read and carried across as a FIN.
+    Fin,
+    /// A reset (ECONNRESET/EPIPE) on either side ended it.
+    ResetByPeer,
+    IdleTimeout,
+    Cancelled,
+    /// The relay stopped because of an error on another direction.
+    Error,
+}
+
+/// Outcome of one relayed connection.
+#[derive(Debug)]
+pub struct RelayReport {
+    pub client_to_server_bytes: u64,
+    pub server_to_client_bytes: u64,
+    pub client_to_server_end: DirectionEnd,
+    pub server_to_client_end: DirectionEnd,
+    /// Spool model: the most bytes the spool ever held (memory + disk). 0 for buffer.
+    pub peak_spool_bytes: u64,
+    /// Spool model: when the server side was fully read, measured from the relay's start.
+    pub remote_finished_at: Option<Duration>,
+}
+
+/// Relay until both directions end. `client` = local segment, `server` = remote segment.
+pub async fn relay(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    model: &RelayModel,
+    resources: &Arc<RelayResources>,
+    options: RelayOptions,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Result<RelayReport, RelayError> {
+    pump::run(client, server, model, resources, options, cancel).await
+}

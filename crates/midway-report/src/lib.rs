@@ -3,7 +3,194 @@
 //!
 //! Experiments write data; plotting is a separate step, so a report can be rebuilt from the
 //! JSON lines alone (`midway lab report DIR`).
+//!
+//! Layers: [`record`] (the line format), [`stats`] (pure numbers), [`analysis`] (records grouped
+//! into experiments, points and cases, no I/O), [`markdown`] (text of the report, no I/O),
+//! [`plot`] (plotters figures) and [`write_report`], which reads and writes the files.
 
+pub mod analysis;
+pub mod markdown;
+pub mod plot;
 pub mod record;
+pub mod stats;
 
-pub use record::RunRecord;
+use std::fs;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+pub use record::{RunRecord, RESULTS_FILE};
+
+/// File name of the markdown report inside a run's output folder.
+pub const REPORT_FILE: &str = "report.md";
+/// Folder, inside a run's output folder, that receives the plots.
+pub const PLOTS_DIR: &str = "plots";
+/// Case that gains of splitting are computed against unless told otherwise.
+pub const DEFAULT_BASELINE_CASE: &str = "direct";
+
+/// How to write a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportOptions {
+    /// Title of the report; default "Lab report: <scenario>".
+    pub title: Option<String>,
+    /// Case the gain of splitting is computed against (default "direct").
+    pub baseline_case: String,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        Self {
+            title: None,
+            baseline_case: DEFAULT_BASELINE_CASE.to_string(),
+        }
+    }
+}
+
+/// What [`write_report`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportSummary {
+    pub report_path: PathBuf,
+    /// Every plot file written (PNG and SVG of each experiment that has successful runs).
+    pub plots: Vec<PathBuf>,
+    /// Records read, failed ones included.
+    pub records: usize,
+    /// Records with `ok = false`.
+    pub failed_records: usize,
+}
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("no results file at {path} (a lab run writes it; was the run started in this folder?)")]
+    NoResultsFile { path: PathBuf },
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}:{line}: not a valid run record")]
+    BadLine {
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path} holds no run records")]
+    NoRecords { path: PathBuf },
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot read the plot font {path}: install the Debian package fonts-dejavu-core \
+         or point {font_env} at a TTF file",
+        font_env = plot::FONT_ENV
+    )]
+    FontMissing {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is not a TrueType/OpenType font plotters can use")]
+    FontInvalid { path: PathBuf },
+    #[error("cannot draw the PNG plot {path}")]
+    PlotPng {
+        path: PathBuf,
+        #[source]
+        source: plot::PngError,
+    },
+    #[error("cannot draw the SVG plot {path}")]
+    PlotSvg {
+        path: PathBuf,
+        #[source]
+        source: plot::SvgError,
+    },
+}
+
+/// Reads every record of a `results.jsonl` file. Blank lines are skipped; any other line that is
+/// not a [`RunRecord`] is an error naming its (1-based) line number.
+pub fn read_records(path: &Path) -> Result<Vec<RunRecord>, ReportError> {
+    let file = fs::File::open(path).map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            ReportError::NoResultsFile {
+                path: path.to_path_buf(),
+            }
+        } else {
+            ReportError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    let mut records = Vec::new();
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| ReportError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line).map_err(|source| ReportError::BadLine {
+            path: path.to_path_buf(),
+            line: index + 1,
+            source,
+        })?;
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// Read DIR/results.jsonl, write DIR/report.md and DIR/plots/<experiment>.{png,svg}.
+///
+/// Plots are drawn for every experiment with at least one successful run; the report is written
+/// last, so an existing report is only replaced once every plot it links to exists.
+pub fn write_report(dir: &Path, opts: &ReportOptions) -> Result<ReportSummary, ReportError> {
+    let results_path = dir.join(RESULTS_FILE);
+    let records = read_records(&results_path)?;
+    if records.is_empty() {
+        return Err(ReportError::NoRecords { path: results_path });
+    }
+    let analysis = analysis::analyse(&records, &opts.baseline_case);
+
+    let plots_dir = dir.join(PLOTS_DIR);
+    let stems = plot::file_stems(&analysis.experiments);
+    let mut plot_links = Vec::with_capacity(analysis.experiments.len());
+    let mut plots = Vec::new();
+    for (experiment, stem) in analysis.experiments.iter().zip(&stems) {
+        if !experiment.rows.iter().any(|r| r.throughput_mbps.is_some()) {
+            plot_links.push(None);
+            continue;
+        }
+        fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write {
+            path: plots_dir.clone(),
+            source,
+        })?;
+        let png = plots_dir.join(format!("{stem}.png"));
+        let svg = plots_dir.join(format!("{stem}.svg"));
+        plot::draw_png(experiment, &png)?;
+        plot::draw_svg(experiment, &svg)?;
+        plots.push(png);
+        plots.push(svg);
+        plot_links.push(Some(markdown::PlotLinks {
+            png: format!("{PLOTS_DIR}/{stem}.png"),
+            svg: format!("{PLOTS_DIR}/{stem}.svg"),
+        }));
+    }
+
+    let text = markdown::render(&analysis, opts, &plot_links);
+    let report_path = dir.join(REPORT_FILE);
+    fs::write(&report_path, text).map_err(|source| ReportError::Write {
+        path: report_path.clone(),
+        source,
+    })?;
+    Ok(ReportSummary {
+        report_path,
+        plots,
+        records: analysis.records,
+        failed_records: analysis.failed.len(),
+    })
+}

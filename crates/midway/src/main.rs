@@ -1,1 +1,123 @@
-fn main() {}
+//! The `midway` binary: parses the command line, sets up logging, and hands over to the libraries.
+//! Everything that can be tested lives in the library crates; this file only wires them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "midway", version, about = "A performance-enhancing proxy for TCP, and the lab that measures it")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy until SIGTERM or SIGINT, then drain and exit.
+    Proxy {
+        /// Configuration file (TOML); see examples/.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Print the nftables rules the configuration would install, and exit.
+        #[arg(long)]
+        print_nft: bool,
+    },
+    /// Validate a configuration file (and the running kernel's support for its profiles).
+    CheckConfig {
+        /// Configuration file (TOML).
+        file: PathBuf,
+    },
+    /// Emulated-network experiments (run as root).
+    Lab {
+        #[command(subcommand)]
+        command: midway_lab::LabCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("midway: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("MIDWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Proxy { config, print_nft } => {
+            let config = midway_proxy::load_config(&config)?;
+            if print_nft {
+                print!("{}", midway_proxy::nft_ruleset(&config));
+                return Ok(());
+            }
+            serve(config)
+        }
+        Command::CheckConfig { file } => {
+            let config = midway_proxy::load_config(&file)?;
+            midway_proxy::check_kernel_support(&config)?;
+            println!("{}: ok", file.display());
+            Ok(())
+        }
+        Command::Lab { command } => midway_lab::execute(command),
+    }
+}
+
+/// Runs the proxy on a multi-threaded runtime until a termination signal, then drains.
+fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("midway");
+        let proxy = midway_proxy::Proxy::bind(config, &mut registry).await?;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let signal_token = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_termination().await;
+            tracing::info!("termination signal received: stop accepting, draining");
+            signal_token.cancel();
+        });
+        let summary = proxy.run(shutdown).await?;
+        tracing::info!(?summary, "midway stopped");
+        anyhow::Ok(())
+    })
+}
+
+async fn wait_for_termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

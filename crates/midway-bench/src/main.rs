@@ -1,0 +1,64 @@
+//! `midway-bench`: prints what midway costs on a gateway, beside routing alone and HAProxy.
+//! See the library's documentation for what is measured and how.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use midway_bench::{BenchOptions, Case};
+
+#[derive(Parser)]
+#[command(name = "midway-bench", about = "Throughput, CPU per GB, connection rate and idle memory of midway vs HAProxy (root)")]
+struct Args {
+    /// The midway binary to benchmark.
+    #[arg(long, default_value = "target/release/midway")]
+    midway: PathBuf,
+    /// Stream counts for the throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
+    streams: Vec<usize>,
+    /// Seconds per throughput run.
+    #[arg(long, default_value_t = 10)]
+    seconds: u32,
+    /// Idle split connections for the memory figure (0 to skip).
+    #[arg(long, default_value_t = 8000)]
+    idle: usize,
+    /// Seconds of the connection-rate run.
+    #[arg(long, default_value_t = 5)]
+    cps_seconds: u32,
+    /// Cases to run.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "direct,midway-forward,midway-transparent,haproxy,haproxy-splice")]
+    cases: Vec<Case>,
+    /// A short run (1 and 100 streams, 3 s, 1000 idle connections), for CI.
+    #[arg(long)]
+    quick: bool,
+    /// Folder for generated configs, logs and bench.json.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut options = BenchOptions {
+        midway_bin: std::fs::canonicalize(&args.midway)
+            .map_err(|e| anyhow::anyhow!("midway binary {}: {e}", args.midway.display()))?,
+        streams: args.streams,
+        seconds: args.seconds,
+        idle_connections: args.idle,
+        cps_seconds: args.cps_seconds,
+        cases: args.cases,
+        work_dir: args.out.clone(),
+    };
+    if args.quick {
+        options.streams = vec![1, 100];
+        options.seconds = 3;
+        options.idle_connections = 1000;
+        options.cps_seconds = 2;
+    }
+    let report = midway_bench::run(&options)?;
+    let markdown = midway_bench::render_markdown(&report);
+    println!("{markdown}");
+    let json = args.out.join("bench.json");
+    midway_bench::write_json(&report, &json)?;
+    std::fs::write(args.out.join("bench.md"), markdown)?;
+    eprintln!("figures also in {}", json.display());
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The benchmark's network: client, router and server namespaces joined by plain veth pairs.
+//!
+//! Unlike the lab's topologies there is no emulated link here: the benchmark measures what the
+//! proxy itself costs, so the only thing between the hosts is the kernel's veth, with its offloads
+//! left on as an operator's gateway would have them.
+
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use nix::sched::{setns, CloneFlags};
+
+/// Which of the three hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    Client,
+    Router,
+    Server,
+}
+
+/// Addresses are private to the namespaces this module creates; nothing leaves the machine.
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 2);
+pub const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
+pub const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 1);
+pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 2);
+pub const CLIENT_PREFIX: &str = "10.201.1.0/24";
+
+/// Three namespaces named after this process, removed on drop.
+pub struct BenchNet {
+    tag: String,
+    children: Vec<Child>,
+}
+
+impl BenchNet {
+    pub fn build() -> anyhow::Result<BenchNet> {
+        let tag = format!("mwb{}", std::process::id());
+        let net = BenchNet {
+            tag,
+            children: Vec::new(),
+        };
+        for host in [Host::Client, Host::Router, Host::Server] {
+            ip(&["netns", "add", &net.ns(host)])?;
+            net.run(host, "ip", &["link", "set", "lo", "up"])?;
+        }
+        let (c0, r0, r1, s0) = (
+            net.iface("c0"),
+            net.iface("r0"),
+            net.iface("r1"),
+            net.iface("s0"),
+        );
+        ip(&["link", "add", &c0, "netns", &net.ns(Host::Client), "type", "veth", "peer", "name", &r0, "netns", &net.ns(Host::Router)])?;
+        ip(&["link", "add", &r1, "netns", &net.ns(Host::Router), "type", "veth", "peer", "name", &s0, "netns", &net.ns(Host::Server)])?;
+        let plan: [(Host, &str, String); 4] = [
+            (Host::Client, &c0, format!("{CLIENT_ADDR}/24")),
+            (Host::Router, &r0, format!("{ROUTER_CLIENT_SIDE}/24")),
+            (Host::Router, &r1, format!("{ROUTER_SERVER_SIDE}/24")),
+            (Host::Server, &s0, format!("{SERVER_ADDR}/24")),
+        ];
+        for (host, iface, addr) in &plan {
+            net.run(*host, "ip", &["addr", "add", addr, "dev", iface])?;
+            net.run(*host, "ip", &["link", "set", iface, "up"])?;
+        }
+        net.run(Host::Client, "ip", &["route", "add", "default", "via", &ROUTER_CLIENT_SIDE.to_string()])?;
+        net.run(Host::Server, "ip", &["route", "add", "default", "via", &ROUTER_SERVER_SIDE.to_string()])?;
+        net.run(Host::Router, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        // Thousands of short connections per second would run out of ephemeral ports otherwise.
+        for host in [Host::Client, Host::Router] {
+            net.run(host, "sysctl", &["-qw", "net.ipv4.ip_local_port_range=1024 65000"])?;
+            net.run(host, "sysctl", &["-qw", "net.ipv4.tcp_tw_reuse=1"])?;
+        }
+        Ok(net)
+    }
+
+    pub fn ns(&self, host: Host) -> String {
+        let suffix = match host {
+            Host::Client => "c",
+            Host::Router => "r",
+            Host::Server => "s",
+        };
+        format!("{}{suffix}", self.tag)
+    }
+
+    /// Interface names carry the tag too, so two benchmarks never collide.
+    pub fn iface(&self, end: &str) -> String {
+        format!("{}{end}", self.tag)
+    }
+
+    /// Runs a command inside a host and fails with its stderr when it fails.
+    pub fn run(&self, host: Host, program: &str, args: &[&str]) -> anyhow::Result<String> {
+        let output = self
+            .command(host, program, args)
+            .output()
+            .with_context(|| format!("cannot run {program}"))?;
+        if !output.status.success() {
+            bail!(
+                "{program} {} failed in {:?}: {}",
+                args.join(" "),
+                host,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    pub fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(host), program]).args(args);
+        cmd
+    }
+
+    /// Starts a long-running program in a host; it is killed when the network is dropped or when
+    /// [`BenchNet::stop`] is called with its pid.
+    pub fn spawn(&mut self, host: Host, program: &str, args: &[&str], log: Option<File>) -> anyhow::Result<u32> {
+        let mut cmd = self.command(host, program, args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        match log {
+            Some(file) => cmd.stderr(file),
+            None => cmd.stderr(Stdio::null()),
+        };
+        let child = cmd.spawn().with_context(|| format!("cannot start {program}"))?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    /// SIGTERM, then SIGKILL after a grace period.
+    pub fn stop(&mut self, pid: u32) {
+        if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
+            let child = self.children.swap_remove(pos);
+            terminate(child, Duration::from_secs(3));
+        }
+    }
+
+    /// Runs `f` on a thread that has entered the host's namespace.
+    pub fn in_host<T: Send + 'static>(
+        &self,
+        host: Host,
+        f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+    ) -> std::thread::JoinHandle<anyhow::Result<T>> {
+        let path = format!("/run/netns/{}", self.ns(host));
+        std::thread::spawn(move || {
+            let file = File::open(&path).with_context(|| format!("cannot open {path}"))?;
+            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).context("setns")?;
+            f()
+        })
+    }
+}
+
+impl Drop for BenchNet {
+    fn drop(&mut self) {
+        for child in self.children.drain(..) {
+            terminate(child, Duration::from_secs(3));
+        }
+        for host in [Host::Client, Host::Router, Host::Server] {
+            // Deleting the namespace removes its veth ends too.
+            let _ = Command::new("ip")
+                .args(["netns", "delete", &self.ns(host)])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn terminate(mut child: Child, grace: Duration) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let output = Command::new("ip").args(args).output().context("cannot run ip")?;
+    if !output.status.success() {
+        bail!(
+            "ip {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! What the kernel says about a process and about TCP memory: CPU time, resident memory, and the
+//! TCP memory counters that tell whether a run pushed the machine into memory pressure.
+
+use anyhow::{bail, Context};
+
+/// User + system CPU time of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("process {pid} is gone"))?;
+    // The command name (field 2) may contain spaces; the fields after it start past the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("unexpected /proc/PID/stat format")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')' come: state(3) ppid(4) ... utime(14) stime(15) -> indices 11 and 12 here.
+    if fields.len() < 13 {
+        bail!("short /proc/{pid}/stat");
+    }
+    let utime: f64 = fields[11].parse()?;
+    let stime: f64 = fields[12].parse()?;
+    let ticks = clock_ticks_per_second();
+    Ok((utime + stime) / ticks)
+}
+
+/// Clock ticks per second, the unit of /proc/PID/stat's CPU times.
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// Resident set size of a process in bytes (VmRSS).
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("process {pid} is gone"))?;
+    for line in status.lines() {
+        if let Some(rest) = line.strip_prefix("VmRSS:") {
+            let kib: u64 = rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .context("VmRSS")?;
+            return Ok(kib * 1024);
+        }
+    }
+    bail!("no VmRSS for process {pid}")
+}
+
+/// Pages of memory all TCP sockets of the machine hold (the `mem` field of /proc/net/sockstat; the
+/// kernel accounts TCP memory globally, not per namespace).
+pub fn tcp_memory_pages() -> anyhow::Result<u64> {
+    let sockstat = std::fs::read_to_string("/proc/net/sockstat")?;
+    for line in sockstat.lines() {
+        if let Some(rest) = line.strip_prefix("TCP:") {
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if let Some(pos) = fields.iter().position(|f| *f == "mem") {
+                return Ok(fields.get(pos + 1).context("mem value")?.parse()?);
+            }
+        }
+    }
+    bail!("no TCP line in /proc/net/sockstat")
+}
+
+/// The kernel's (min, pressure, max) thresholds for TCP memory, in pages.
+pub fn tcp_mem_thresholds() -> anyhow::Result<(u64, u64, u64)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem")?;
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
+    if v.len() != 3 {
+        bail!("unexpected tcp_mem: {text}");
+    }
+    Ok((v[0], v[1], v[2]))
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}

@@ -1,0 +1,376 @@
+//! Human units of scenario files: durations ("10ms"), rates ("25Mbit"), sizes ("10KB", "8KiB"),
+//! queue limits ("10KB", "20 packets", "unlimited") and loss models.
+//!
+//! Every type validates while it is deserialized, so a bad value is reported by `toml` with the
+//! line and column of the value itself. Decimal prefixes are powers of 1000 (`KB`, `Mbit`), binary
+//! ones powers of 1024 (`KiB`): the papers write "8KB" for an 8192-byte socket buffer, so scenario
+//! files spell that `8KiB`.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+/// A parse error of a unit-carrying value; `toml` places it at the value's line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnitError(String);
+
+fn split_number(text: &str) -> Result<(f64, &str), UnitError> {
+    let text = text.trim();
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
+        .unwrap_or(text.len());
+    // An exponent letter followed by a unit letter ("1e3bit" is fine, "10ms" must not eat the m).
+    let (number, unit) = text.split_at(end);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| UnitError(format!("`{text}` does not start with a number")))?;
+    if !value.is_finite() {
+        return Err(UnitError(format!("`{text}` is not a finite number")));
+    }
+    if value < 0.0 {
+        return Err(UnitError(format!("`{text}` is negative")));
+    }
+    Ok((value, unit.trim()))
+}
+
+/// A non-negative duration written with a unit: "0", "250us", "10ms", "1.5s".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct HumanDuration(pub Duration);
+
+impl HumanDuration {
+    pub fn parse(text: &str) -> Result<Self, UnitError> {
+        let (value, unit) = split_number(text)?;
+        let seconds = match unit {
+            "" if value == 0.0 => 0.0,
+            "ns" => value * 1e-9,
+            "us" | "µs" => value * 1e-6,
+            "ms" => value * 1e-3,
+            "s" => value,
+            "min" => value * 60.0,
+            "" => {
+                return Err(UnitError(format!(
+                    "`{text}` needs a unit: ns, us, ms, s or min"
+                )))
+            }
+            other => {
+                return Err(UnitError(format!(
+                    "unknown time unit `{other}` in `{text}`; use ns, us, ms, s or min"
+                )))
+            }
+        };
+        Ok(Self(Duration::from_secs_f64(seconds)))
+    }
+    pub fn as_millis_f64(&self) -> f64 {
+        self.0.as_secs_f64() * 1e3
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let micros = self.0.as_micros();
+        if micros % 1000 == 0 {
+            write!(f, "{}ms", micros / 1000)
+        } else {
+            write!(f, "{micros}us")
+        }
+    }
+}
+
+/// A link rate in bit/s: "25Mbit", "3Mbit/s", "56kbit", "1Gbps", "1500000bit".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rate(pub u64);
+
+impl Rate {
+    pub fn parse(text: &str) -> Result<Self, UnitError> {
+        let (value, unit) = split_number(text)?;
+        let unit = unit.trim_end_matches("/s").trim_end_matches("ps");
+        let factor = match unit {
+            "bit" | "b" => 1.0,
+            "kbit" | "Kbit" | "k" => 1e3,
+            "Mbit" | "mbit" | "M" => 1e6,
+            "Gbit" | "gbit" | "G" => 1e9,
+            _ => {
+                return Err(UnitError(format!(
+                    "`{text}` is not a rate; write e.g. \"25Mbit\", \"56kbit\" or \"1Gbit\""
+                )))
+            }
+        };
+        let bps = (value * factor).round();
+        if bps < 1.0 {
+            return Err(UnitError(format!("rate `{text}` must be at least 1 bit/s")));
+        }
+        Ok(Self(bps as u64))
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bps = self.0;
+        if bps % 1_000_000 == 0 {
+            write!(f, "{}Mbit", bps / 1_000_000)
+        } else if bps % 1000 == 0 {
+            write!(f, "{}kbit", bps / 1000)
+        } else {
+            write!(f, "{bps}bit")
+        }
+    }
+}
+
+/// A byte count: an integer, or a string "3MB", "300KB", "8KiB", "1460B".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn parse(text: &str) -> Result<Self, UnitError> {
+        let (value, unit) = split_number(text)?;
+        let factor = match unit {
+            "" | "B" => 1.0,
+            "KB" | "kB" => 1e3,
+            "MB" => 1e6,
+            "GB" => 1e9,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            _ => {
+                return Err(UnitError(format!(
+                    "`{text}` is not a size; write e.g. \"3MB\", \"10KB\" or \"8KiB\" (KB = 1000 B, KiB = 1024 B)"
+                )))
+            }
+        };
+        Ok(Self((value * factor).round() as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Drop-tail queue limit of one link direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueSpec {
+    #[default]
+    Unlimited,
+    Bytes(u64),
+    Packets(u64),
+}
+
+impl QueueSpec {
+    pub fn parse(text: &str) -> Result<Self, UnitError> {
+        let trimmed = text.trim();
+        if trimmed == "unlimited" {
+            return Ok(Self::Unlimited);
+        }
+        for suffix in ["packets", "packet", "pkts", "p"] {
+            if let Some(number) = trimmed.strip_suffix(suffix) {
+                let count: u64 = number.trim().parse().map_err(|_| {
+                    UnitError(format!("`{text}`: a packet count must be a whole number"))
+                })?;
+                return nonzero(count, text).map(Self::Packets);
+            }
+        }
+        let bytes = ByteSize::parse(trimmed).map_err(|_| {
+            UnitError(format!(
+                "`{text}` is not a queue limit; write \"10KB\", \"20 packets\" or \"unlimited\""
+            ))
+        })?;
+        nonzero(bytes.0, text).map(Self::Bytes)
+    }
+}
+
+fn nonzero(value: u64, text: &str) -> Result<u64, UnitError> {
+    if value == 0 {
+        Err(UnitError(format!(
+            "queue limit `{text}` is zero: nothing could pass"
+        )))
+    } else {
+        Ok(value)
+    }
+}
+
+impl fmt::Display for QueueSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unlimited => f.write_str("unlimited"),
+            Self::Bytes(bytes) => write!(f, "{bytes}B"),
+            Self::Packets(count) => write!(f, "{count} packets"),
+        }
+    }
+}
+
+macro_rules! string_unit_serde {
+    ($type:ty, $expecting:literal) => {
+        impl<'de> Deserialize<'de> for $type {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct UnitVisitor;
+                impl de::Visitor<'_> for UnitVisitor {
+                    type Value = $type;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_str<E: de::Error>(self, text: &str) -> Result<$type, E> {
+                        <$type>::parse(text).map_err(E::custom)
+                    }
+                    fn visit_i64<E: de::Error>(self, value: i64) -> Result<$type, E> {
+                        <$type>::parse(&value.to_string()).map_err(E::custom)
+                    }
+                    fn visit_u64<E: de::Error>(self, value: u64) -> Result<$type, E> {
+                        <$type>::parse(&value.to_string()).map_err(E::custom)
+                    }
+                }
+                deserializer.deserialize_any(UnitVisitor)
+            }
+        }
+        impl Serialize for $type {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+    };
+}
+
+string_unit_serde!(HumanDuration, "a duration such as \"10ms\"");
+string_unit_serde!(Rate, "a rate such as \"25Mbit\"");
+string_unit_serde!(ByteSize, "a size such as \"3MB\" or a number of bytes");
+string_unit_serde!(QueueSpec, "a queue limit such as \"10KB\" or \"20 packets\"");
+
+/// Probability in [0, 1], checked while deserializing.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default, Serialize)]
+pub struct Probability(pub f64);
+
+impl<'de> Deserialize<'de> for Probability {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = f64::deserialize(deserializer)?;
+        if !(0.0..=1.0).contains(&value) {
+            return Err(de::Error::custom(format!(
+                "probability {value} is outside [0, 1] (1 % is written 0.01)"
+            )));
+        }
+        Ok(Self(value))
+    }
+}
+
+/// A packet loss model: `"none"`, `{ bernoulli = 0.01 }` or
+/// `{ gilbert_elliott = { p_good_to_bad = 0.01, p_bad_to_good = 0.3, loss_in_bad = 1.0 } }`.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LossSpec {
+    #[default]
+    None,
+    Bernoulli(Probability),
+    GilbertElliott(GilbertElliottSpec),
+}
+
+/// Two-state burst loss: the chain moves good->bad and bad->good with the given probabilities
+/// per packet; a packet is lost with `loss_in_good` / `loss_in_bad` in that state.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GilbertElliottSpec {
+    pub p_good_to_bad: Probability,
+    pub p_bad_to_good: Probability,
+    #[serde(default)]
+    pub loss_in_good: Probability,
+    #[serde(default = "certain")]
+    pub loss_in_bad: Probability,
+}
+
+fn certain() -> Probability {
+    Probability(1.0)
+}
+
+impl LossSpec {
+    /// Mean loss rate (the stationary rate for Gilbert-Elliott), used as a plot coordinate.
+    pub fn mean_rate(&self) -> f64 {
+        match self {
+            Self::None => 0.0,
+            Self::Bernoulli(p) => p.0,
+            Self::GilbertElliott(ge) => {
+                let total = ge.p_good_to_bad.0 + ge.p_bad_to_good.0;
+                if total == 0.0 {
+                    return ge.loss_in_good.0;
+                }
+                let share_bad = ge.p_good_to_bad.0 / total;
+                share_bad * ge.loss_in_bad.0 + (1.0 - share_bad) * ge.loss_in_good.0
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_reject_negative_or_unitless() {
+        assert_eq!(
+            HumanDuration::parse("10ms").unwrap().0,
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            HumanDuration::parse("1.5s").unwrap().0,
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            HumanDuration::parse("250us").unwrap().0,
+            Duration::from_micros(250)
+        );
+        assert_eq!(HumanDuration::parse("0").unwrap().0, Duration::ZERO);
+        assert!(HumanDuration::parse("-10ms")
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
+        assert!(HumanDuration::parse("10").is_err());
+        assert!(HumanDuration::parse("10 parsecs").is_err());
+        assert_eq!(HumanDuration::parse("20ms").unwrap().to_string(), "20ms");
+    }
+
+    #[test]
+    fn rates_and_sizes_use_decimal_and_binary_prefixes() {
+        assert_eq!(Rate::parse("25Mbit").unwrap().0, 25_000_000);
+        assert_eq!(Rate::parse("3Mbit/s").unwrap().0, 3_000_000);
+        assert_eq!(Rate::parse("56kbit").unwrap().0, 56_000);
+        assert_eq!(Rate::parse("1Gbps").unwrap().0, 1_000_000_000);
+        assert!(Rate::parse("25MB").is_err());
+        assert_eq!(ByteSize::parse("3MB").unwrap().0, 3_000_000);
+        assert_eq!(ByteSize::parse("8KiB").unwrap().0, 8192);
+        assert_eq!(ByteSize::parse("1460").unwrap().0, 1460);
+        assert!(ByteSize::parse("3 furlongs").is_err());
+    }
+
+    #[test]
+    fn queue_limits_in_bytes_packets_or_unlimited() {
+        assert_eq!(QueueSpec::parse("10KB").unwrap(), QueueSpec::Bytes(10_000));
+        assert_eq!(
+            QueueSpec::parse("20 packets").unwrap(),
+            QueueSpec::Packets(20)
+        );
+        assert_eq!(QueueSpec::parse("unlimited").unwrap(), QueueSpec::Unlimited);
+        assert!(QueueSpec::parse("0").is_err());
+    }
+
+    #[test]
+    fn loss_models_deserialize_and_reject_probabilities_above_one() {
+        #[derive(Deserialize)]
+        struct Holder {
+            loss: LossSpec,
+        }
+        let held: Holder = toml::from_str("loss = { bernoulli = 0.01 }").unwrap();
+        assert_eq!(held.loss, LossSpec::Bernoulli(Probability(0.01)));
+        let held: Holder = toml::from_str("loss = \"none\"").unwrap();
+        assert_eq!(held.loss, LossSpec::None);
+        let held: Holder = toml::from_str(
+            "loss = { gilbert_elliott = { p_good_to_bad = 0.01, p_bad_to_good = 0.09 } }",
+        )
+        .unwrap();
+        assert!((held.loss.mean_rate() - 0.1).abs() < 1e-12);
+        let error = toml::from_str::<Holder>("\n\nloss = { bernoulli = 1.5 }")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("line 3"), "{error}");
+        assert!(error.contains("outside [0, 1]"), "{error}");
+    }
+}

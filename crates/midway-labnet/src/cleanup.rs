@@ -1,0 +1,212 @@
+//! Making sure a run leaves nothing behind: a registry of live topologies and children that a
+//! signal handler can tear down, owner pid files per tag, and removal of what a crashed run left.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::error::LabNetError;
+use crate::spec::tag_of_netns_name;
+use crate::sys;
+
+/// Directory with one `<tag>.pid` file per live topology: "PID STARTTIME".
+pub const PID_DIR: &str = "/run/midway-lab";
+
+/// Fails at once, with a message that says why, when the process is not root.
+pub fn require_root() -> Result<(), LabNetError> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(LabNetError::NotRoot)
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Live topologies by id: (tag, every namespace name it creates).
+    topologies: BTreeMap<u64, (String, Vec<String>)>,
+    /// Process groups of children spawned into hosts, still running.
+    children: BTreeMap<i32, ()>,
+    next_id: u64,
+}
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    // A panic while holding the lock leaves the data consistent (single inserts/removes).
+    REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub(crate) fn register_topology(tag: &str, netns: Vec<String>) -> u64 {
+    let mut reg = registry();
+    reg.next_id += 1;
+    let id = reg.next_id;
+    reg.topologies.insert(id, (tag.to_owned(), netns));
+    id
+}
+
+pub(crate) fn unregister_topology(id: u64) {
+    registry().topologies.remove(&id);
+}
+
+pub(crate) fn register_child(pgid: i32) {
+    registry().children.insert(pgid, ());
+}
+
+pub(crate) fn unregister_child(pgid: i32) {
+    registry().children.remove(&pgid);
+}
+
+fn pid_file(tag: &str) -> PathBuf {
+    PathBuf::from(PID_DIR).join(format!("{tag}.pid"))
+}
+
+/// The owner recorded for `tag`, if the file exists and parses.
+fn read_owner(tag: &str) -> Option<(i32, u64)> {
+    let text = fs::read_to_string(pid_file(tag)).ok()?;
+    let mut parts = text.split_whitespace();
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+fn owner_alive(owner: (i32, u64)) -> bool {
+    sys::process_start_time(owner.0) == Some(owner.1)
+}
+
+fn me() -> (i32, u64) {
+    let pid = std::process::id() as i32;
+    (pid, sys::process_start_time(pid).unwrap_or(0))
+}
+
+/// Records this process as the owner of `tag`; refuses a tag owned by another live process.
+pub(crate) fn claim_tag(tag: &str) -> Result<(), LabNetError> {
+    fs::create_dir_all(PID_DIR).map_err(|e| LabNetError::io("cannot create", PID_DIR, e))?;
+    let path = pid_file(tag);
+    if let Some(owner) = read_owner(tag) {
+        if owner != me() && owner_alive(owner) {
+            return Err(LabNetError::TagInUse { tag: tag.to_owned(), pid: owner.0 });
+        }
+    }
+    let (pid, start) = me();
+    let mut file = fs::File::create(&path).map_err(|e| LabNetError::io("cannot create", &path, e))?;
+    writeln!(file, "{pid} {start}").map_err(|e| LabNetError::io("cannot write", &path, e))
+}
+
+pub(crate) fn release_tag(tag: &str) {
+    if read_owner(tag) == Some(me()) {
+        let _ = fs::remove_file(pid_file(tag));
+    }
+}
+
+/// Removes every namespace whose name carries the lab prefix and the tag of a run that is gone
+/// (its recorded owner process no longer exists, or no owner was recorded), kills processes left
+/// inside them, and removes stale pid files. Returns how many namespaces were removed.
+pub fn clean_leftovers() -> Result<usize, LabNetError> {
+    require_root()?;
+    let live_here: Vec<String> = registry().topologies.values().map(|(tag, _)| tag.clone()).collect();
+    let mut owners: BTreeMap<String, bool> = BTreeMap::new();
+    let mut leftovers = Vec::new();
+    for name in sys::list_netns() {
+        let Some(tag) = tag_of_netns_name(&name) else { continue };
+        let alive = *owners.entry(tag.to_owned()).or_insert_with(|| match read_owner(tag) {
+            // Our own process owns it only while a live topology says so.
+            Some(owner) if owner == me() => live_here.iter().any(|t| t == tag),
+            Some(owner) => owner_alive(owner),
+            None => false,
+        });
+        if !alive {
+            leftovers.push(name);
+        }
+    }
+    remove_namespaces(&leftovers, std::time::Duration::from_millis(500))?;
+    // Pid files of dead owners, with or without namespaces left.
+    if let Ok(dir) = fs::read_dir(PID_DIR) {
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(tag) = name.to_str().and_then(|n| n.strip_suffix(".pid")) else { continue };
+            let stale = match read_owner(tag) {
+                Some(owner) if owner == me() => !live_here.iter().any(|t| t == tag),
+                Some(owner) => !owner_alive(owner),
+                None => true,
+            };
+            if stale {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    if !leftovers.is_empty() {
+        tracing::info!(count = leftovers.len(), names = ?leftovers, "removed leftover lab namespaces");
+    }
+    Ok(leftovers.len())
+}
+
+/// Stops processes inside the namespaces (SIGTERM, then SIGKILL after `grace`), then removes the
+/// namespace handles.
+pub(crate) fn remove_namespaces(names: &[String], grace: std::time::Duration) -> Result<(), LabNetError> {
+    let inodes: Vec<u64> = names.iter().filter_map(|n| sys::netns_inode(n)).collect();
+    let pids = sys::processes_in(&inodes);
+    if !pids.is_empty() {
+        for &pid in &pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline && !sys::processes_in(&inodes).is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        for pid in sys::processes_in(&inodes) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    let mut first_error = None;
+    for name in names {
+        if let Err(e) = sys::delete_netns(name) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Tears down every live topology of this process as fast as possible (children killed, namespace
+/// handles removed, pid files released). For signal handlers; returns how many topologies there were.
+pub fn cleanup_live_topologies() -> usize {
+    let (topologies, children) = {
+        let mut reg = registry();
+        (std::mem::take(&mut reg.topologies), std::mem::take(&mut reg.children))
+    };
+    for &pgid in children.keys() {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    for (tag, names) in topologies.values() {
+        let _ = remove_namespaces(names, std::time::Duration::ZERO);
+        release_tag(tag);
+    }
+    topologies.len()
+}
+
+/// Installs SIGINT/SIGTERM/SIGHUP handling: tear down live topologies, then die of the signal as
+/// the default action would. Call once from the CLI; later calls do nothing.
+pub fn install_cleanup_on_signal() -> Result<(), LabNetError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(LabNetError::Signals)?;
+    std::thread::Builder::new()
+        .name("labnet-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                let count = cleanup_live_topologies();
+                eprintln!("midway lab: signal {signal}: removed {count} live topologies");
+                // Handlers are still registered: restore the default action and re-raise.
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        })
+        .map_err(LabNetError::Signals)?;
+    let _ = INSTALLED.set(());
+    Ok(())
+}

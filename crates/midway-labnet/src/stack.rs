@@ -1,0 +1,117 @@
+//! Host TCP stack profiles: which per-namespace sysctls and per-route metrics make a host `modern`
+//! or `legacy`, and what Linux cannot imitate of a 1990s stack.
+
+use std::sync::OnceLock;
+
+use nix::sched::{unshare, CloneFlags};
+
+use crate::error::LabNetError;
+use crate::spec::StackProfile;
+use crate::sys;
+
+/// Receive buffer of legacy hosts (the papers' 8 KB windows). Linux advertises only part of it;
+/// see [`stack_notes`] and measure the real window with `Topology::advertised_window`.
+pub const LEGACY_RCVBUF: u32 = 8192;
+/// MSS legacy hosts advertise (and use on IPv4 end hosts, through the route MTU 576).
+pub const LEGACY_MSS: u32 = 536;
+/// Initial congestion window of legacy hosts, in segments.
+pub const LEGACY_INITCWND: u32 = 2;
+/// Floor of the retransmission timeout of legacy hosts, mimicking a coarse 500 ms timer tick.
+pub const LEGACY_RTO_MIN_MS: u32 = 1000;
+
+/// The per-namespace sysctls the profiles touch. `modern` resets them to the values of a fresh
+/// namespace on this kernel, so a host can switch profiles.
+const KEYS: &[&str] = &[
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_dsack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_recovery",
+    "net.ipv4.tcp_early_retrans",
+    "net.ipv4.tcp_frto",
+    "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_rmem",
+];
+
+/// Sysctl values of `profile`, in the order they are written.
+pub fn sysctls(profile: StackProfile) -> Result<Vec<(&'static str, String)>, LabNetError> {
+    match profile {
+        StackProfile::Modern => fresh_defaults().map(|d| d.to_vec()),
+        StackProfile::Legacy => Ok(vec![
+            // `reno` is in tcp_allowed_congestion_control, so a child namespace may select it.
+            ("net.ipv4.tcp_congestion_control", "reno".into()),
+            ("net.ipv4.tcp_sack", "0".into()),
+            ("net.ipv4.tcp_dsack", "0".into()),
+            ("net.ipv4.tcp_timestamps", "0".into()),
+            ("net.ipv4.tcp_window_scaling", "0".into()),
+            // RACK off: loss detection by duplicate ACKs only.
+            ("net.ipv4.tcp_recovery", "0".into()),
+            // No tail-loss probes / early retransmit.
+            ("net.ipv4.tcp_early_retrans", "0".into()),
+            ("net.ipv4.tcp_frto", "0".into()),
+            ("net.ipv4.tcp_moderate_rcvbuf", "0".into()),
+            ("net.ipv4.tcp_rmem", format!("4096 {LEGACY_RCVBUF} {LEGACY_RCVBUF}")),
+        ]),
+    }
+}
+
+/// Metrics appended to every route of a host with this profile. `end_host` = the host does not
+/// forward; only then is the IPv4 route MTU lowered to 576 (so it also *sends* 536-byte segments),
+/// because on a forwarding host that MTU would apply to forwarded traffic too.
+pub fn route_metrics(profile: StackProfile, ipv6: bool, end_host: bool) -> String {
+    match profile {
+        StackProfile::Modern => String::new(),
+        StackProfile::Legacy => {
+            let mut m = format!(
+                "congctl reno rto_min {LEGACY_RTO_MIN_MS}ms initcwnd {LEGACY_INITCWND} advmss {LEGACY_MSS}"
+            );
+            if !ipv6 && end_host {
+                m.push_str(&format!(" mtu lock {}", LEGACY_MSS + 40));
+            }
+            m
+        }
+    }
+}
+
+/// The values of [`KEYS`] in a brand-new network namespace, read once on a throwaway thread.
+fn fresh_defaults() -> Result<&'static [(&'static str, String)], LabNetError> {
+    static DEFAULTS: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+    if let Some(d) = DEFAULTS.get() {
+        return Ok(d);
+    }
+    let read = std::thread::spawn(|| -> Result<Vec<(&'static str, String)>, LabNetError> {
+        // This thread alone moves to a new, empty namespace, which is freed when it exits.
+        unshare(CloneFlags::CLONE_NEWNET).map_err(|source| LabNetError::EnterNamespace {
+            path: "(new namespace)".into(),
+            source,
+        })?;
+        KEYS.iter().map(|&k| Ok((k, sys::read_sysctl(k)?))).collect()
+    })
+    .join()
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+    Ok(DEFAULTS.get_or_init(|| read))
+}
+
+/// What a profile cannot imitate on Linux, for reports.
+pub fn stack_notes(profile: StackProfile) -> &'static str {
+    match profile {
+        StackProfile::Modern => {
+            "modern: the kernel's defaults of a fresh network namespace (on this kernel: BBR, SACK, \
+             D-SACK, timestamps, window scaling, RACK and tail-loss probes, F-RTO, initial window 10, \
+             minimum RTO 200 ms, receive-buffer autotuning up to tcp_rmem's maximum)."
+        }
+        StackProfile::Legacy => {
+            "legacy: Reno, no SACK/D-SACK, no timestamps, no window scaling, RACK, tail-loss probes \
+             and F-RTO off, route rto_min 1000 ms, initcwnd 2, advmss 536 (IPv4 end hosts also send \
+             536-byte segments through route MTU 576; IPv6 hosts and forwarding hosts only advertise \
+             536), tcp_rmem 8192. What Linux cannot imitate: (1) the window: SO_RCVBUF is doubled and \
+             only part of it advertised, so an 8 KB buffer gives a smaller window (about 14 x 536 = \
+             7504 bytes when asked for 8192) — the lab reports the measured one; (2) Linux `reno` is \
+             NewReno with limited transmit, PRR and undo; Tahoe and the original Reno cannot be \
+             selected; (3) delayed ACKs are adaptive (quick-ACK at start, 40-200 ms), not a fixed \
+             200 ms BSD timer; (4) there is no 500 ms timer tick: rto_min raises the floor but the RTO \
+             formula differs, and the initial RTO is 1 s (old stacks: 3-6 s)."
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Thin system helpers: running `ip`/`ethtool`, entering a namespace on a thread, deleting a
+//! namespace in-process (safe from a signal-handling thread), finding processes in a namespace.
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::sched::{setns, CloneFlags};
+
+use crate::error::LabNetError;
+
+/// Where `ip netns` keeps its namespace handles.
+pub const NETNS_DIR: &str = "/run/netns";
+
+pub fn netns_path(name: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(name)
+}
+
+/// Runs a command to completion; a non-zero exit becomes `CommandFailed` with its stderr.
+pub fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetError> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let described = describe(&cmd);
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = cmd.spawn().map_err(|source| LabNetError::Spawn { program: program.clone(), source })?;
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin was piped");
+        pipe.write_all(input.as_bytes()).map_err(|source| LabNetError::Spawn { program: program.clone(), source })?;
+    }
+    let out = child.wait_with_output().map_err(|source| LabNetError::Spawn { program, source })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let mut command = described;
+        if let Some(input) = stdin {
+            command.push_str(" <<< ");
+            command.push_str(&input.replace('\n', "; "));
+        }
+        Err(LabNetError::CommandFailed {
+            command,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}
+
+/// `ip [-n NETNS] -batch -` fed with `lines` (one command per line, without the leading `ip`).
+pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), LabNetError> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = Command::new("ip");
+    if let Some(ns) = netns {
+        cmd.args(["-n", ns]);
+    }
+    cmd.args(["-batch", "-"]);
+    let mut input = lines.join("\n");
+    input.push('\n');
+    run(cmd, Some(&input))
+}
+
+/// Turns off every offload that would let one "packet" be many frames (GSO/TSO/GRO) or leave
+/// checksums to hardware that does not exist (veth needs `tx off`), so the emulator handles one
+/// real frame per packet.
+pub fn offloads_off(netns: &str, iface: &str) -> Result<(), LabNetError> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", netns, "ethtool", "-K", iface]);
+    cmd.args(["gso", "off", "tso", "off", "gro", "off", "tx", "off", "rx", "off", "sg", "off"]);
+    run(cmd, None)
+}
+
+/// Runs `f` on a new thread that has joined network namespace `path`; returns its result. A
+/// panic in `f` is carried to the caller.
+pub fn in_netns<T: Send + 'static>(
+    path: &Path,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, LabNetError> {
+    let file = fs::File::open(path).map_err(|e| LabNetError::io("cannot open network namespace", path, e))?;
+    let owned_path = path.to_path_buf();
+    let handle = std::thread::Builder::new()
+        .name("labnet-in-host".into())
+        .spawn(move || {
+            // setns affects only this thread; it ends when f returns, so no other code runs here.
+            setns(file.as_fd(), CloneFlags::CLONE_NEWNET)
+                .map_err(|source| LabNetError::EnterNamespace { path: owned_path, source })?;
+            Ok(f())
+        })
+        .map_err(|source| LabNetError::Spawn { program: "thread".into(), source })?;
+    match handle.join() {
+        Ok(result) => result,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// Writes a sysctl of the calling thread's network namespace (`/proc/sys/net/...` follows the
+/// namespace of the thread that opens it).
+pub fn write_sysctl(key: &str, value: &str) -> Result<(), LabNetError> {
+    let path = sysctl_path(key);
+    fs::write(&path, value).map_err(|e| LabNetError::io("cannot write sysctl", path, e))
+}
+
+pub fn read_sysctl(key: &str) -> Result<String, LabNetError> {
+    let path = sysctl_path(key);
+    fs::read_to_string(&path)
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map_err(|e| LabNetError::io("cannot read sysctl", path, e))
+}
+
+fn sysctl_path(key: &str) -> PathBuf {
+    Path::new("/proc/sys").join(key.replace('.', "/"))
+}
+
+/// Inode of a namespace handle (identifies the namespace in `/proc/PID/ns/net`).
+pub fn netns_inode(name: &str) -> Option<u64> {
+    fs::metadata(netns_path(name)).ok().map(|m| m.ino())
+}
+
+/// Processes (other than this one) whose network namespace is one of `inodes`.
+pub fn processes_in(inodes: &[u64]) -> Vec<i32> {
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let me = std::process::id() as i32;
+    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            fs::read_link(format!("/proc/{pid}/ns/net"))
+                .ok()
+                .and_then(|l| l.to_str()?.strip_prefix("net:[")?.strip_suffix(']')?.parse::<u64>().ok())
+                .is_some_and(|ino| inodes.contains(&ino))
+        })
+        .collect()
+}
+
+/// Removes a namespace handle the way `ip netns del` does (lazy unmount, then unlink). The
+/// namespace itself disappears, with its interfaces, once no process or socket holds it.
+/// Async-signal-safe enough for the cleanup thread: no fork, no allocation beyond the path.
+pub fn delete_netns(name: &str) -> Result<bool, LabNetError> {
+    let path = netns_path(name);
+    if !path.exists() {
+        return Ok(false);
+    }
+    match nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(LabNetError::io("cannot unmount namespace", path, std::io::Error::from(e))),
+    }
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(LabNetError::io("cannot remove namespace handle", path, e)),
+    }
+}
+
+/// Names of all namespace handles in `/run/netns`.
+pub fn list_netns() -> Vec<String> {
+    let Ok(dir) = fs::read_dir(NETNS_DIR) else { return Vec::new() };
+    let mut names: Vec<String> = dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    names.sort();
+    names
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); with the pid
+/// it identifies a process even after pid reuse.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}

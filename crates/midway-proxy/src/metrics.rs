@@ -1,0 +1,282 @@
+//! Prometheus metrics and the `/metrics` HTTP endpoint.
+//!
+//! Metrics are registered into the registry the caller passes in (never global statics). Labels
+//! are per listener and per segment, never per connection, so cardinality stays bounded by the
+//! config. Names are what the lab scrapes; keep them stable.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub listener: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    pub listener: String,
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SegmentLabels {
+    pub listener: String,
+    pub segment: &'static str,
+}
+
+fn srtt_histogram() -> Histogram {
+    // 100 us .. ~3.3 s, doubling: LAN to GEO satellite with queueing.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+fn cwnd_histogram() -> Histogram {
+    // 1 .. 32768 segments, doubling.
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+}
+
+type HistogramFamily = Family<SegmentLabels, Histogram, fn() -> Histogram>;
+
+/// Every metric midway-proxy exports. Cloning shares the underlying values.
+#[derive(Clone)]
+pub struct Metrics {
+    pub accepted: Family<ListenerLabels, Counter>,
+    pub refused: Family<RefusedLabels, Counter>,
+    pub active: Family<ListenerLabels, Gauge>,
+    pub bytes: Family<DirectionLabels, Counter>,
+    pub relay_errors: Family<ListenerLabels, Counter>,
+    pub accept_backoffs: Family<ListenerLabels, Counter>,
+    pub spool_bytes: Gauge,
+    pub pipes_in_use: Gauge,
+    pub retransmits: Family<SegmentLabels, Counter>,
+    pub srtt: HistogramFamily,
+    pub cwnd: HistogramFamily,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            accepted: Family::default(),
+            refused: Family::default(),
+            active: Family::default(),
+            bytes: Family::default(),
+            relay_errors: Family::default(),
+            accept_backoffs: Family::default(),
+            spool_bytes: Gauge::default(),
+            pipes_in_use: Gauge::default(),
+            retransmits: Family::default(),
+            srtt: Family::new_with_constructor(srtt_histogram as fn() -> Histogram),
+            cwnd: Family::new_with_constructor(cwnd_histogram as fn() -> Histogram),
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric (names without the `_total` suffix prometheus-client adds).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "midway_connections_accepted",
+            "Client connections accepted and allowed",
+            self.accepted.clone(),
+        );
+        registry.register(
+            "midway_connections_refused",
+            "Client connections closed before relaying, by reason",
+            self.refused.clone(),
+        );
+        registry.register(
+            "midway_connections_active",
+            "Split connections being served",
+            self.active.clone(),
+        );
+        registry.register(
+            "midway_bytes",
+            "Bytes relayed per direction",
+            self.bytes.clone(),
+        );
+        registry.register(
+            "midway_relay_errors",
+            "Relays that ended with an error",
+            self.relay_errors.clone(),
+        );
+        registry.register(
+            "midway_accept_backoffs",
+            "Times accept hit a resource limit (EMFILE, ENFILE, ENOBUFS, ENOMEM) and backed off",
+            self.accept_backoffs.clone(),
+        );
+        registry.register(
+            "midway_spool_bytes",
+            "Bytes held by spool-mode relays (memory and disk)",
+            self.spool_bytes.clone(),
+        );
+        registry.register(
+            "midway_splice_pipes_in_use",
+            "Splice pipe pairs leased by relays",
+            self.pipes_in_use.clone(),
+        );
+        registry.register(
+            "midway_segment_retransmits",
+            "TCP retransmissions per segment (tcp_info total_retrans)",
+            self.retransmits.clone(),
+        );
+        registry.register(
+            "midway_segment_srtt_seconds",
+            "Smoothed RTT per segment, sampled from tcp_info at connection end",
+            self.srtt.clone(),
+        );
+        registry.register(
+            "midway_segment_cwnd_segments",
+            "Congestion window per segment in MSS, sampled from tcp_info at connection end",
+            self.cwnd.clone(),
+        );
+    }
+
+    pub fn listener(name: &str) -> ListenerLabels {
+        ListenerLabels {
+            listener: name.to_string(),
+        }
+    }
+
+    /// Counts a connection closed before relaying.
+    pub fn refuse(&self, listener: &str, reason: &str) {
+        self.refused
+            .get_or_create(&RefusedLabels {
+                listener: listener.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// Encodes a registry in the Prometheus text format.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+/// Serves `GET /metrics` until `shutdown`. `before_scrape` refreshes sampled gauges.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    before_scrape: Arc<dyn Fn() + Send + Sync>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(err) => {
+                    tracing::warn!(error = %err, "metrics accept failed");
+                    // Resource errors clear by themselves; do not spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let registry = registry.clone();
+        let before_scrape = before_scrape.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let registry = registry.clone();
+                let before_scrape = before_scrape.clone();
+                async move { Ok::<_, Infallible>(respond(&req, &registry, &*before_scrape)) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+            tokio::select! {
+                result = conn => if let Err(err) = result {
+                    tracing::debug!(error = %err, %peer, "metrics connection ended with an error");
+                },
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, before_scrape: &(dyn Fn() + Send + Sync)) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = if req.method() != hyper::Method::GET {
+        (StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".to_string())
+    } else if req.uri().path() != "/metrics" {
+        (StatusCode::NOT_FOUND, "text/plain", "metrics are at /metrics\n".to_string())
+    } else {
+        before_scrape();
+        (
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            encode(registry),
+        )
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// Address a bound metrics listener reports (for tests binding port 0).
+pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
+    listener.local_addr().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_what_the_lab_scrapes() {
+        let metrics = Metrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        metrics.accepted.get_or_create(&Metrics::listener("fwd")).inc();
+        metrics.refuse("fwd", "not_allowed");
+        metrics
+            .bytes
+            .get_or_create(&DirectionLabels {
+                listener: "fwd".into(),
+                direction: "client_to_server",
+            })
+            .inc_by(5);
+        metrics
+            .srtt
+            .get_or_create(&SegmentLabels {
+                listener: "fwd".into(),
+                segment: "local",
+            })
+            .observe(0.01);
+        let text = encode(&registry);
+        for needle in [
+            "midway_connections_accepted_total{listener=\"fwd\"} 1",
+            "midway_connections_refused_total{listener=\"fwd\",reason=\"not_allowed\"} 1",
+            "midway_bytes_total{listener=\"fwd\",direction=\"client_to_server\"} 5",
+            "midway_segment_srtt_seconds_count{listener=\"fwd\",segment=\"local\"} 1",
+            "midway_spool_bytes 0",
+            "midway_splice_pipes_in_use 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! nftables TPROXY rules and the policy routing transparent listeners need.
+//!
+//! For each table named by a transparent listener midway writes one `inet` table with a
+//! `prerouting` chain at mangle priority:
+//!
+//! - `socket transparent 1 meta mark set M accept`: packets of sockets midway already owns (the
+//!   accepted side of an intercepted connection, and with spoofing the return traffic of the
+//!   remote segment, whose destination is the client's address) are marked for local delivery.
+//!   No port or interface filter: spoofed return traffic arrives from the server side.
+//! - per listener: `[iifname {..}] meta l4proto tcp [tcp dport {..}] tproxy ip|ip6 to ADDR:PORT
+//!   meta mark set M accept`: new connections are diverted to the listener.
+//!
+//! The mark `M` leads to local delivery through `ip rule add fwmark M lookup T` and
+//! `ip route add local 0.0.0.0/0 dev lo table T` (and the IPv6 twins). midway removes exactly what
+//! it added: the table by name, and the rules / routes whose `add` succeeded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+
+use crate::config::{Intercept, NftConfig, RuntimeConfig};
+
+/// One `ip` command pair: the arguments after `ip`, for add and for delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteCommand {
+    pub add: Vec<String>,
+    pub delete: Vec<String>,
+}
+
+impl RouteCommand {
+    fn new(args_add: &[&str], args_del: &[&str]) -> RouteCommand {
+        RouteCommand {
+            add: args_add.iter().map(|s| s.to_string()).collect(),
+            delete: args_del.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// What transparent interception installs: nft scripts per table and policy routing commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterceptPlan {
+    /// (table name, `nft -f` script creating it from scratch, managed?)
+    pub tables: Vec<(String, String, bool)>,
+    /// Policy routing commands, per (mark, route table) and address family.
+    pub routes: Vec<(RouteCommand, bool)>,
+}
+
+fn tproxy_target(listen: SocketAddr) -> String {
+    match listen {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => format!("tproxy ip to :{}", a.port()),
+        SocketAddr::V4(a) => format!("tproxy ip to {}:{}", a.ip(), a.port()),
+        SocketAddr::V6(a) if a.ip().is_unspecified() => format!("tproxy ip6 to :{}", a.port()),
+        SocketAddr::V6(a) => format!("tproxy ip6 to [{}]:{}", a.ip(), a.port()),
+    }
+}
+
+fn set_of<T: ToString>(items: &[T], quote: bool) -> String {
+    let parts: Vec<String> = items
+        .iter()
+        .map(|i| if quote { format!("\"{}\"", i.to_string()) } else { i.to_string() })
+        .collect();
+    format!("{{ {} }}", parts.join(", "))
+}
+
+/// Builds the plan for every transparent listener (managed and not).
+pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
+    // table -> (managed, marks, rule lines)
+    let mut tables: BTreeMap<&str, (bool, BTreeSet<u32>, Vec<String>)> = BTreeMap::new();
+    let mut routes: BTreeMap<(u32, u32), bool> = BTreeMap::new();
+    for listener in &config.listeners {
+        let Intercept::Transparent { nftables, .. } = &listener.intercept else {
+            continue;
+        };
+        let NftConfig {
+            manage,
+            table,
+            interfaces,
+            ports,
+            mark,
+            route_table,
+        } = nftables;
+        let entry = tables
+            .entry(table.as_str())
+            .or_insert_with(|| (*manage, BTreeSet::new(), Vec::new()));
+        entry.1.insert(*mark);
+        let mut rule = String::new();
+        if !interfaces.is_empty() {
+            let _ = write!(rule, "iifname {} ", set_of(interfaces, true));
+        }
+        rule.push_str("meta l4proto tcp ");
+        if !ports.is_empty() {
+            let _ = write!(rule, "tcp dport {} ", set_of(ports, false));
+        }
+        let _ = write!(
+            rule,
+            "{} meta mark set {mark:#x} accept comment \"listener {}\"",
+            tproxy_target(listener.listen),
+            listener.name.replace('"', "'")
+        );
+        entry.2.push(rule);
+        let managed = routes.entry((*mark, *route_table)).or_insert(false);
+        *managed |= *manage;
+    }
+
+    let tables = tables
+        .into_iter()
+        .map(|(name, (manage, marks, rules))| {
+            let mut script = String::new();
+            // Declaring then deleting makes the script replace a leftover table from a crash.
+            let _ = writeln!(script, "table inet {name}");
+            let _ = writeln!(script, "delete table inet {name}");
+            let _ = writeln!(script, "table inet {name} {{");
+            let _ = writeln!(script, "  chain prerouting {{");
+            let _ = writeln!(script, "    type filter hook prerouting priority mangle; policy accept;");
+            for mark in marks {
+                let _ = writeln!(script, "    meta l4proto tcp socket transparent 1 meta mark set {mark:#x} accept");
+            }
+            for rule in rules {
+                let _ = writeln!(script, "    {rule}");
+            }
+            let _ = writeln!(script, "  }}");
+            let _ = writeln!(script, "}}");
+            (name.to_string(), script, manage)
+        })
+        .collect();
+
+    let mut route_cmds = Vec::new();
+    for ((mark, table), manage) in routes {
+        let mark = mark.to_string();
+        let table = table.to_string();
+        for (fam, default) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
+            route_cmds.push((
+                RouteCommand::new(
+                    &[fam, "rule", "add", "fwmark", &mark, "lookup", &table],
+                    &[fam, "rule", "del", "fwmark", &mark, "lookup", &table],
+                ),
+                manage,
+            ));
+            route_cmds.push((
+                RouteCommand::new(
+                    &[fam, "route", "add", "local", default, "dev", "lo", "table", &table],
+                    &[fam, "route", "del", "local", default, "dev", "lo", "table", &table],
+                ),
+                manage,
+            ));
+        }
+    }
+    InterceptPlan {
+        tables,
+        routes: route_cmds,
+    }
+}
+
+/// Text for `midway proxy --print-nft`: every table as an `nft -f` script, then the policy routing
+/// as comments. Empty when no listener is transparent.
+pub fn nft_ruleset(config: &RuntimeConfig) -> String {
+    let plan = plan(config);
+    let mut out = String::new();
+    for (name, script, manage) in &plan.tables {
+        let _ = writeln!(
+            out,
+            "# table {name}: {}",
+            if *manage {
+                "installed by midway at start, removed at stop"
+            } else {
+                "manage = false: install it yourself with `nft -f`"
+            }
+        );
+        out.push_str(script);
+    }
+    if !plan.routes.is_empty() {
+        out.push_str("# policy routing for marked packets (local delivery):\n");
+        for (cmd, _) in &plan.routes {
+            let _ = writeln!(out, "# ip {}", cmd.add.join(" "));
+        }
+    }
+    out
+}
+
+/// Why installing or removing interception failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    #[error("cannot run `{program}` (is it installed and are we root / CAP_NET_ADMIN?)")]
+    Spawn {
+        program: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed: {stderr}")]
+    Failed { command: String, stderr: String },
+}
+
+fn run(program: &'static str, args: &[String], stdin: Option<&str>) -> Result<(), NftError> {
+    use std::io::Write as _;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| NftError::Spawn { program, source })?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes())
+            .map_err(|source| NftError::Spawn { program, source })?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|source| NftError::Spawn { program, source })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(NftError::Failed {
+            command: format!("{program} {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// What midway installed and must remove at stop.
+#[derive(Debug, Default)]
+pub struct Installed {
+    tables: Vec<String>,
+    routes: Vec<RouteCommand>,
+}
+
+impl Installed {
+    /// Installs the managed parts of `plan`. On error, removes what it already added.
+    pub fn install(plan: &InterceptPlan) -> Result<Installed, NftError> {
+        let mut installed = Installed::default();
+        for (name, script, manage) in &plan.tables {
+            if !manage {
+                continue;
+            }
+            if let Err(err) = run("nft", &["-f".to_string(), "-".to_string()], Some(script)) {
+                installed.remove();
+                return Err(err);
+            }
+            installed.tables.push(name.clone());
+        }
+        for (cmd, manage) in &plan.routes {
+            if !manage {
+                continue;
+            }
+            match run("ip", &cmd.add, None) {
+                Ok(()) => installed.routes.push(cmd.clone()),
+                // Someone else's identical rule or route: use it, and leave it in place at stop.
+                Err(NftError::Failed { stderr, .. }) if stderr.contains("File exists") => {
+                    tracing::info!(command = %cmd.add.join(" "), "policy routing already present; not owned by midway");
+                }
+                Err(err) => {
+                    installed.remove();
+                    return Err(err);
+                }
+            }
+        }
+        Ok(installed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty() && self.routes.is_empty()
+    }
+
+    /// Removes what was installed; failures are logged (this runs during shutdown).
+    pub fn remove(&mut self) {
+        for cmd in self.routes.drain(..).rev() {
+            if let Err(err) = run("ip", &cmd.delete, None) {
+                tracing::warn!(error = %err, "could not remove policy routing");
+            }
+        }
+        for table in self.tables.drain(..).rev() {
+            let args = ["delete", "table", "inet", table.as_str()].map(String::from);
+            if let Err(err) = run("nft", &args, None) {
+                tracing::warn!(error = %err, "could not remove nftables table");
+            }
+        }
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if !self.is_empty() {
+            self.remove();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse_config;
+
+    use super::*;
+
+    const TWO: &str = r#"
+[proxy]
+allowed_clients = ["10.1.0.0/24"]
+[[listeners]]
+name = "tp4"
+mode = "transparent"
+listen = "0.0.0.0:7000"
+[listeners.nftables]
+interfaces = ["veth-c"]
+ports = [80, 443]
+[[listeners]]
+name = "tp6"
+mode = "transparent"
+listen = "[::1]:7001"
+"#;
+
+    #[test]
+    fn ruleset_has_both_families_one_table() {
+        let config = parse_config(TWO, "<test>").unwrap();
+        let plan = plan(&config);
+        assert_eq!(plan.tables.len(), 1);
+        let script = &plan.tables[0].1;
+        assert!(script.contains(
+            "iifname { \"veth-c\" } meta l4proto tcp tcp dport { 80, 443 } tproxy ip to :7000 meta mark set 0x1 accept"
+        ), "{script}");
+        assert!(script.contains("meta l4proto tcp tproxy ip6 to [::1]:7001 meta mark set 0x1"), "{script}");
+        assert_eq!(script.matches("socket transparent 1").count(), 1);
+        // IPv4 and IPv6: a rule and a route each.
+        assert_eq!(plan.routes.len(), 4);
+        assert_eq!(plan.routes[0].0.add.join(" "), "-4 rule add fwmark 1 lookup 100");
+        assert_eq!(plan.routes[1].0.delete.join(" "), "-4 route del local 0.0.0.0/0 dev lo table 100");
+        let printed = nft_ruleset(&config);
+        assert!(printed.contains("# ip -6 route add local ::/0 dev lo table 100"));
+    }
+
+    #[test]
+    fn no_transparent_listener_no_rules() {
+        let text = r#"
+[proxy]
+allowed_clients = ["10.1.0.0/24"]
+[[listeners]]
+name = "f"
+mode = "forward"
+listen = "127.0.0.1:0"
+target = "127.0.0.1:1"
+"#;
+        let config = parse_config(text, "<test>").unwrap();
+        assert_eq!(plan(&config), InterceptPlan::default());
+        assert_eq!(nft_ruleset(&config), "");
+    }
+}

@@ -1,0 +1,323 @@
+//! The text of `report.md`, from an [`Analysis`]: no I/O, so the layout is testable and other
+//! reports (paper comparisons) can reuse the table helpers.
+
+use std::fmt::Write as _;
+
+use crate::analysis::{Analysis, CaseRow, Experiment};
+use crate::stats::PositiveShare;
+use crate::ReportOptions;
+
+/// Relative links (from the report) to the plots of one experiment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlotLinks {
+    pub png: String,
+    pub svg: String,
+}
+
+/// The whole report. `plots[i]` belongs to `analysis.experiments[i]` (`None`: no plot).
+pub fn render(analysis: &Analysis, opts: &ReportOptions, plots: &[Option<PlotLinks>]) -> String {
+    let mut out = String::new();
+    let title = opts
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("Lab report: {}", analysis.scenarios.join(", ")));
+    let _ = writeln!(out, "# {title}\n");
+    header(&mut out, analysis, opts);
+    failed_runs(&mut out, analysis);
+    for (index, experiment) in analysis.experiments.iter().enumerate() {
+        experiment_section(&mut out, experiment, plots.get(index).and_then(Option::as_ref));
+    }
+    out
+}
+
+fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions) {
+    let _ = writeln!(out, "- Scenario: {}", code_list(&analysis.scenarios));
+    let _ = writeln!(out, "- Scenario file: {}", code_list(&analysis.scenario_files));
+    let commit_note = if analysis.commits.len() > 1 {
+        " — **warning: the records come from more than one tree**"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "- Commit: {}{commit_note}",
+        code_list(&analysis.commits)
+    );
+    if let (Some(first), Some(last)) = (&analysis.first_start, &analysis.last_start) {
+        let _ = writeln!(out, "- Runs started: {first} to {last}");
+    }
+    let _ = writeln!(
+        out,
+        "- Records: {} ({} failed)",
+        analysis.records,
+        analysis.failed.len()
+    );
+    let _ = writeln!(
+        out,
+        "\nThroughput is application payload over the time from connect to the last byte, in \
+         Mbit/s (10^6 bit/s). Quartiles Q1/Q3 and medians use linear interpolation between closest \
+         ranks (Hyndman-Fan type 7, as R and NumPy). Gain of splitting GoS = (T_case - T_{base}) \
+         / T_{base} on throughputs: \"GoS paired\" is the median over repetitions of the gain of \
+         each repetition against the `{base}` run with the same parameters and repetition index, \
+         \"GoS of medians\" compares the median throughputs, \"GoS > 0\" counts the repetitions \
+         the case was faster. Retransmits are medians of tcp_info total_retrans per endpoint \
+         socket. Failed runs are left out of every number.\n",
+        base = opts.baseline_case
+    );
+}
+
+fn failed_runs(out: &mut String, analysis: &Analysis) {
+    if analysis.failed.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## Failed runs\n");
+    let _ = writeln!(
+        out,
+        "| experiment | case | parameters | repetition | seed | error |\n|---|---|---|---|---|---|"
+    );
+    for run in &analysis.failed {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            cell(&run.experiment),
+            cell(&run.case),
+            cell(&run.params),
+            run.repetition,
+            run.seed,
+            cell(&run.error)
+        );
+    }
+    out.push('\n');
+}
+
+fn experiment_section(out: &mut String, exp: &Experiment, plot: Option<&PlotLinks>) {
+    let _ = writeln!(out, "## Experiment `{}`\n", exp.name);
+    match &exp.sweep_param {
+        Some(param) => {
+            let _ = write!(out, "Swept parameter: `{param}`.");
+        }
+        None => out.push_str("No swept parameter."),
+    }
+    if !exp.fixed_params.is_empty() {
+        let fixed: Vec<String> = exp
+            .fixed_params
+            .iter()
+            .map(|(k, v)| format!("`{k}={v}`"))
+            .collect();
+        let _ = write!(out, " Fixed: {}.", fixed.join(", "));
+    }
+    out.push_str("\n\n");
+    if !exp.baseline_present {
+        let _ = writeln!(
+            out,
+            "No `{}` case in this experiment: no gain of splitting is computed.\n",
+            exp.baseline_case
+        );
+    }
+    if let Some(plot) = plot {
+        let _ = writeln!(
+            out,
+            "![{name}: throughput by case]({png})\n\n(vector version: [{svg}]({svg}))\n",
+            name = exp.name,
+            png = plot.png,
+            svg = plot.svg
+        );
+    }
+
+    let variants = distinct_variants(exp);
+    for variant in &variants {
+        if variants.len() > 1 {
+            let _ = writeln!(out, "### {variant}\n");
+        }
+        let rows: Vec<&CaseRow> = exp.rows.iter().filter(|r| &r.variant == variant).collect();
+        throughput_table(out, exp, &rows);
+        if !exp.extra_names.is_empty() {
+            extra_table(out, exp, &rows);
+        }
+    }
+
+    let files = code_list(&exp.scenario_files);
+    let _ = writeln!(
+        out,
+        "Reproduce: `midway lab run {}` on commit {} (seeds of every run are in results.jsonl).\n",
+        exp.scenario_files.first().map(String::as_str).unwrap_or("?"),
+        code_list(&exp.commits)
+    );
+    if exp.scenario_files.len() > 1 {
+        let _ = writeln!(out, "(records of this experiment come from {files})\n");
+    }
+}
+
+fn throughput_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
+    let sweep = exp.sweep_param.as_deref().unwrap_or("point");
+    let base = &exp.baseline_case;
+    let _ = write!(
+        out,
+        "| {} | case | n | median Mbit/s | Q1 | Q3 | GoS paired vs {base} | GoS of medians | GoS > 0 |",
+        cell(sweep)
+    );
+    for endpoint in &exp.endpoints {
+        let _ = write!(out, " retrans {} |", cell(endpoint));
+    }
+    out.push('\n');
+    out.push_str(&"|---".repeat(9 + exp.endpoints.len()));
+    out.push_str("|\n");
+    for row in rows {
+        let (n, median, q1, q3) = match row.throughput_mbps {
+            Some(s) => (
+                s.n.to_string(),
+                number(s.median),
+                number(s.q1),
+                number(s.q3),
+            ),
+            None => ("0".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let (gos_paired, gos_medians, share) = if row.is_baseline {
+            ("(baseline)".to_string(), "".to_string(), "".to_string())
+        } else {
+            (
+                row.gos_median_paired.map(gain).unwrap_or_else(dash),
+                row.gos_of_medians.map(gain).unwrap_or_else(dash),
+                share_text(row.gos_positive),
+            )
+        };
+        let _ = write!(
+            out,
+            "| {} | {} | {n} | {median} | {q1} | {q3} | {gos_paired} | {gos_medians} | {share} |",
+            cell(&row.sweep_label),
+            cell(&row.case)
+        );
+        for endpoint in &exp.endpoints {
+            let value = row
+                .retransmits_median
+                .get(endpoint)
+                .map(|v| count(*v))
+                .unwrap_or_else(dash);
+            let _ = write!(out, " {value} |");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+fn extra_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
+    let sweep = exp.sweep_param.as_deref().unwrap_or("point");
+    let _ = write!(out, "Other measurements (medians):\n\n| {} | case |", cell(sweep));
+    for name in &exp.extra_names {
+        let _ = write!(out, " {} |", cell(name));
+    }
+    out.push('\n');
+    out.push_str(&"|---".repeat(2 + exp.extra_names.len()));
+    out.push_str("|\n");
+    for row in rows {
+        let _ = write!(out, "| {} | {} |", cell(&row.sweep_label), cell(&row.case));
+        for name in &exp.extra_names {
+            let value = row
+                .extra_median
+                .get(name)
+                .map(|v| number(*v))
+                .unwrap_or_else(dash);
+            let _ = write!(out, " {value} |");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+fn distinct_variants(exp: &Experiment) -> Vec<String> {
+    let mut variants: Vec<String> = Vec::new();
+    for row in &exp.rows {
+        if !variants.contains(&row.variant) {
+            variants.push(row.variant.clone());
+        }
+    }
+    variants
+}
+
+/// A number with about three significant digits, no exponent for the ranges a lab sees.
+pub fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude >= 100.0 {
+        format!("{value:.0}")
+    } else if magnitude >= 10.0 {
+        format!("{value:.1}")
+    } else if magnitude >= 1.0 {
+        format!("{value:.2}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+/// A gain as a signed number with two decimals (+0.52 = 52 % faster).
+pub fn gain(value: f64) -> String {
+    format!("{value:+.2}")
+}
+
+/// A median of counts: whole numbers without decimals, halves with one.
+pub fn count(value: f64) -> String {
+    if value == value.trunc() {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.1}")
+    }
+}
+
+/// "3/5 (60 %)", or "-" without pairs.
+pub fn share_text(share: PositiveShare) -> String {
+    match share.fraction() {
+        Some(fraction) => format!(
+            "{}/{} ({:.0} %)",
+            share.positive,
+            share.total,
+            fraction * 100.0
+        ),
+        None => dash(),
+    }
+}
+
+fn dash() -> String {
+    "-".to_string()
+}
+
+/// Escapes what would break a markdown table cell.
+pub fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+fn code_list(items: &[String]) -> String {
+    if items.is_empty() {
+        return "-".to_string();
+    }
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn number_formatting() {
+        assert_eq!(number(12.0), "12.0");
+        assert_eq!(number(6.0), "6.00");
+        assert_eq!(count(2.0), "2");
+        assert_eq!(count(2.5), "2.5");
+        assert_eq!(number(12.26), "12.3");
+        assert_eq!(number(1.357), "1.36");
+        assert_eq!(number(0.2612), "0.261");
+        assert_eq!(number(1234.4), "1234");
+        assert_eq!(gain(0.5), "+0.50");
+        assert_eq!(gain(-0.126), "-0.13");
+        assert_eq!(
+            share_text(PositiveShare {
+                positive: 3,
+                total: 4
+            }),
+            "3/4 (75 %)"
+        );
+        assert_eq!(cell("a|b"), "a\\|b");
+    }
+}

@@ -1,0 +1,259 @@
+//! End to end: a synthetic results.jsonl written into a temporary folder, a real report and real
+//! PNG/SVG files written from it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use midway_report::{
+    read_records, write_report, ReportError, ReportOptions, RunRecord, RESULTS_FILE,
+};
+use serde_json::json;
+
+const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+
+fn record(
+    experiment: &str,
+    case: &str,
+    sweep: Option<(&str, serde_json::Value)>,
+    rep: u32,
+    mbps: f64,
+) -> RunRecord {
+    let mut params = BTreeMap::from([("remote_rtt_ms".to_string(), json!(100))]);
+    if let Some((name, value)) = &sweep {
+        params.insert(name.to_string(), value.clone());
+    }
+    RunRecord {
+        scenario: "hfc-test".into(),
+        scenario_file: "scenarios/hfc-test.toml".into(),
+        commit: "1234abc".into(),
+        experiment: experiment.into(),
+        case: case.into(),
+        sweep_param: sweep.map(|(name, _)| name.to_string()),
+        params,
+        repetition: rep,
+        seed: 1000 + rep as u64,
+        bytes: 3_000_000,
+        seconds: 24.0 / mbps,
+        throughput_bps: mbps * 1e6,
+        retransmits: BTreeMap::from([
+            ("client".to_string(), u64::from(rep)),
+            ("server".to_string(), 2 * u64::from(rep)),
+        ]),
+        extra: BTreeMap::new(),
+        ok: true,
+        error: None,
+        started_at: format!("2026-11-21T06:{:02}:00Z", 10 + rep),
+    }
+}
+
+/// Throughput of `case` at loss `loss` in repetition `rep`: a base value plus 0.5 Mbit/s per
+/// repetition, so the median over five repetitions is base + 1 and the quartiles base + 0.5 and
+/// base + 1.5 (type 7, exact).
+fn loss_sweep_mbps(case: &str, loss: f64, rep: u32) -> f64 {
+    let base = match case {
+        "direct" => 10.0 / (1.0 + 100.0 * loss),
+        "midway" => 14.0 - 20.0 * loss,
+        _ => 12.0 - 40.0 * loss,
+    };
+    base + 0.5 * f64::from(rep)
+}
+
+fn synthetic_records() -> Vec<RunRecord> {
+    let mut records = Vec::new();
+    // Repetitions written in a shuffled order, as parallel runs finish.
+    let rep_order = [3, 0, 4, 1, 2];
+    for loss in [0.0, 0.01, 0.05] {
+        for rep in rep_order {
+            for case in ["midway", "direct", "haproxy"] {
+                records.push(record(
+                    "fig8-loss",
+                    case,
+                    Some(("local_loss", json!(loss))),
+                    rep,
+                    loss_sweep_mbps(case, loss, rep),
+                ));
+            }
+        }
+    }
+    // A size sweep over three decades (log axis) with a segment time in `extra`.
+    for size in [10_000u64, 100_000, 1_000_000, 3_000_000] {
+        for rep in 0..3 {
+            for (case, factor) in [("direct", 1.0), ("midway", 1.5)] {
+                let mbps = factor * (size as f64).log10() + f64::from(rep);
+                let mut r = record(
+                    "fig5-size",
+                    case,
+                    Some(("size_bytes", json!(size))),
+                    rep,
+                    mbps,
+                );
+                r.extra
+                    .insert("remote_segment_seconds".into(), 0.25 * f64::from(rep + 1));
+                records.push(r);
+            }
+        }
+    }
+    // A single point without sweep.
+    for rep in 0..3 {
+        for (case, mbps) in [("direct", 5.0), ("midway", 8.0)] {
+            records.push(record("single", case, None, rep, mbps + f64::from(rep)));
+        }
+    }
+    let mut failed = record(
+        "fig8-loss",
+        "midway",
+        Some(("local_loss", json!(0.05))),
+        5,
+        0.0,
+    );
+    failed.ok = false;
+    failed.throughput_bps = 0.0;
+    failed.error = Some("workload timed out after 60 s".into());
+    records.push(failed);
+    records
+}
+
+fn write_results(dir: &Path, records: &[RunRecord]) {
+    let mut file = std::fs::File::create(dir.join(RESULTS_FILE)).expect("create results");
+    for r in records {
+        writeln!(file, "{}", serde_json::to_string(r).expect("serialise")).expect("write");
+    }
+}
+
+fn assert_png(path: &Path) {
+    let bytes = std::fs::read(path).expect("png exists");
+    assert_eq!(bytes[..8], PNG_SIGNATURE, "{} is a PNG", path.display());
+    assert!(bytes.len() > 10_000, "{} has {} bytes", path.display(), bytes.len());
+}
+
+#[test]
+fn report_from_synthetic_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let records = synthetic_records();
+    assert!(!records.is_empty());
+    write_results(dir.path(), &records);
+
+    let summary = write_report(dir.path(), &ReportOptions::default()).expect("report");
+    assert_eq!(summary.records, records.len());
+    assert_eq!(summary.failed_records, 1);
+    assert_eq!(summary.report_path, dir.path().join("report.md"));
+    assert_eq!(summary.plots.len(), 6, "png and svg for three experiments");
+
+    let report = std::fs::read_to_string(&summary.report_path).expect("report.md");
+    // Header.
+    assert!(report.contains("- Scenario: `hfc-test`"), "{report}");
+    assert!(report.contains("- Commit: `1234abc`"));
+    assert!(report.contains("2026-11-21T06:10:00Z to 2026-11-21T06:15:00Z"));
+    assert!(report.contains("- Records: 76 (1 failed)"));
+    assert!(report.contains("workload timed out after 60 s"));
+
+    // Medians and quartiles: midway at 1 % loss has 13.8 + 0.5 rep -> 14.8, Q1 14.3, Q3 15.3.
+    // Paired GoS against direct (5 + 0.5 rep) falls with rep from (13.8 - 5) / 5 = 1.76; the
+    // median is rep 2's (14.8 - 6) / 6 = 1.4667. Retransmits: client rep, server 2 rep.
+    assert!(
+        report.contains(
+            "| 0.01 | midway | 5 | 14.8 | 14.3 | 15.3 | +1.47 | +1.47 | 5/5 (100 %) | 2 | 4 |"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("| 0.01 | direct | 5 | 6.00 | 5.50 | 6.50 | (baseline) |"));
+    // At 5 % loss the failed run is left out: still five midway runs.
+    assert!(report.contains("| 0.05 | midway | 5 | 14.0 | 13.5 | 14.5 |"));
+    // haproxy at 5 % loss: 10 + 0.5 rep vs direct 1.667 + 0.5 rep.
+    assert!(report.contains("| 0.05 | haproxy | 5 | 11.0 | 10.5 | 11.5 |"));
+
+    // Plots are embedded, reproduction line present.
+    assert!(report.contains("![fig8-loss: throughput by case](plots/fig8-loss.png)"));
+    assert!(report.contains("`midway lab run scenarios/hfc-test.toml` on commit `1234abc`"));
+
+    // Extra measurements get their own table: median of 0.25, 0.5, 0.75.
+    assert!(report.contains("| size_bytes | case | remote_segment_seconds |"));
+    assert!(report.contains("| 3000000 | midway | 0.500 |"));
+
+    for plot in &summary.plots {
+        assert!(plot.starts_with(dir.path().join("plots")));
+        if plot.extension().is_some_and(|e| e == "png") {
+            assert_png(plot);
+        } else {
+            let svg = std::fs::read_to_string(plot).expect("svg exists");
+            assert!(svg.starts_with("<svg"), "{}", plot.display());
+            assert!(svg.len() > 2_000);
+            assert!(svg.contains("midway") && svg.contains("direct"));
+            assert!(svg.contains("throughput (Mbit/s)"));
+        }
+    }
+
+    // Rebuilding gives the same report (plotting is a separate, repeatable step).
+    let again = write_report(dir.path(), &ReportOptions::default()).expect("second report");
+    let report_again = std::fs::read_to_string(&again.report_path).expect("report.md");
+    assert_eq!(report, report_again);
+
+    // Keep the files for a look by hand when asked.
+    if let Some(keep) = std::env::var_os("MIDWAY_REPORT_KEEP") {
+        let keep = Path::new(&keep);
+        std::fs::create_dir_all(keep.join("plots")).expect("keep dir");
+        std::fs::copy(&summary.report_path, keep.join("report.md")).expect("copy");
+        for plot in &summary.plots {
+            std::fs::copy(plot, keep.join("plots").join(plot.file_name().expect("name")))
+                .expect("copy plot");
+        }
+    }
+}
+
+#[test]
+fn custom_baseline_and_title() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_results(dir.path(), &synthetic_records());
+    let opts = ReportOptions {
+        title: Some("HFC figure 8".into()),
+        baseline_case: "haproxy".into(),
+    };
+    let summary = write_report(dir.path(), &opts).expect("report");
+    let report = std::fs::read_to_string(summary.report_path).expect("report.md");
+    assert!(report.starts_with("# HFC figure 8\n"));
+    // midway (14 + 0.5 rep) vs haproxy (12 + 0.5 rep) at 0 % loss: medians 15 and 13,
+    // (15 - 13) / 13 = +0.15; the paired gains fall with rep, their median is rep 2's, the same.
+    assert!(report.contains("| 0.0 | haproxy | 5 | 13.0 | 12.5 | 13.5 | (baseline) |"), "{report}");
+    assert!(report.contains("| 0.0 | midway | 5 | 15.0 | 14.5 | 15.5 | +0.15 | +0.15 | 5/5 (100 %) |"));
+    // fig5 has no haproxy case: said so instead of a gain.
+    assert!(report.contains("No `haproxy` case in this experiment"));
+}
+
+#[test]
+fn malformed_line_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = serde_json::to_string(&record("e", "direct", None, 0, 1.0)).expect("json");
+    let path = dir.path().join(RESULTS_FILE);
+    std::fs::write(&path, format!("{good}\n\n{good}\n{{\"scenario\": 3}}\n{good}\n")).expect("w");
+    let err = read_records(&path).expect_err("line 4 is bad");
+    match &err {
+        ReportError::BadLine { line, .. } => assert_eq!(*line, 4),
+        other => panic!("expected BadLine, got {other:?}"),
+    }
+    assert!(err.to_string().ends_with("results.jsonl:4: not a valid run record"), "{err}");
+    let err = write_report(dir.path(), &ReportOptions::default()).expect_err("bad line");
+    assert!(matches!(err, ReportError::BadLine { line: 4, .. }));
+}
+
+#[test]
+fn unknown_field_is_rejected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut value = serde_json::to_value(record("e", "direct", None, 0, 1.0)).expect("json");
+    value["surprise"] = json!(1);
+    let path = dir.path().join(RESULTS_FILE);
+    std::fs::write(&path, format!("{value}\n")).expect("write");
+    let err = read_records(&path).expect_err("unknown field");
+    assert!(matches!(err, ReportError::BadLine { line: 1, .. }));
+}
+
+#[test]
+fn missing_and_empty_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = write_report(dir.path(), &ReportOptions::default()).expect_err("no file");
+    assert!(matches!(err, ReportError::NoResultsFile { .. }), "{err:?}");
+    std::fs::write(dir.path().join(RESULTS_FILE), "\n").expect("write");
+    let err = write_report(dir.path(), &ReportOptions::default()).expect_err("empty");
+    assert!(matches!(err, ReportError::NoRecords { .. }), "{err:?}");
+    assert!(!dir.path().join("report.md").exists());
+}

@@ -1,0 +1,362 @@
+//! Putting a [`TcpProfile`] on sockets, and checking at start that the running kernel can.
+//!
+//! Three moments, because Linux takes some knobs only at one of them:
+//! - [`TcpProfile::apply_to_listener`]: before `listen()`. Buffers must be set here: the window
+//!   scale is chosen from the receive buffer at SYN time, and accepted sockets inherit buffers,
+//!   MSS, mark and every other option below from the listener (the child is a clone of it).
+//! - [`TcpProfile::apply_before_connect`]: the same set on an outgoing socket before `connect()`.
+//! - [`TcpProfile::apply_established`]: on the accepted or connected socket; sets again what
+//!   an established socket takes (so the profile holds even if the listener was set up
+//!   elsewhere) and arms `TCP_QUICKACK`.
+//!
+//! Every `setsockopt` that fails is an error naming the knob; nothing is skipped. Knobs that
+//! Linux offers only per destination (initial window, duplicate-ACK threshold, RTO floor above
+//! 200 ms, always-quickack) are carried by the routing table that [`crate::RouteKnobs`] installs
+//! and selected with `SO_MARK` = [`TcpProfile::route_mark`].
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::OnceLock;
+
+use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
+
+use crate::profile::TcpProfile;
+
+/// `TCP_RTO_MAX_MS` and friends are newer than the libc crate on some targets: define them here.
+pub const TCP_RTO_MIN_US: libc::c_int = 45;
+/// Lowers the ceiling of the delayed-ACK timer (kernel 6.x).
+pub const TCP_DELACK_MAX_US: libc::c_int = 46;
+/// Largest RTO floor `TCP_RTO_MIN_US` accepts; above it only the route metric works.
+pub const SOCKET_RTO_MIN_MAX_MS: u32 = 200;
+/// Smallest RTO floor midway accepts in config: two jiffies at HZ=250 (the kernel's
+/// `TCP_TIMEOUT_MIN`); at a higher HZ the kernel would take less, but 8 ms is already far below
+/// any access link's RTT.
+pub const RTO_MIN_FLOOR_MS: u32 = 8;
+
+/// Which socket a knob was being put on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A socket returned by `accept()` (the segment towards the client).
+    Accepted,
+    /// A socket midway connects (the segment towards the server).
+    Outgoing,
+    /// The listening socket, before `listen()`.
+    Listener,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Accepted => "accepted",
+            Role::Outgoing => "outgoing",
+            Role::Listener => "listening",
+        })
+    }
+}
+
+/// A knob of a profile that cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+pub enum KnobError {
+    #[error("profile {profile:?}: cannot set {knob} on the {role} socket")]
+    Set {
+        profile: String,
+        knob: &'static str,
+        role: Role,
+        #[source]
+        source: io::Error,
+    },
+    #[error("profile {profile:?}: {knob} on the {role} socket reads back as {got}, wanted {wanted}")]
+    ReadBack { profile: String, knob: &'static str, role: Role, wanted: u64, got: u64 },
+    #[error("profile {profile:?}: congestion_control {name:?} is not available in this kernel (available: {available}); load its module or pick one of those")]
+    CongestionControlUnavailable { profile: String, name: String, available: String },
+    #[error("profile {profile:?}: {knob} = {requested} exceeds net.core.{sysctl} = {limit} and this process lacks CAP_NET_ADMIN to force it; raise the sysctl or run as root")]
+    BufferOverLimit { profile: String, knob: &'static str, requested: u32, sysctl: &'static str, limit: u64 },
+    #[error("profile {profile:?}: {knob} is applied through the route metric table, but no route mark was set (install RouteKnobs and set TcpProfile::route_mark first)")]
+    RouteMarkMissing { profile: String, knob: &'static str },
+    #[error("profile {profile:?}: dupack_threshold needs the tcp_metrics cache, but net.ipv4.tcp_no_metrics_save = 1 in this namespace; set it to 0 or drop the knob")]
+    MetricsSaveDisabled { profile: String },
+    #[error("probing the kernel for {knob}")]
+    Probe {
+        knob: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> io::Result<()> {
+    // SAFETY: valid fd, pointer to a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads an `int` socket option (public so tests and metrics can read knobs back).
+pub fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid fd, pointer to a live c_int and its length.
+    let rc = unsafe {
+        libc::getsockopt(fd.as_raw_fd(), level, opt, (&mut val as *mut libc::c_int).cast(), &mut len)
+    };
+    if rc == 0 {
+        Ok(val)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn set_cc(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    // SAFETY: valid fd, pointer to the name bytes and their length.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Smallest value `TCP_DELACK_MAX_US` accepts on this kernel (two jiffies: 8000 us at HZ=250),
+/// found once by bisection on a throwaway socket. This is how midway turns delayed ACKs off per
+/// socket: the delayed-ACK timer can then never wait longer than that.
+pub fn delack_floor_us() -> io::Result<u32> {
+    static FLOOR: OnceLock<Result<u32, io::ErrorKind>> = OnceLock::new();
+    FLOOR
+        .get_or_init(|| {
+            let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.kind())?;
+            let accepts = |v: u32| set_int(sock.as_fd(), libc::IPPROTO_TCP, TCP_DELACK_MAX_US, v as libc::c_int).is_ok();
+            let (mut lo, mut hi) = (1u32, 200_000u32);
+            if !accepts(hi) {
+                return Err(io::ErrorKind::Unsupported);
+            }
+            // Invariant: hi is accepted; values below lo are not known to be.
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if accepts(mid) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            Ok(hi)
+        })
+        .map_err(io::Error::from)
+}
+
+fn read_sysctl(path: &str) -> io::Result<String> {
+    std::fs::read_to_string(path).map(|s| s.trim().to_owned())
+}
+
+impl TcpProfile {
+    fn err(&self, knob: &'static str, role: Role) -> impl FnOnce(io::Error) -> KnobError + '_ {
+        move |source| KnobError::Set { profile: self.name.clone(), knob, role, source }
+    }
+
+    /// True if some knob of this profile can only be set through route metrics (see
+    /// [`crate::RouteKnobs`]): initial window, duplicate-ACK threshold, an RTO floor above
+    /// 200 ms, and delayed ACK off (route `quickack 1` is the only always-quickack).
+    pub fn needs_route_knobs(&self) -> bool {
+        self.initial_cwnd.is_some()
+            || self.dupack_threshold.is_some()
+            || self.rto_min_ms.is_some_and(|ms| ms > SOCKET_RTO_MIN_MAX_MS)
+            || self.delayed_ack == Some(false)
+    }
+
+    /// Name of the first route-only knob, for messages.
+    fn route_knob_name(&self) -> &'static str {
+        if self.initial_cwnd.is_some() {
+            "initial_cwnd"
+        } else if self.dupack_threshold.is_some() {
+            "dupack_threshold"
+        } else if self.delayed_ack == Some(false) {
+            "delayed_ack"
+        } else {
+            "rto_min_ms"
+        }
+    }
+
+    fn set_mark(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
+        if !self.needs_route_knobs() {
+            return Ok(());
+        }
+        let Some(mark) = self.route_mark else {
+            return Err(KnobError::RouteMarkMissing { profile: self.name.clone(), knob: self.route_knob_name() });
+        };
+        set_int(fd, libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int).map_err(self.err("route mark (SO_MARK)", role))
+    }
+
+    fn set_buffers(&self, sock: &Socket, role: Role) -> Result<(), KnobError> {
+        let buffers = [
+            (self.send_buffer, "send_buffer", libc::SO_SNDBUF, libc::SO_SNDBUFFORCE, "wmem_max"),
+            (self.recv_buffer, "recv_buffer", libc::SO_RCVBUF, libc::SO_RCVBUFFORCE, "rmem_max"),
+        ];
+        for (bytes, knob, opt, force_opt, sysctl) in buffers {
+            let Some(bytes) = bytes else { continue };
+            let limit: u64 = read_sysctl(&format!("/proc/sys/net/core/{sysctl}"))
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(u64::MAX);
+            let fd = sock.as_fd();
+            if u64::from(bytes) <= limit {
+                set_int(fd, libc::SOL_SOCKET, opt, bytes as libc::c_int).map_err(self.err(knob, role))?;
+            } else {
+                // Above net.core.*mem_max the plain option silently clamps: force it, or fail.
+                set_int(fd, libc::SOL_SOCKET, force_opt, bytes as libc::c_int).map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EPERM) {
+                        KnobError::BufferOverLimit { profile: self.name.clone(), knob, requested: bytes, sysctl, limit }
+                    } else {
+                        self.err(knob, role)(e)
+                    }
+                })?;
+            }
+            // The kernel stores twice the request (half is bookkeeping); less means clamped.
+            let got = get_int(fd, libc::SOL_SOCKET, opt).map_err(self.err(knob, role))? as u64;
+            if got < u64::from(bytes) {
+                return Err(KnobError::ReadBack { profile: self.name.clone(), knob, role, wanted: bytes.into(), got });
+            }
+        }
+        Ok(())
+    }
+
+    fn set_mss(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
+        if let Some(mss) = self.mss {
+            set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss as libc::c_int).map_err(self.err("mss", role))?;
+        }
+        Ok(())
+    }
+
+    /// Options that any TCP socket takes at any time (listener, before connect, established).
+    fn set_socket_options(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
+        let tcp = libc::IPPROTO_TCP;
+        if let Some(cc) = &self.congestion_control {
+            set_cc(fd, cc).map_err(self.err("congestion_control", role))?;
+        }
+        if let Some(ms) = self.rto_min_ms.filter(|ms| *ms <= SOCKET_RTO_MIN_MAX_MS) {
+            set_int(fd, tcp, TCP_RTO_MIN_US, (ms * 1000) as libc::c_int).map_err(self.err("rto_min_ms", role))?;
+        }
+        if self.delayed_ack == Some(false) {
+            let floor = delack_floor_us().map_err(self.err("delayed_ack", role))?;
+            set_int(fd, tcp, TCP_DELACK_MAX_US, floor as libc::c_int).map_err(self.err("delayed_ack", role))?;
+        }
+        if let Some(lowat) = self.notsent_lowat {
+            set_int(fd, tcp, libc::TCP_NOTSENT_LOWAT, lowat as libc::c_int).map_err(self.err("notsent_lowat", role))?;
+        }
+        if let Some(nodelay) = self.nodelay {
+            set_int(fd, tcp, libc::TCP_NODELAY, nodelay.into()).map_err(self.err("nodelay", role))?;
+        }
+        if let Some(ka) = self.keepalive {
+            let params = TcpKeepalive::new()
+                .with_time(std::time::Duration::from_secs(ka.idle_s.into()))
+                .with_interval(std::time::Duration::from_secs(ka.interval_s.into()))
+                .with_retries(ka.count);
+            socket2::SockRef::from(&fd).set_tcp_keepalive(&params).map_err(self.err("keepalive", role))?;
+        }
+        if let Some(ms) = self.user_timeout_ms {
+            set_int(fd, tcp, libc::TCP_USER_TIMEOUT, ms as libc::c_int).map_err(self.err("user_timeout_ms", role))?;
+        }
+        Ok(())
+    }
+
+    /// Knobs that must be on the listening socket before `listen()`: buffers (window scaling),
+    /// MSS, route mark, and every per-socket option (accepted sockets inherit them).
+    pub fn apply_to_listener(&self, sock: &Socket) -> Result<(), KnobError> {
+        let role = Role::Listener;
+        self.set_mark(sock.as_fd(), role)?;
+        self.set_buffers(sock, role)?;
+        self.set_mss(sock.as_fd(), role)?;
+        self.set_socket_options(sock.as_fd(), role)
+    }
+
+    /// Knobs on an outgoing socket before `connect()`: buffers, MSS, route mark, congestion
+    /// control, RTO floor, delayed-ACK ceiling, keepalive, user timeout, low-water mark, nodelay.
+    pub fn apply_before_connect(&self, sock: &Socket) -> Result<(), KnobError> {
+        let role = Role::Outgoing;
+        self.set_mark(sock.as_fd(), role)?;
+        self.set_buffers(sock, role)?;
+        self.set_mss(sock.as_fd(), role)?;
+        self.set_socket_options(sock.as_fd(), role)
+    }
+
+    /// Knobs on an accepted or connected socket: congestion control, RTO floor, delayed-ACK
+    /// ceiling (+ `TCP_QUICKACK`), keepalive, user timeout, not-sent low-water mark, nodelay.
+    /// Buffers and MSS are not touched: they were fixed at SYN time by the listener or by
+    /// [`TcpProfile::apply_before_connect`], and a late `SO_RCVBUF` would only shrink the
+    /// window without changing the scale.
+    pub fn apply_established(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
+        self.set_socket_options(fd, role)?;
+        if self.delayed_ack == Some(false) {
+            // Not sticky in the kernel; the route metric `quickack 1` and the delayed-ACK
+            // ceiling keep ACKs prompt afterwards.
+            set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1).map_err(self.err("delayed_ack", role))?;
+        }
+        Ok(())
+    }
+
+    /// Probes the running kernel with a throwaway socket: every per-socket knob is set on it
+    /// (so a missing congestion control, a refused value or a missing privilege shows up now,
+    /// not on the first connection), and the prerequisites of route knobs are checked. The
+    /// error names the knob and why it cannot be honoured.
+    ///
+    /// `dupack_threshold` passes with a warning: Linux applies the route metric `reordering`
+    /// only through the tcp_metrics cache (see [`crate::routes`]), so it is not guaranteed for
+    /// the first connection to a destination. It fails if `tcp_no_metrics_save = 1`, where it
+    /// could never apply.
+    pub fn check_supported(&self) -> Result<(), KnobError> {
+        if let Some(cc) = &self.congestion_control {
+            let available = read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .map_err(|source| KnobError::Probe { knob: "congestion_control", source })?;
+            if !available.split_whitespace().any(|a| a == cc) {
+                return Err(KnobError::CongestionControlUnavailable {
+                    profile: self.name.clone(),
+                    name: cc.clone(),
+                    available,
+                });
+            }
+        }
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+            .map_err(|source| KnobError::Probe { knob: "a probe socket", source })?;
+        let role = Role::Listener;
+        if self.needs_route_knobs() {
+            // Marking needs CAP_NET_ADMIN; try it with any value on the probe socket.
+            let mark = self.route_mark.unwrap_or(1);
+            set_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int)
+                .map_err(self.err(self.route_knob_name(), role))?;
+        }
+        self.set_buffers(&sock, role)?;
+        self.set_mss(sock.as_fd(), role)?;
+        self.set_socket_options(sock.as_fd(), role)?;
+        if self.dupack_threshold.is_some() {
+            let no_save = read_sysctl("/proc/sys/net/ipv4/tcp_no_metrics_save")
+                .map_err(|source| KnobError::Probe { knob: "dupack_threshold", source })?;
+            if no_save != "0" {
+                return Err(KnobError::MetricsSaveDisabled { profile: self.name.clone() });
+            }
+            tracing::warn!(
+                profile = %self.name,
+                "dupack_threshold is applied through the route metric `reordering`, which Linux \
+                 reads from the tcp_metrics cache: the first connection to each destination keeps \
+                 the namespace's net.ipv4.tcp_reordering; later ones get the profile's value"
+            );
+        }
+        Ok(())
+    }
+}

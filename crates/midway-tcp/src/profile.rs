@@ -1,0 +1,538 @@
+//! Profiles: the file form ([`ProfileSpec`]), the named presets, inheritance and validation into
+//! the resolved form ([`TcpProfile`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+pub use crate::bufrule::AutoBuffer;
+use crate::bufrule::{auto_buffer_bytes, BufRuleError};
+
+/// File form of one profile, as written under `[profiles.NAME]` in midway's TOML config.
+/// Every field is optional: `None` means "inherit" (or, at the root, "kernel default").
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSpec {
+    /// A preset or another profile name; the fields below override it.
+    pub inherits: Option<String>,
+    /// Name of a congestion control registered in the kernel (`reno`, `cubic`, `bbr`, ...).
+    pub congestion_control: Option<String>,
+    /// Initial congestion window in segments (route metric `initcwnd`).
+    pub initial_cwnd: Option<u32>,
+    /// `false` = acknowledge every segment at once.
+    pub delayed_ack: Option<bool>,
+    /// Duplicate ACKs that trigger fast retransmit (route metric `reordering`, see caveat).
+    pub dupack_threshold: Option<u32>,
+    /// Floor of the retransmission timeout in milliseconds.
+    pub rto_min_ms: Option<u32>,
+    /// Send buffer: bytes, or `{ auto = { ... } }` from the hfc-tuning rule.
+    pub send_buffer: Option<BufferSize>,
+    /// Receive buffer: bytes, or `{ auto = { ... } }` from the hfc-tuning rule.
+    pub recv_buffer: Option<BufferSize>,
+    /// Maximum segment size in bytes (`TCP_MAXSEG`).
+    pub mss: Option<u32>,
+    /// Unsent bytes the socket may hold before it stops being writable (`TCP_NOTSENT_LOWAT`).
+    pub notsent_lowat: Option<u32>,
+    /// `true` = disable Nagle (`TCP_NODELAY`).
+    pub nodelay: Option<bool>,
+    /// Keepalive probes; absent = off (kernel default).
+    pub keepalive: Option<Keepalive>,
+    /// `TCP_USER_TIMEOUT` in milliseconds (0 = kernel default behaviour).
+    pub user_timeout_ms: Option<u32>,
+}
+
+/// A buffer size: fixed bytes, or derived from the access device with the hfc-tuning rule.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BufferSize {
+    Bytes(u32),
+    Auto(AutoBuffer),
+}
+
+impl<'de> Deserialize<'de> for BufferSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BufferVisitor;
+        impl<'de> Visitor<'de> for BufferVisitor {
+            type Value = BufferSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a buffer size in bytes, or { auto = { device_buffer_bytes, rate_in_bps, rate_out_bps, connections_per_device, mss } }")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<BufferSize, E> {
+                u32::try_from(v)
+                    .map(BufferSize::Bytes)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<BufferSize, E> {
+                u32::try_from(v)
+                    .map(BufferSize::Bytes)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<BufferSize, A::Error> {
+                let key: String = map
+                    .next_key()?
+                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                if key != "auto" {
+                    return Err(de::Error::unknown_field(&key, &["auto"]));
+                }
+                let auto: AutoBuffer = map.next_value()?;
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::unknown_field(&extra, &["auto"]));
+                }
+                Ok(BufferSize::Auto(auto))
+            }
+        }
+        deserializer.deserialize_any(BufferVisitor)
+    }
+}
+
+/// Keepalive settings (`SO_KEEPALIVE` + `TCP_KEEPIDLE`/`TCP_KEEPINTVL`/`TCP_KEEPCNT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Keepalive {
+    pub idle_s: u32,
+    pub interval_s: u32,
+    pub count: u32,
+}
+
+/// Validated, resolved profile: no `inherits`, buffers in bytes. `None` = kernel default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpProfile {
+    pub name: String,
+    pub congestion_control: Option<String>,
+    pub initial_cwnd: Option<u32>,
+    pub delayed_ack: Option<bool>,
+    pub dupack_threshold: Option<u32>,
+    pub rto_min_ms: Option<u32>,
+    /// Bytes asked of `SO_SNDBUF` (the kernel reports twice this, for its bookkeeping).
+    pub send_buffer: Option<u32>,
+    /// Bytes asked of `SO_RCVBUF` (the kernel reports twice this, for its bookkeeping).
+    pub recv_buffer: Option<u32>,
+    pub mss: Option<u32>,
+    pub notsent_lowat: Option<u32>,
+    pub nodelay: Option<bool>,
+    pub keepalive: Option<Keepalive>,
+    pub user_timeout_ms: Option<u32>,
+    /// `SO_MARK` that selects this profile's routing table (route-metric knobs). Filled by the
+    /// caller from [`crate::RouteKnobs::mark_for`] after [`crate::RouteKnobs::install`]; the
+    /// `apply_*` functions refuse a profile that needs route knobs while this is `None`.
+    pub route_mark: Option<u32>,
+}
+
+impl TcpProfile {
+    /// A profile that sets nothing (the `default` preset under another name).
+    pub fn kernel_default(name: &str) -> TcpProfile {
+        TcpProfile {
+            name: name.to_owned(),
+            congestion_control: None,
+            initial_cwnd: None,
+            delayed_ack: None,
+            dupack_threshold: None,
+            rto_min_ms: None,
+            send_buffer: None,
+            recv_buffer: None,
+            mss: None,
+            notsent_lowat: None,
+            nodelay: None,
+            keepalive: None,
+            user_timeout_ms: None,
+            route_mark: None,
+        }
+    }
+}
+
+/// Why the profiles in the config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profile name {name:?} is invalid: use 1-32 characters a-z, 0-9, '-' or '_'")]
+    BadName { name: String },
+    #[error("profile {name:?} has the name of a preset; pick another name and write `inherits = \"{name}\"` to start from the preset")]
+    ShadowsPreset { name: String },
+    #[error("profile {profile:?} inherits {parent:?}, which is neither a preset ({presets}) nor a profile in the config", presets = PRESET_NAMES.join(", "))]
+    UnknownParent { profile: String, parent: String },
+    #[error("profiles inherit from each other in a cycle: {}", chain.join(" -> "))]
+    InheritanceCycle { chain: Vec<String> },
+    #[error("profile {profile:?}: {knob} = {value} is out of range, allowed {min}..={max}")]
+    OutOfRange { profile: String, knob: &'static str, value: u64, min: u64, max: u64 },
+    #[error("profile {profile:?}: congestion_control {name:?} is not a valid name (1-15 characters a-z, 0-9, '_', '-')")]
+    BadCongestionControlName { profile: String, name: String },
+    #[error("profile {profile:?}: {knob} = auto cannot be computed")]
+    AutoBuffer {
+        profile: String,
+        knob: &'static str,
+        #[source]
+        source: BufRuleError,
+    },
+}
+
+const PRESET_NAMES: [&str; 4] = ["default", "hfc-local", "satellite-local", "wan"];
+
+/// Names of the shipped presets.
+pub fn preset_names() -> &'static [&'static str] {
+    &PRESET_NAMES
+}
+
+/// The cable modem of the hfc papers: 10 KB buffer, 25 Mbit/s downstream into 10 Mbit/s Ethernet,
+/// one connection per modem, 1460-byte packets.
+pub const HFC_MODEM: AutoBuffer = AutoBuffer {
+    device_buffer_bytes: 10 * 1024,
+    rate_in_bps: 25e6,
+    rate_out_bps: 10e6,
+    connections_per_device: 1,
+    mss: 1460,
+};
+
+/// Spec of a preset, or `None` for an unknown name.
+pub fn preset_spec(name: &str) -> Option<ProfileSpec> {
+    match name {
+        // `default`: the kernel as it is. The baseline every lab comparison starts from.
+        "default" => Some(ProfileSpec::default()),
+        // `hfc-local`: the local (proxy -> cable modem -> PC) segment as tuned in hfc-tuning and
+        // used by hfc-proxy. ACK every segment (delayed ACKs halve the ACK clock on a 20 ms
+        // path and, with a 10 KB modem, stall slow start); fast retransmit on the first
+        // duplicate ACK (the access segment delivers in order, so one duplicate ACK means a
+        // loss); a fine timer floor (the papers show coarse 500 ms timers dominating recovery
+        // time); an initial window of 2 segments; and buffers from the modem rule, so a window
+        // never overruns the modem (hfc-tuning figs. 8-10: 16 KB good, 24 KB collapses).
+        "hfc-local" => Some(ProfileSpec {
+            delayed_ack: Some(false),
+            dupack_threshold: Some(1),
+            rto_min_ms: Some(40),
+            initial_cwnd: Some(2),
+            send_buffer: Some(BufferSize::Auto(HFC_MODEM)),
+            recv_buffer: Some(BufferSize::Auto(HFC_MODEM)),
+            nodelay: Some(true),
+            ..ProfileSpec::default()
+        }),
+        // `satellite-local`: a GEO hop (about 550 ms RTT). Slow start from 10 segments costs
+        // several round trips of half a second, so start with 64 KB worth of segments
+        // (45 x 1448 B); BBR because random loss on the radio link is not congestion; buffers of
+        // 8 MiB to fill tens of Mbit/s x 0.6 s; a not-sent low-water mark so the relay does not
+        // park megabytes in the socket that the scheduler cannot reorder.
+        "satellite-local" => Some(ProfileSpec {
+            congestion_control: Some("bbr".to_owned()),
+            initial_cwnd: Some(45),
+            send_buffer: Some(BufferSize::Bytes(8 * 1024 * 1024)),
+            recv_buffer: Some(BufferSize::Bytes(8 * 1024 * 1024)),
+            notsent_lowat: Some(256 * 1024),
+            nodelay: Some(true),
+            ..ProfileSpec::default()
+        }),
+        // `wan`: the remote (proxy -> Internet server) segment on a long fat path. Large buffers
+        // (4 MiB = 320 Mbit/s at 100 ms) so the window, not the buffer, limits; BBR keeps the
+        // rate under random loss; keepalive so dead servers are noticed on long idle
+        // connections (the umts paper's warm upstream pools).
+        "wan" => Some(ProfileSpec {
+            congestion_control: Some("bbr".to_owned()),
+            send_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
+            recv_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
+            keepalive: Some(Keepalive { idle_s: 60, interval_s: 10, count: 6 }),
+            ..ProfileSpec::default()
+        }),
+        _ => None,
+    }
+}
+
+fn valid_profile_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn valid_cc_name(name: &str) -> bool {
+    // TCP_CA_NAME_MAX is 16 including the NUL.
+    (1..=15).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Field by field: the child's value wins over the parent's.
+fn merge(parent: ProfileSpec, child: &ProfileSpec) -> ProfileSpec {
+    fn pick<T: Clone>(child: &Option<T>, parent: Option<T>) -> Option<T> {
+        child.clone().or(parent)
+    }
+    ProfileSpec {
+        inherits: None,
+        congestion_control: pick(&child.congestion_control, parent.congestion_control),
+        initial_cwnd: pick(&child.initial_cwnd, parent.initial_cwnd),
+        delayed_ack: pick(&child.delayed_ack, parent.delayed_ack),
+        dupack_threshold: pick(&child.dupack_threshold, parent.dupack_threshold),
+        rto_min_ms: pick(&child.rto_min_ms, parent.rto_min_ms),
+        send_buffer: pick(&child.send_buffer, parent.send_buffer),
+        recv_buffer: pick(&child.recv_buffer, parent.recv_buffer),
+        mss: pick(&child.mss, parent.mss),
+        notsent_lowat: pick(&child.notsent_lowat, parent.notsent_lowat),
+        nodelay: pick(&child.nodelay, parent.nodelay),
+        keepalive: pick(&child.keepalive, parent.keepalive),
+        user_timeout_ms: pick(&child.user_timeout_ms, parent.user_timeout_ms),
+    }
+}
+
+/// Follow `inherits` from `name` to a root, merging on the way back.
+fn flatten(
+    name: &str,
+    specs: &BTreeMap<String, ProfileSpec>,
+    chain: &mut Vec<String>,
+) -> Result<ProfileSpec, ProfileError> {
+    if chain.iter().any(|seen| seen == name) {
+        chain.push(name.to_owned());
+        return Err(ProfileError::InheritanceCycle { chain: chain.clone() });
+    }
+    chain.push(name.to_owned());
+    let spec = match specs.get(name) {
+        Some(spec) => spec.clone(),
+        None => {
+            // Presets have no parent.
+            return preset_spec(name).ok_or_else(|| ProfileError::UnknownParent {
+                profile: chain[chain.len().saturating_sub(2)].clone(),
+                parent: name.to_owned(),
+            });
+        }
+    };
+    let parent = match &spec.inherits {
+        Some(parent) => flatten(parent, specs, chain)?,
+        None => ProfileSpec::default(),
+    };
+    Ok(merge(parent, &spec))
+}
+
+fn check_range(
+    profile: &str,
+    knob: &'static str,
+    value: Option<u32>,
+    min: u32,
+    max: u32,
+) -> Result<(), ProfileError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => Err(ProfileError::OutOfRange {
+            profile: profile.to_owned(),
+            knob,
+            value: v.into(),
+            min: min.into(),
+            max: max.into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Smallest and largest buffer midway accepts; the kernel doubles the value into an `int`.
+pub const BUFFER_RANGE: (u32, u32) = (2048, 1 << 30);
+
+fn resolve_buffer(
+    profile: &str,
+    knob: &'static str,
+    size: Option<BufferSize>,
+) -> Result<Option<u32>, ProfileError> {
+    let bytes = match size {
+        None => return Ok(None),
+        Some(BufferSize::Bytes(b)) => b,
+        Some(BufferSize::Auto(auto)) => auto_buffer_bytes(&auto).map_err(|source| {
+            ProfileError::AutoBuffer { profile: profile.to_owned(), knob, source }
+        })?,
+    };
+    check_range(profile, knob, Some(bytes), BUFFER_RANGE.0, BUFFER_RANGE.1)?;
+    Ok(Some(bytes))
+}
+
+fn validate(name: &str, spec: ProfileSpec) -> Result<TcpProfile, ProfileError> {
+    if let Some(cc) = &spec.congestion_control {
+        if !valid_cc_name(cc) {
+            return Err(ProfileError::BadCongestionControlName {
+                profile: name.to_owned(),
+                name: cc.clone(),
+            });
+        }
+    }
+    // Ranges are the kernel's own limits (tcp.h / route metrics), so a value that passes here
+    // is one the kernel can take.
+    check_range(name, "initial_cwnd", spec.initial_cwnd, 1, 1000)?;
+    check_range(name, "dupack_threshold", spec.dupack_threshold, 1, 300)?;
+    check_range(name, "rto_min_ms", spec.rto_min_ms, crate::apply::RTO_MIN_FLOOR_MS, 120_000)?;
+    check_range(name, "mss", spec.mss, 88, 32767)?;
+    check_range(name, "notsent_lowat", spec.notsent_lowat, 1, i32::MAX as u32)?;
+    check_range(name, "user_timeout_ms", spec.user_timeout_ms, 0, i32::MAX as u32)?;
+    if let Some(ka) = spec.keepalive {
+        check_range(name, "keepalive.idle_s", Some(ka.idle_s), 1, 32767)?;
+        check_range(name, "keepalive.interval_s", Some(ka.interval_s), 1, 32767)?;
+        check_range(name, "keepalive.count", Some(ka.count), 1, 127)?;
+    }
+    Ok(TcpProfile {
+        name: name.to_owned(),
+        send_buffer: resolve_buffer(name, "send_buffer", spec.send_buffer)?,
+        recv_buffer: resolve_buffer(name, "recv_buffer", spec.recv_buffer)?,
+        congestion_control: spec.congestion_control,
+        initial_cwnd: spec.initial_cwnd,
+        delayed_ack: spec.delayed_ack,
+        dupack_threshold: spec.dupack_threshold,
+        rto_min_ms: spec.rto_min_ms,
+        mss: spec.mss,
+        notsent_lowat: spec.notsent_lowat,
+        nodelay: spec.nodelay,
+        keepalive: spec.keepalive,
+        user_timeout_ms: spec.user_timeout_ms,
+        route_mark: None,
+    })
+}
+
+/// Presets plus user profiles (user names may not shadow presets), inheritance resolved, values
+/// validated. Whether the running kernel can honour a profile is checked later by
+/// [`TcpProfile::check_supported`].
+pub fn resolve_profiles(
+    specs: &BTreeMap<String, ProfileSpec>,
+) -> Result<BTreeMap<String, TcpProfile>, ProfileError> {
+    for name in specs.keys() {
+        if preset_spec(name).is_some() {
+            return Err(ProfileError::ShadowsPreset { name: name.clone() });
+        }
+        if !valid_profile_name(name) {
+            return Err(ProfileError::BadName { name: name.clone() });
+        }
+    }
+    let names: BTreeSet<&str> = PRESET_NAMES.iter().copied().chain(specs.keys().map(String::as_str)).collect();
+    let mut out = BTreeMap::new();
+    for name in names {
+        let flat = flatten(name, specs, &mut Vec::new())?;
+        out.insert(name.to_owned(), validate(name, flat)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        profiles: BTreeMap<String, ProfileSpec>,
+    }
+
+    fn parse(text: &str) -> Result<BTreeMap<String, ProfileSpec>, toml::de::Error> {
+        toml::from_str::<File>(text).map(|f| f.profiles)
+    }
+
+    #[test]
+    fn parses_every_knob() {
+        let specs = parse(
+            r#"
+            [profiles.edge]
+            inherits = "hfc-local"
+            congestion_control = "reno"
+            initial_cwnd = 4
+            delayed_ack = false
+            dupack_threshold = 2
+            rto_min_ms = 100
+            send_buffer = 65536
+            recv_buffer = { auto = { device_buffer_bytes = 10240, rate_in_bps = 25e6, rate_out_bps = 10e6, connections_per_device = 2, mss = 1460 } }
+            mss = 1400
+            notsent_lowat = 16384
+            nodelay = true
+            keepalive = { idle_s = 30, interval_s = 5, count = 3 }
+            user_timeout_ms = 20000
+            "#,
+        )
+        .unwrap();
+        let edge = &specs["edge"];
+        assert_eq!(edge.send_buffer, Some(BufferSize::Bytes(65536)));
+        assert!(matches!(&edge.recv_buffer, Some(BufferSize::Auto(a)) if a.connections_per_device == 2));
+        assert_eq!(edge.keepalive, Some(Keepalive { idle_s: 30, interval_s: 5, count: 3 }));
+        let resolved = resolve_profiles(&specs).unwrap();
+        let p = &resolved["edge"];
+        assert_eq!(p.congestion_control.as_deref(), Some("reno"));
+        assert_eq!(p.recv_buffer, Some(((1.0 + 7.0 / (2.0 * 0.6)) * 1460.0f64).floor() as u32));
+        assert_eq!(p.user_timeout_ms, Some(20000));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = parse("[profiles.a]\ncongestion = \"bbr\"\n").unwrap_err();
+        assert!(err.to_string().contains("congestion"), "{err}");
+        let err = parse("[profiles.a]\nkeepalive = { idle_s = 1, interval_s = 1, count = 1, x = 2 }\n").unwrap_err();
+        assert!(err.to_string().contains('x'), "{err}");
+        let err = parse("[profiles.a]\nsend_buffer = { automatic = {} }\n").unwrap_err();
+        assert!(err.to_string().contains("automatic"), "{err}");
+        let err = parse("[profiles.a]\nsend_buffer = { auto = { device_buffer_bytes = 1, rate_in_bps = 1, rate_out_bps = 1, speed = 3 } }\n").unwrap_err();
+        assert!(err.to_string().contains("speed"), "{err}");
+        assert!(parse("[profiles.a]\nsend_buffer = -5\n").is_err());
+        assert!(parse("[profiles.a]\nsend_buffer = \"auto\"\n").is_err());
+    }
+
+    #[test]
+    fn presets_resolve_and_cannot_be_shadowed() {
+        let resolved = resolve_profiles(&BTreeMap::new()).unwrap();
+        assert_eq!(resolved.keys().map(String::as_str).collect::<Vec<_>>(), preset_names());
+        assert_eq!(resolved["default"], TcpProfile::kernel_default("default"));
+        let hfc = &resolved["hfc-local"];
+        assert_eq!(hfc.delayed_ack, Some(false));
+        assert_eq!(hfc.dupack_threshold, Some(1));
+        assert!(hfc.initial_cwnd.unwrap() >= 2);
+        assert_eq!(hfc.send_buffer, auto_buffer_bytes(&HFC_MODEM).ok());
+        assert_eq!(resolved["satellite-local"].congestion_control.as_deref(), Some("bbr"));
+        assert!(resolved["wan"].send_buffer.unwrap() >= 1 << 20);
+
+        let specs = parse("[profiles.wan]\nmss = 1000\n").unwrap();
+        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::ShadowsPreset { name }) if name == "wan"));
+    }
+
+    #[test]
+    fn inheritance_chains_override_field_by_field() {
+        let specs = parse(
+            r#"
+            [profiles.a]
+            inherits = "wan"
+            mss = 1200
+            [profiles.b]
+            inherits = "a"
+            congestion_control = "cubic"
+            "#,
+        )
+        .unwrap();
+        let r = resolve_profiles(&specs).unwrap();
+        let b = &r["b"];
+        assert_eq!(b.congestion_control.as_deref(), Some("cubic"));
+        assert_eq!(b.mss, Some(1200));
+        assert_eq!(b.send_buffer, Some(4 * 1024 * 1024));
+        assert_eq!(b.name, "b");
+    }
+
+    #[test]
+    fn cycles_and_unknown_parents_are_rejected() {
+        let specs = parse("[profiles.a]\ninherits = \"b\"\n[profiles.b]\ninherits = \"c\"\n[profiles.c]\ninherits = \"a\"\n").unwrap();
+        match resolve_profiles(&specs) {
+            Err(ProfileError::InheritanceCycle { chain }) => assert_eq!(chain, ["a", "b", "c", "a"]),
+            other => panic!("{other:?}"),
+        }
+        let specs = parse("[profiles.a]\ninherits = \"a\"\n").unwrap();
+        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::InheritanceCycle { .. })));
+        let specs = parse("[profiles.a]\ninherits = \"nope\"\n").unwrap();
+        match resolve_profiles(&specs) {
+            Err(e @ ProfileError::UnknownParent { .. }) => {
+                assert!(e.to_string().contains("\"a\" inherits \"nope\""), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_are_validated() {
+        for (text, knob) in [
+            ("mss = 20", "mss"),
+            ("initial_cwnd = 0", "initial_cwnd"),
+            ("dupack_threshold = 0", "dupack_threshold"),
+            ("rto_min_ms = 1", "rto_min_ms"),
+            ("send_buffer = 10", "send_buffer"),
+            ("keepalive = { idle_s = 0, interval_s = 1, count = 1 }", "keepalive.idle_s"),
+            ("keepalive = { idle_s = 1, interval_s = 1, count = 500 }", "keepalive.count"),
+        ] {
+            let specs = parse(&format!("[profiles.x]\n{text}\n")).unwrap();
+            match resolve_profiles(&specs) {
+                Err(ProfileError::OutOfRange { knob: k, .. }) => assert_eq!(k, knob, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let specs = parse("[profiles.x]\ncongestion_control = \"Not A CC!\"\n").unwrap();
+        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::BadCongestionControlName { .. })));
+        let specs = parse("[profiles.x]\nsend_buffer = { auto = { device_buffer_bytes = 100, rate_in_bps = 1e6, rate_out_bps = 1e5 } }\n").unwrap();
+        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::AutoBuffer { knob: "send_buffer", .. })));
+        let specs = parse("[profiles.\"Bad Name\"]\n").unwrap();
+        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::BadName { .. })));
+    }
+}

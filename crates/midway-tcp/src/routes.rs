@@ -1,0 +1,322 @@
+//! Route-metric knobs: what Linux offers only per destination.
+//!
+//! | profile knob | route metric | read by the kernel |
+//! |---|---|---|
+//! | `initial_cwnd` | `initcwnd N` | `tcp_init_cwnd()` from the socket's route, every connection |
+//! | `delayed_ack = false` | `quickack 1` | `tcp_init_transfer()` sets `dst_quick_ack`, every connection |
+//! | `rto_min_ms` > 200 | `rto_min lock T` | `tcp_rto_min()`, only when the metric is locked |
+//! | `dupack_threshold` | `reordering lock N` | **only through the tcp_metrics cache**, see below |
+//!
+//! Selection per socket: each profile that needs any of these gets a routing table of its own
+//! (`base_table + i`) holding a copy of the main table's routes (IPv4 and IPv6) with the metrics
+//! added, and a policy rule `fwmark M lookup T` (`M = base_mark + i`, priority
+//! [`RULE_PRIORITY`]). The profile's sockets carry `SO_MARK = M` ([`crate::TcpProfile::route_mark`]).
+//! Accepted sockets work too: a request socket takes the listener's `sk_mark` (with
+//! `tcp_fwmark_accept = 0`, the default, and also with 1 because the listener's mark is
+//! non-zero), the SYN-ACK and the child socket route with it, so the child gets the metrics.
+//!
+//! `dupack_threshold` caveat: `tcp_init_metrics()` copies `reordering` from the tcp_metrics
+//! entry of the peer address, and such an entry is created (from the route's metrics) only when
+//! an earlier connection to that address closes. The first connection to each destination keeps
+//! `net.ipv4.tcp_reordering`; later ones get the profile's value, until `ip tcp_metrics flush`
+//! or the entry's expiry; nothing applies with `tcp_no_metrics_save = 1`
+//! ([`crate::TcpProfile::check_supported`] refuses that and warns about the rest).
+//!
+//! Limits: the copy is taken at install time (later changes to the main table are not followed);
+//! destinations in the `local` table (addresses of this host, loopback) are looked up before any
+//! policy rule and never get the metrics; multipath routes are not copied (warned).
+//!
+//! Mechanism: the `ip` command of iproute2 with JSON output (`ip -j`), not rtnetlink: it is
+//! installed wherever midway's intercept runs, its JSON is stable, it encodes metrics and
+//! their locks exactly as an operator would type them (so the installed state can be checked
+//! by hand with the same command), and this runs only at start and stop.
+
+use std::process::Command;
+
+use serde::Deserialize;
+
+use crate::TcpProfile;
+
+/// Priority of midway's policy rules: after `local` (0), before `main` (32766).
+pub const RULE_PRIORITY: u32 = 1000;
+
+/// Route-knob installation failed; nothing outside midway's own tables and rules was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteKnobsError {
+    #[error("cannot run `ip` (iproute2 is needed for route-metric knobs)")]
+    Spawn(#[source] std::io::Error),
+    #[error("`ip {args}` failed ({status}): {stderr}")]
+    Command { args: String, status: std::process::ExitStatus, stderr: String },
+    #[error("cannot parse the JSON of `ip {args}`")]
+    Parse {
+        args: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("routing table {table} (for profile {profile:?}) is not empty; pick another base table")]
+    TableInUse { table: u32, profile: String },
+    #[error("a policy rule already uses fwmark {mark:#x} or table {table}; pick another base mark / table")]
+    RuleInUse { mark: u32, table: u32 },
+    #[error("base mark {base_mark:#x} / base table {base_table} + {count} profiles overflows")]
+    Overflow { base_mark: u32, base_table: u32, count: usize },
+    #[error("base table {0} is reserved (0, 253-255 are the kernel's)")]
+    ReservedTable(u32),
+}
+
+/// Installed tables and rules; removed by [`RouteKnobs::remove`] or on drop.
+#[derive(Debug)]
+pub struct RouteKnobs {
+    entries: Vec<Entry>,
+    removed: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    profile: String,
+    mark: u32,
+    table: u32,
+    /// Address families ("-4"/"-6") for which a rule and a table were installed.
+    families: Vec<&'static str>,
+}
+
+#[derive(Debug, Deserialize)]
+struct JsonRoute {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    dst: String,
+    gateway: Option<String>,
+    dev: Option<String>,
+    protocol: Option<String>,
+    scope: Option<String>,
+    prefsrc: Option<String>,
+    metric: Option<u32>,
+    #[serde(default)]
+    flags: Vec<String>,
+    nexthops: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct JsonRule {
+    table: Option<String>,
+    fwmark: Option<String>,
+}
+
+fn ip(args: &[String]) -> Result<String, RouteKnobsError> {
+    let out = Command::new("ip").args(args).output().map_err(RouteKnobsError::Spawn)?;
+    if !out.status.success() {
+        return Err(RouteKnobsError::Command {
+            args: args.join(" "),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn ip_json<T: serde::de::DeserializeOwned>(args: &[String]) -> Result<Vec<T>, RouteKnobsError> {
+    let text = ip(args)?;
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_str(&text).map_err(|source| RouteKnobsError::Parse { args: args.join(" "), source })
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The metric arguments of `ip route add` for a profile (empty if it needs none).
+pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(n) = profile.initial_cwnd {
+        args.extend(["initcwnd".to_owned(), n.to_string()]);
+    }
+    if let Some(n) = profile.dupack_threshold {
+        // Locked, so tcp_update_metrics() does not overwrite the cached value with what a
+        // connection measured.
+        args.extend(["reordering".to_owned(), "lock".to_owned(), n.to_string()]);
+    }
+    if let Some(ms) = profile.rto_min_ms.filter(|ms| *ms > crate::apply::SOCKET_RTO_MIN_MAX_MS) {
+        // tcp_rto_min() honours only a locked metric.
+        args.extend(["rto_min".to_owned(), "lock".to_owned(), format!("{ms}ms")]);
+    }
+    if profile.delayed_ack == Some(false) {
+        args.extend(["quickack".to_owned(), "1".to_owned()]);
+    }
+    args
+}
+
+/// `ip route add` arguments that recreate `route` in `table` with `metrics` added.
+fn copy_route_args(family: &str, route: &JsonRoute, table: u32, metrics: &[String]) -> Vec<String> {
+    let mut args = strings(&[family, "route", "add", "table"]);
+    args.push(table.to_string());
+    if let Some(kind) = &route.kind {
+        args.push(kind.clone());
+    }
+    args.push(route.dst.clone());
+    let mut push = |key: &str, val: &Option<String>| {
+        if let Some(v) = val {
+            args.extend([key.to_owned(), v.clone()]);
+        }
+    };
+    push("via", &route.gateway);
+    push("dev", &route.dev);
+    push("proto", &route.protocol);
+    push("scope", &route.scope);
+    push("src", &route.prefsrc);
+    if let Some(m) = route.metric {
+        args.extend(["metric".to_owned(), m.to_string()]);
+    }
+    if route.flags.iter().any(|f| f == "onlink") {
+        args.push("onlink".to_owned());
+    }
+    args.extend(metrics.iter().cloned());
+    args
+}
+
+impl RouteKnobs {
+    /// Installs one table and one rule per profile that [`TcpProfile::needs_route_knobs`]
+    /// (others are ignored; duplicates by name once). On error, whatever was installed so far is
+    /// removed again.
+    pub fn install(profiles: &[&TcpProfile], base_table: u32, base_mark: u32) -> Result<RouteKnobs, RouteKnobsError> {
+        let mut wanted: Vec<&TcpProfile> = Vec::new();
+        for p in profiles.iter().copied().filter(|p| p.needs_route_knobs()) {
+            if !wanted.iter().any(|w| w.name == p.name) {
+                wanted.push(p);
+            }
+        }
+        let count = wanted.len();
+        let overflow = || RouteKnobsError::Overflow { base_mark, base_table, count };
+        let last = u32::try_from(count).map_err(|_| overflow())?;
+        if base_table.checked_add(last).is_none() || base_mark.checked_add(last).is_none() || base_mark == 0 {
+            return Err(overflow());
+        }
+        let reserved = |t: u32| t == 0 || (253..=255).contains(&t);
+        if (base_table..base_table.saturating_add(last)).any(reserved) {
+            return Err(RouteKnobsError::ReservedTable(base_table));
+        }
+        let mut knobs = RouteKnobs { entries: Vec::new(), removed: false };
+        for (i, profile) in wanted.into_iter().enumerate() {
+            let entry = Entry {
+                profile: profile.name.clone(),
+                mark: base_mark + i as u32,
+                table: base_table + i as u32,
+                families: Vec::new(),
+            };
+            knobs.entries.push(entry);
+            let idx = knobs.entries.len() - 1;
+            // On error `knobs` drops here and removes what was installed.
+            knobs.install_entry(idx, profile)?;
+        }
+        Ok(knobs)
+    }
+
+    fn install_entry(&mut self, idx: usize, profile: &TcpProfile) -> Result<(), RouteKnobsError> {
+        let (mark, table) = (self.entries[idx].mark, self.entries[idx].table);
+        let metrics = metric_args(profile);
+        for family in ["-4", "-6"] {
+            let routes: Vec<JsonRoute> = match ip_json(&strings(&["-j", family, "route", "show", "table", "main"])) {
+                Ok(routes) => routes,
+                // IPv6 may be disabled: then there is nothing to copy for it.
+                Err(RouteKnobsError::Command { .. }) if family == "-6" => continue,
+                Err(e) => return Err(e),
+            };
+            if routes.is_empty() {
+                continue;
+            }
+            let existing: Vec<serde_json::Value> =
+                ip_json(&strings(&["-j", family, "route", "show", "table", &table.to_string()]))?;
+            if !existing.is_empty() {
+                return Err(RouteKnobsError::TableInUse { table, profile: profile.name.clone() });
+            }
+            let rules: Vec<JsonRule> = ip_json(&strings(&["-j", family, "rule", "show"]))?;
+            let ours = |r: &JsonRule| {
+                r.table.as_deref() == Some(table.to_string().as_str())
+                    || r.fwmark.as_deref().and_then(|m| u32::from_str_radix(m.trim_start_matches("0x"), 16).ok()) == Some(mark)
+            };
+            if rules.iter().any(ours) {
+                return Err(RouteKnobsError::RuleInUse { mark, table });
+            }
+            // From here on this family is ours to remove, even if a later step fails.
+            self.entries[idx].families.push(family);
+            for route in &routes {
+                if route.nexthops.is_some() {
+                    tracing::warn!(profile = %profile.name, dst = %route.dst, "multipath route not copied into the route-knob table");
+                    continue;
+                }
+                ip(&copy_route_args(family, route, table, &metrics))?;
+            }
+            ip(&strings(&[
+                family,
+                "rule",
+                "add",
+                "fwmark",
+                &format!("{mark:#x}/0xffffffff"),
+                "table",
+                &table.to_string(),
+                "priority",
+                &RULE_PRIORITY.to_string(),
+            ]))?;
+        }
+        tracing::info!(profile = %profile.name, mark, table, metrics = %metrics.join(" "), "route-metric knobs installed");
+        Ok(())
+    }
+
+    /// `SO_MARK` to put on that profile's sockets, if it has route knobs.
+    pub fn mark_for(&self, profile_name: &str) -> Option<u32> {
+        self.entries.iter().find(|e| e.profile == profile_name).map(|e| e.mark)
+    }
+
+    /// Routing table installed for that profile.
+    pub fn table_for(&self, profile_name: &str) -> Option<u32> {
+        self.entries.iter().find(|e| e.profile == profile_name).map(|e| e.table)
+    }
+
+    /// Sets [`TcpProfile::route_mark`] on every profile that has a table here.
+    pub fn set_marks<'a>(&self, profiles: impl IntoIterator<Item = &'a mut TcpProfile>) {
+        for p in profiles {
+            if let Some(mark) = self.mark_for(&p.name) {
+                p.route_mark = Some(mark);
+            }
+        }
+    }
+
+    fn remove_all(&mut self) -> Result<(), RouteKnobsError> {
+        let mut first_err = None;
+        for entry in self.entries.drain(..) {
+            for family in &entry.families {
+                let table = entry.table.to_string();
+                let steps = [
+                    strings(&[family, "rule", "del", "fwmark", &format!("{:#x}/0xffffffff", entry.mark), "table", &table, "priority", &RULE_PRIORITY.to_string()]),
+                    strings(&[family, "route", "flush", "table", &table]),
+                ];
+                for step in steps {
+                    if let Err(e) = ip(&step) {
+                        // A rule that was never added (failure half way) is not an error.
+                        let missing = matches!(&e, RouteKnobsError::Command { stderr, .. } if stderr.contains("No such file"));
+                        if !missing && first_err.is_none() {
+                            first_err = Some(e);
+                        }
+                    }
+                }
+            }
+        }
+        self.removed = true;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Removes midway's rules and tables (only those installed here).
+    pub fn remove(mut self) -> Result<(), RouteKnobsError> {
+        self.remove_all()
+    }
+}
+
+impl Drop for RouteKnobs {
+    fn drop(&mut self) {
+        if !self.removed {
+            if let Err(e) = self.remove_all() {
+                tracing::error!(error = %e, "removing route-metric knobs");
+            }
+        }
+    }
+}
