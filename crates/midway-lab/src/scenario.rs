@@ -243,13 +243,13 @@ pub struct CaseFile {
     pub remote_profile: Option<Spanned<String>>,
     /// midway: `[profiles.NAME]` tables added to the generated config, as midway reads them.
     #[serde(default)]
-    pub profiles: Option<Spanned<toml::Table>>,
+    pub profiles: Option<toml::Table>,
     /// midway: extra keys of the generated listener (`buffer_bytes`, `spoof_client_address`...).
     #[serde(default)]
-    pub listener: Option<Spanned<toml::Table>>,
+    pub listener: Option<toml::Table>,
     /// midway: deep-merged into the generated config (for anything else midway accepts).
     #[serde(default)]
-    pub config: Option<Spanned<toml::Table>>,
+    pub config: Option<toml::Table>,
     /// Any case: route metrics set on the proxy host's route toward the client (the best an
     /// operator gets without midway: `initcwnd`, `quickack`, `rto_min`, `congctl`).
     #[serde(default)]
@@ -567,12 +567,13 @@ pub fn direction_config(
         None => None,
         Some(path) => {
             let path = base_dir.join(path);
-            let text = std::fs::read_to_string(&path).map_err(|source| ConvertError::TraceRead {
-                link: link.to_string(),
-                direction: name,
-                path: path.clone(),
-                source,
-            })?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|source| ConvertError::TraceRead {
+                    link: link.to_string(),
+                    direction: name,
+                    path: path.clone(),
+                    source,
+                })?;
             Some(
                 midway_linkemu::CapacityTrace::parse(&text).map_err(|source| {
                     ConvertError::Trace {
@@ -627,7 +628,10 @@ pub struct LoadedScenario {
 pub struct Override {
     pub path: String,
     pub value: toml::Value,
-    pub span: Range<usize>,
+    /// Where the path is written (blamed when the path is wrong).
+    pub path_span: Range<usize>,
+    /// Where the value is written (blamed when the value is wrong).
+    pub value_span: Range<usize>,
 }
 
 impl LoadedScenario {
@@ -663,7 +667,10 @@ impl LoadedScenario {
             if !names.insert(experiment.name.get_ref().clone()) {
                 return Err(here(
                     &experiment.name.span(),
-                    format!("experiment `{}` is defined twice", experiment.name.get_ref()),
+                    format!(
+                        "experiment `{}` is defined twice",
+                        experiment.name.get_ref()
+                    ),
                 ));
             }
             if *experiment.repetitions.get_ref() == 0 {
@@ -761,7 +768,8 @@ impl LoadedScenario {
             .map(|path| Override {
                 path: path.get_ref().clone(),
                 value: value.get_ref().clone(),
-                span: value.span(),
+                path_span: path.span(),
+                value_span: value.span(),
             })
             .collect()
     }
@@ -774,11 +782,14 @@ impl LoadedScenario {
         let mut document = self.document.clone();
         for item in overrides {
             set_path(&mut document, &item.path, item.value.clone())
-                .map_err(|message| self.error_at(&item.span, message))?;
+                .map_err(|message| self.error_at(&item.path_span, message))?;
         }
         let blame = |message: String| {
             let paths: Vec<_> = overrides.iter().map(|o| o.path.as_str()).collect();
-            let span = overrides.last().map(|o| o.span.clone()).unwrap_or(0..0);
+            let span = overrides
+                .last()
+                .map(|o| o.value_span.clone())
+                .unwrap_or(0..0);
             self.error_at(
                 &span,
                 format!(
@@ -798,7 +809,8 @@ fn to_override((path, value): (&Spanned<String>, &Spanned<toml::Value>)) -> Over
     Override {
         path: path.get_ref().clone(),
         value: value.get_ref().clone(),
-        span: path.span().start..value.span().end,
+        path_span: path.span(),
+        value_span: value.span(),
     }
 }
 
@@ -807,28 +819,30 @@ fn to_override((path, value): (&Spanned<String>, &Spanned<toml::Value>)) -> Over
 pub fn set_path(root: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
     let keys: Vec<&str> = path.split('.').collect();
     if keys.iter().any(|k| k.is_empty()) {
-        return Err(format!("`{path}` is not a dotted path such as \"links.access.b_to_a.delay\""));
+        return Err(format!(
+            "`{path}` is not a dotted path such as \"links.access.b_to_a.delay\""
+        ));
     }
     let (last, parents) = keys.split_last().expect("split yields at least one key");
     let mut table = root;
     let mut walked = Vec::new();
     for key in parents {
         walked.push(*key);
+        if !table.contains_key(*key) {
+            let known: Vec<_> = table.keys().cloned().collect();
+            return Err(format!(
+                "path `{path}`: `{}` does not exist in the scenario (there: {})",
+                walked.join("."),
+                known.join(", ")
+            ));
+        }
         table = match table.get_mut(*key) {
             Some(toml::Value::Table(inner)) => inner,
-            Some(_) => {
+            _ => {
                 return Err(format!(
                     "`{}` in path `{path}` is a value, not a table",
                     walked.join(".")
                 ))
-            }
-            None => {
-                let known: Vec<_> = table.keys().cloned().collect();
-                return Err(format!(
-                    "path `{path}`: `{}` does not exist in the scenario (there: {})",
-                    walked.join("."),
-                    known.join(", ")
-                ));
             }
         };
     }
@@ -868,7 +882,10 @@ fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
         let a = host_exists(&link.a, &format!("link `{name}`"))?;
         let b = host_exists(&link.b, &format!("link `{name}`"))?;
         if a == b {
-            return Err((link.b.span(), format!("link `{name}` connects `{a}` to itself")));
+            return Err((
+                link.b.span(),
+                format!("link `{name}` connects `{a}` to itself"),
+            ));
         }
         links.push(Link {
             name: name.clone(),
@@ -941,7 +958,9 @@ fn validate_workload(
     let timeout = workload
         .timeout
         .map(|t| t.0)
-        .unwrap_or(std::time::Duration::from_secs(DEFAULT_WORKLOAD_TIMEOUT_SECS));
+        .unwrap_or(std::time::Duration::from_secs(
+            DEFAULT_WORKLOAD_TIMEOUT_SECS,
+        ));
     let port = workload.port.unwrap_or(DEFAULT_SERVER_PORT);
     if port == 0 {
         return Err((kind_span, "workload.port must not be 0".into()));
@@ -1065,11 +1084,17 @@ fn validate_case(
     let midway_only: [(&str, Option<Range<usize>>); 7] = [
         ("intercept", case.intercept.as_ref().map(|s| s.span())),
         ("relay", case.relay.as_ref().map(|s| s.span())),
-        ("local_profile", case.local_profile.as_ref().map(|s| s.span())),
-        ("remote_profile", case.remote_profile.as_ref().map(|s| s.span())),
-        ("profiles", case.profiles.as_ref().map(|s| s.span())),
-        ("listener", case.listener.as_ref().map(|s| s.span())),
-        ("config", case.config.as_ref().map(|s| s.span())),
+        (
+            "local_profile",
+            case.local_profile.as_ref().map(|s| s.span()),
+        ),
+        (
+            "remote_profile",
+            case.remote_profile.as_ref().map(|s| s.span()),
+        ),
+        ("profiles", case.profiles.as_ref().map(|_| case.kind.span())),
+        ("listener", case.listener.as_ref().map(|_| case.kind.span())),
+        ("config", case.config.as_ref().map(|_| case.kind.span())),
     ];
     let midway = if kind == CaseKind::Midway {
         if host == scenario.client || host == scenario.server {
@@ -1089,21 +1114,9 @@ fn validate_case(
                 .map_or(RelayKind::Buffer, |s| *s.get_ref()),
             local_profile: case.local_profile.as_ref().map(|s| s.get_ref().clone()),
             remote_profile: case.remote_profile.as_ref().map(|s| s.get_ref().clone()),
-            profiles: case
-                .profiles
-                .as_ref()
-                .map(|s| s.get_ref().clone())
-                .unwrap_or_default(),
-            listener: case
-                .listener
-                .as_ref()
-                .map(|s| s.get_ref().clone())
-                .unwrap_or_default(),
-            config: case
-                .config
-                .as_ref()
-                .map(|s| s.get_ref().clone())
-                .unwrap_or_default(),
+            profiles: case.profiles.clone().unwrap_or_default(),
+            listener: case.listener.clone().unwrap_or_default(),
+            config: case.config.clone().unwrap_or_default(),
         })
     } else {
         for (field, span) in midway_only {
@@ -1174,11 +1187,18 @@ mod tests {
 
     #[test]
     fn set_path_requires_existing_parents_and_replaces_the_leaf() {
-        let mut doc: toml::Table = toml::from_str("[links.access.b_to_a]\ndelay = \"10ms\"").unwrap();
+        let mut doc: toml::Table =
+            toml::from_str("[links.access.b_to_a]\ndelay = \"10ms\"").unwrap();
         set_path(&mut doc, "links.access.b_to_a.delay", "20ms".into()).unwrap();
         set_path(&mut doc, "links.access.b_to_a.rate", "1Mbit".into()).unwrap();
-        assert_eq!(doc["links"]["access"]["b_to_a"]["delay"].as_str(), Some("20ms"));
-        assert_eq!(doc["links"]["access"]["b_to_a"]["rate"].as_str(), Some("1Mbit"));
+        assert_eq!(
+            doc["links"]["access"]["b_to_a"]["delay"].as_str(),
+            Some("20ms")
+        );
+        assert_eq!(
+            doc["links"]["access"]["b_to_a"]["rate"].as_str(),
+            Some("1Mbit")
+        );
         let error = set_path(&mut doc, "links.acess.b_to_a.delay", "1ms".into()).unwrap_err();
         assert!(error.contains("`links.acess` does not exist"), "{error}");
         let error = set_path(&mut doc, "links.access.b_to_a.delay.x", "1ms".into()).unwrap_err();
@@ -1191,9 +1211,8 @@ mod tests {
         assert_eq!(derived_axis_value(&"100ms".into()), Some(100.0));
         assert_eq!(derived_axis_value(&"3MB".into()), Some(3e6));
         assert_eq!(derived_axis_value(&toml::Value::Integer(5)), Some(5.0));
-        let loss: toml::Value = toml::from_str::<toml::Table>("x = { bernoulli = 0.03 }")
-            .unwrap()["x"]
-            .clone();
+        let loss: toml::Value =
+            toml::from_str::<toml::Table>("x = { bernoulli = 0.03 }").unwrap()["x"].clone();
         assert_eq!(derived_axis_value(&loss), Some(0.03));
         assert_eq!(derived_axis_value(&"modern".into()), None);
     }

@@ -88,9 +88,9 @@ impl Rate {
         let unit = unit.trim_end_matches("/s").trim_end_matches("ps");
         let factor = match unit {
             "bit" | "b" => 1.0,
-            "kbit" | "Kbit" | "k" => 1e3,
-            "Mbit" | "mbit" | "M" => 1e6,
-            "Gbit" | "gbit" | "G" => 1e9,
+            "kbit" | "Kbit" | "kb" | "Kb" | "k" => 1e3,
+            "Mbit" | "mbit" | "Mb" | "M" => 1e6,
+            "Gbit" | "gbit" | "Gb" | "G" => 1e9,
             _ => {
                 return Err(UnitError(format!(
                     "`{text}` is not a rate; write e.g. \"25Mbit\", \"56kbit\" or \"1Gbit\""
@@ -235,7 +235,10 @@ macro_rules! string_unit_serde {
 string_unit_serde!(HumanDuration, "a duration such as \"10ms\"");
 string_unit_serde!(Rate, "a rate such as \"25Mbit\"");
 string_unit_serde!(ByteSize, "a size such as \"3MB\" or a number of bytes");
-string_unit_serde!(QueueSpec, "a queue limit such as \"10KB\" or \"20 packets\"");
+string_unit_serde!(
+    QueueSpec,
+    "a queue limit such as \"10KB\" or \"20 packets\""
+);
 
 /// Probability in [0, 1], checked while deserializing.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default, Serialize)]

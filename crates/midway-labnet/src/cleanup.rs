@@ -38,7 +38,10 @@ struct Registry {
 fn registry() -> MutexGuard<'static, Registry> {
     static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
     // A panic while holding the lock leaves the data consistent (single inserts/removes).
-    REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    REGISTRY
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub(crate) fn register_topology(tag: &str, netns: Vec<String>) -> u64 {
@@ -87,11 +90,15 @@ pub(crate) fn claim_tag(tag: &str) -> Result<(), LabNetError> {
     let path = pid_file(tag);
     if let Some(owner) = read_owner(tag) {
         if owner != me() && owner_alive(owner) {
-            return Err(LabNetError::TagInUse { tag: tag.to_owned(), pid: owner.0 });
+            return Err(LabNetError::TagInUse {
+                tag: tag.to_owned(),
+                pid: owner.0,
+            });
         }
     }
     let (pid, start) = me();
-    let mut file = fs::File::create(&path).map_err(|e| LabNetError::io("cannot create", &path, e))?;
+    let mut file =
+        fs::File::create(&path).map_err(|e| LabNetError::io("cannot create", &path, e))?;
     writeln!(file, "{pid} {start}").map_err(|e| LabNetError::io("cannot write", &path, e))
 }
 
@@ -101,22 +108,58 @@ pub(crate) fn release_tag(tag: &str) {
     }
 }
 
+fn live_tags_here() -> Vec<String> {
+    registry().topologies.values().map(|(tag, _)| tag.clone()).collect()
+}
+
+/// Whether nobody owns `tag` any more: its recorded owner is gone (or is this process, which has
+/// no live topology with it), or no owner was ever recorded. Owners are recorded before any
+/// namespace is created, so namespaces without an owner are leftovers.
+fn tag_abandoned(tag: &str, live_here: &[String]) -> bool {
+    match read_owner(tag) {
+        Some(owner) if owner == me() => !live_here.iter().any(|t| t == tag),
+        Some(owner) => !owner_alive(owner),
+        None => true,
+    }
+}
+
+/// If `tag` is abandoned, removes its namespaces and pid file and returns true; a tag in use
+/// is left alone (false).
+pub(crate) fn reclaim_abandoned_tag(tag: &str) -> Result<bool, LabNetError> {
+    if !tag_abandoned(tag, &live_tags_here()) {
+        return Ok(false);
+    }
+    let names: Vec<String> = sys::list_netns().into_iter().filter(|n| tag_of_netns_name(n) == Some(tag)).collect();
+    tracing::info!(tag, names = ?names, "removing leftovers of an abandoned tag");
+    remove_namespaces(&names, std::time::Duration::from_millis(500))?;
+    let _ = fs::remove_file(pid_file(tag));
+    Ok(true)
+}
+
 /// Removes every namespace whose name carries the lab prefix and the tag of a run that is gone
 /// (its recorded owner process no longer exists, or no owner was recorded), kills processes left
 /// inside them, and removes stale pid files. Returns how many namespaces were removed.
 pub fn clean_leftovers() -> Result<usize, LabNetError> {
     require_root()?;
-    let live_here: Vec<String> = registry().topologies.values().map(|(tag, _)| tag.clone()).collect();
+    let live_here: Vec<String> = registry()
+        .topologies
+        .values()
+        .map(|(tag, _)| tag.clone())
+        .collect();
     let mut owners: BTreeMap<String, bool> = BTreeMap::new();
     let mut leftovers = Vec::new();
     for name in sys::list_netns() {
-        let Some(tag) = tag_of_netns_name(&name) else { continue };
-        let alive = *owners.entry(tag.to_owned()).or_insert_with(|| match read_owner(tag) {
-            // Our own process owns it only while a live topology says so.
-            Some(owner) if owner == me() => live_here.iter().any(|t| t == tag),
-            Some(owner) => owner_alive(owner),
-            None => false,
-        });
+        let Some(tag) = tag_of_netns_name(&name) else {
+            continue;
+        };
+        let alive = *owners
+            .entry(tag.to_owned())
+            .or_insert_with(|| match read_owner(tag) {
+                // Our own process owns it only while a live topology says so.
+                Some(owner) if owner == me() => live_here.iter().any(|t| t == tag),
+                Some(owner) => owner_alive(owner),
+                None => false,
+            });
         if !alive {
             leftovers.push(name);
         }
@@ -126,13 +169,10 @@ pub fn clean_leftovers() -> Result<usize, LabNetError> {
     if let Ok(dir) = fs::read_dir(PID_DIR) {
         for entry in dir.flatten() {
             let name = entry.file_name();
-            let Some(tag) = name.to_str().and_then(|n| n.strip_suffix(".pid")) else { continue };
-            let stale = match read_owner(tag) {
-                Some(owner) if owner == me() => !live_here.iter().any(|t| t == tag),
-                Some(owner) => !owner_alive(owner),
-                None => true,
+            let Some(tag) = name.to_str().and_then(|n| n.strip_suffix(".pid")) else {
+                continue;
             };
-            if stale {
+            if tag_abandoned(tag, &live_here) {
                 let _ = fs::remove_file(entry.path());
             }
         }
@@ -145,7 +185,10 @@ pub fn clean_leftovers() -> Result<usize, LabNetError> {
 
 /// Stops processes inside the namespaces (SIGTERM, then SIGKILL after `grace`), then removes the
 /// namespace handles.
-pub(crate) fn remove_namespaces(names: &[String], grace: std::time::Duration) -> Result<(), LabNetError> {
+pub(crate) fn remove_namespaces(
+    names: &[String],
+    grace: std::time::Duration,
+) -> Result<(), LabNetError> {
     let inodes: Vec<u64> = names.iter().filter_map(|n| sys::netns_inode(n)).collect();
     let pids = sys::processes_in(&inodes);
     if !pids.is_empty() {
@@ -174,7 +217,10 @@ pub(crate) fn remove_namespaces(names: &[String], grace: std::time::Duration) ->
 pub fn cleanup_live_topologies() -> usize {
     let (topologies, children) = {
         let mut reg = registry();
-        (std::mem::take(&mut reg.topologies), std::mem::take(&mut reg.children))
+        (
+            std::mem::take(&mut reg.topologies),
+            std::mem::take(&mut reg.children),
+        )
     };
     for &pgid in children.keys() {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
@@ -194,7 +240,8 @@ pub fn install_cleanup_on_signal() -> Result<(), LabNetError> {
     if INSTALLED.get().is_some() {
         return Ok(());
     }
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(LabNetError::Signals)?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(LabNetError::Signals)?;
     std::thread::Builder::new()
         .name("labnet-signals".into())
         .spawn(move || {

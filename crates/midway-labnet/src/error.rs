@@ -17,10 +17,16 @@ pub enum LabNetError {
     #[error("host {0:?} is defined twice")]
     DuplicateHost(String),
     #[error("link #{index} names host {host:?}, which is not defined (hosts: {known})")]
-    UnknownHost { index: usize, host: String, known: String },
+    UnknownHost {
+        index: usize,
+        host: String,
+        known: String,
+    },
     #[error("link #{index} joins host {host:?} to itself")]
     SelfLink { index: usize, host: String },
-    #[error("hosts {a:?} and {b:?} are joined by more than one link; one link per pair is supported")]
+    #[error(
+        "hosts {a:?} and {b:?} are joined by more than one link; one link per pair is supported"
+    )]
     DuplicateLink { a: String, b: String },
     #[error("the topology has {count} links; at most {max} are supported (one /24 per link)")]
     TooManyLinks { count: usize, max: usize },
@@ -41,7 +47,11 @@ pub enum LabNetError {
         source: std::io::Error,
     },
     #[error("`{command}` failed ({status}): {stderr}")]
-    CommandFailed { command: String, status: String, stderr: String },
+    CommandFailed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     #[error("{what} {path:?}")]
     Io {
         what: &'static str,
@@ -55,12 +65,20 @@ pub enum LabNetError {
         #[source]
         source: nix::Error,
     },
+    #[error("link #{index} ({a} -> {b}) is configured wrongly")]
+    InvalidLinkConfig {
+        index: usize,
+        a: String,
+        b: String,
+        #[source]
+        source: midway_linkemu::ConfigError,
+    },
     #[error("the link emulator between {a:?} and {b:?} failed to start")]
     LinkEmulator {
         a: String,
         b: String,
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+        source: midway_linkemu::DriverError,
     },
     #[error("could not install the signal handlers")]
     Signals(#[source] std::io::Error),
@@ -80,6 +98,10 @@ pub enum LabNetError {
 
 impl LabNetError {
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        LabNetError::Io { what, path: path.into(), source }
+        LabNetError::Io {
+            what,
+            path: path.into(),
+            source,
+        }
     }
 }

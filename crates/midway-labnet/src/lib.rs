@@ -1,1 +1,45 @@
-//! midway-labnet
+//! midway-labnet: the lab's networks.
+//!
+//! A [`Topology`] is a set of hosts, each a Linux network namespace, joined by point-to-point links
+//! that midway's own emulator ([`midway_linkemu`]) shapes per direction (delay, rate, queue, loss).
+//! Wiring of one link a—b:
+//!
+//! ```text
+//!  ns "mw<tag>-a"            ns "mw<tag>.l<n>" (no IP, no IPv6)          ns "mw<tag>-b"
+//!  [to-b 10.0.n.1] ==veth== [pa] <- emulator thread pair -> [pb] ==veth== [to-a 10.0.n.2]
+//! ```
+//!
+//! Every link has its own 10.0.n.0/24 and fd00:0:n::/64 (n = link number from 1); routes follow
+//! shortest paths; hosts with more than one link forward. Offloads are off on all four veth ends
+//! so each packet is one frame. Hosts get a TCP [`StackProfile`] (`modern` or `legacy`).
+//!
+//! Nothing must outlive a run: `Drop` of a topology tears it down, [`install_cleanup_on_signal`]
+//! covers Ctrl-C and SIGTERM, and [`clean_leftovers`] removes what a killed run left (owner pids
+//! are recorded per tag in `/run/midway-lab/<tag>.pid`).
+//!
+//! [`selftest`] checks the emulated links against their configuration with real traffic.
+
+mod cleanup;
+mod error;
+pub mod probe;
+pub mod selftest;
+mod spec;
+mod stack;
+mod sys;
+mod topology;
+
+pub use cleanup::{
+    clean_leftovers, cleanup_live_topologies, install_cleanup_on_signal, require_root, PID_DIR,
+};
+pub use error::LabNetError;
+pub use midway_linkemu::{DirectionConfig, DirectionStats, LossModel, QueueLimit};
+pub use spec::{
+    host_netns_name, link_netns_name, tag_of_netns_name, validate, validate_tag, HostSpec,
+    LinkSpec, StackProfile, TopologySpec, MAX_HOST_NAME, MAX_LINKS, MAX_TAG, NAME_PREFIX,
+};
+pub use stack::{
+    route_metrics, stack_notes, sysctls, LEGACY_INITCWND, LEGACY_MSS, LEGACY_RCVBUF,
+    LEGACY_RTO_MIN_MS,
+};
+pub use sys::NETNS_DIR;
+pub use topology::{fresh_tag, link_seed, HostChild, Topology, MTU};

@@ -72,11 +72,16 @@ pub struct LinkSpec {
 pub fn validate_tag(tag: &str) -> Result<(), LabNetError> {
     let ok = !tag.is_empty()
         && tag.len() <= MAX_TAG
-        && tag.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        && tag
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     if ok {
         Ok(())
     } else {
-        Err(LabNetError::InvalidTag { tag: tag.to_owned(), max: MAX_TAG })
+        Err(LabNetError::InvalidTag {
+            tag: tag.to_owned(),
+            max: MAX_TAG,
+        })
     }
 }
 
@@ -88,7 +93,10 @@ fn validate_host_name(name: &str) -> Result<(), LabNetError> {
     if ok {
         Ok(())
     } else {
-        Err(LabNetError::InvalidHostName { name: name.to_owned(), max: MAX_HOST_NAME })
+        Err(LabNetError::InvalidHostName {
+            name: name.to_owned(),
+            max: MAX_HOST_NAME,
+        })
     }
 }
 
@@ -106,22 +114,58 @@ pub fn validate(spec: &TopologySpec) -> Result<(), LabNetError> {
         }
     }
     if spec.links.len() > MAX_LINKS {
-        return Err(LabNetError::TooManyLinks { count: spec.links.len(), max: MAX_LINKS });
+        return Err(LabNetError::TooManyLinks {
+            count: spec.links.len(),
+            max: MAX_LINKS,
+        });
     }
-    let known = || spec.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ");
+    let known = || {
+        spec.hosts
+            .iter()
+            .map(|h| h.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut pairs = BTreeMap::new();
     for (index, link) in spec.links.iter().enumerate() {
         for end in [&link.a, &link.b] {
             if !seen.contains_key(end.as_str()) {
-                return Err(LabNetError::UnknownHost { index, host: end.clone(), known: known() });
+                return Err(LabNetError::UnknownHost {
+                    index,
+                    host: end.clone(),
+                    known: known(),
+                });
             }
         }
         if link.a == link.b {
-            return Err(LabNetError::SelfLink { index, host: link.a.clone() });
+            return Err(LabNetError::SelfLink {
+                index,
+                host: link.a.clone(),
+            });
         }
-        let pair = if link.a < link.b { (&link.a, &link.b) } else { (&link.b, &link.a) };
+        for (from, to, config) in [
+            (&link.a, &link.b, &link.a_to_b),
+            (&link.b, &link.a, &link.b_to_a),
+        ] {
+            config
+                .validate()
+                .map_err(|source| LabNetError::InvalidLinkConfig {
+                    index,
+                    a: from.clone(),
+                    b: to.clone(),
+                    source,
+                })?;
+        }
+        let pair = if link.a < link.b {
+            (&link.a, &link.b)
+        } else {
+            (&link.b, &link.a)
+        };
         if pairs.insert(pair, ()).is_some() {
-            return Err(LabNetError::DuplicateLink { a: link.a.clone(), b: link.b.clone() });
+            return Err(LabNetError::DuplicateLink {
+                a: link.a.clone(),
+                b: link.b.clone(),
+            });
         }
     }
     Ok(())
@@ -176,7 +220,6 @@ pub(crate) struct RoutePlan {
 pub(crate) struct HostPlan {
     pub name: String,
     pub netns: String,
-    pub stack: StackProfile,
     /// Indices of the links this host is on.
     pub links: Vec<usize>,
     pub routes: Vec<RoutePlan>,
@@ -210,7 +253,11 @@ impl Plan {
 
     pub fn end(&self, host: usize, neighbour: usize) -> Option<&HostEnd> {
         let (l, is_a) = self.link_between(host, neighbour)?;
-        Some(if is_a { &self.links[l].a } else { &self.links[l].b })
+        Some(if is_a {
+            &self.links[l].a
+        } else {
+            &self.links[l].b
+        })
     }
 }
 
@@ -228,14 +275,18 @@ fn host_iface_name(neighbour: &str, link_index: usize) -> String {
 pub(crate) fn plan(spec: &TopologySpec, tag: &str) -> Result<Plan, LabNetError> {
     validate_tag(tag)?;
     validate(spec)?;
-    let index_of = |name: &str| spec.hosts.iter().position(|h| h.name == name).expect("validated");
+    let index_of = |name: &str| {
+        spec.hosts
+            .iter()
+            .position(|h| h.name == name)
+            .expect("validated")
+    };
     let mut hosts: Vec<HostPlan> = spec
         .hosts
         .iter()
         .map(|h| HostPlan {
             name: h.name.clone(),
             netns: host_netns_name(tag, &h.name),
-            stack: h.stack,
             links: Vec::new(),
             routes: Vec::new(),
         })
@@ -245,8 +296,11 @@ pub(crate) fn plan(spec: &TopologySpec, tag: &str) -> Result<Plan, LabNetError> 
         let (a, b) = (index_of(&link.a), index_of(&link.b));
         let third = u8::try_from(l + 1).expect("at most MAX_LINKS links");
         let v4_prefix = Ipv4Net::new(Ipv4Addr::new(10, 0, third, 0), 24).expect("valid prefix");
-        let v6_prefix =
-            Ipv6Net::new(Ipv6Addr::new(0xfd00, 0, u16::from(third), 0, 0, 0, 0, 0), 64).expect("valid prefix");
+        let v6_prefix = Ipv6Net::new(
+            Ipv6Addr::new(0xfd00, 0, u16::from(third), 0, 0, 0, 0, 0),
+            64,
+        )
+        .expect("valid prefix");
         let end = |host: usize, neighbour: &str, last: u8| HostEnd {
             host,
             iface: host_iface_name(neighbour, l),
@@ -281,7 +335,11 @@ fn bfs(plan: &Plan, from: usize) -> Vec<Option<(usize, usize)>> {
         let (hops, first) = best[h].expect("queued hosts are reached");
         for &l in &plan.hosts[h].links {
             let link = &plan.links[l];
-            let next = if link.a.host == h { link.b.host } else { link.a.host };
+            let next = if link.a.host == h {
+                link.b.host
+            } else {
+                link.a.host
+            };
             if best[next].is_none() {
                 let first = if h == from { l } else { first };
                 best[next] = Some((hops + 1, first));
@@ -306,11 +364,25 @@ fn routes_for(plan: &Plan, h: usize) -> Vec<RoutePlan> {
             (None, Some(b)) => Some(b),
             (None, None) => None,
         };
-        let Some((_, first_link)) = target else { continue };
+        let Some((_, first_link)) = target else {
+            continue;
+        };
         let first = &plan.links[first_link];
-        let (mine, theirs) = if first.a.host == h { (&first.a, &first.b) } else { (&first.b, &first.a) };
-        routes.push(RoutePlan { prefix: IpNet::V4(link.v4_prefix), via: IpAddr::V4(theirs.v4), dev: mine.iface.clone() });
-        routes.push(RoutePlan { prefix: IpNet::V6(link.v6_prefix), via: IpAddr::V6(theirs.v6), dev: mine.iface.clone() });
+        let (mine, theirs) = if first.a.host == h {
+            (&first.a, &first.b)
+        } else {
+            (&first.b, &first.a)
+        };
+        routes.push(RoutePlan {
+            prefix: IpNet::V4(link.v4_prefix),
+            via: IpAddr::V4(theirs.v4),
+            dev: mine.iface.clone(),
+        });
+        routes.push(RoutePlan {
+            prefix: IpNet::V6(link.v6_prefix),
+            via: IpAddr::V6(theirs.v6),
+            dev: mine.iface.clone(),
+        });
     }
     routes
 }
@@ -320,11 +392,19 @@ mod tests {
     use super::*;
 
     fn host(name: &str) -> HostSpec {
-        HostSpec { name: name.into(), stack: StackProfile::Modern }
+        HostSpec {
+            name: name.into(),
+            stack: StackProfile::Modern,
+        }
     }
 
     fn link(a: &str, b: &str) -> LinkSpec {
-        LinkSpec { a: a.into(), b: b.into(), a_to_b: DirectionConfig::default(), b_to_a: DirectionConfig::default() }
+        LinkSpec {
+            a: a.into(),
+            b: b.into(),
+            a_to_b: DirectionConfig::default(),
+            b_to_a: DirectionConfig::default(),
+        }
     }
 
     fn chain() -> TopologySpec {
@@ -340,7 +420,10 @@ mod tests {
         assert_eq!(plan.hosts[0].netns, "mwt1-client");
         assert_eq!(plan.links[1].netns, "mwt1.l2");
         let c = plan.end(0, 1).unwrap();
-        assert_eq!((c.iface.as_str(), c.v4), ("to-proxy", Ipv4Addr::new(10, 0, 1, 1)));
+        assert_eq!(
+            (c.iface.as_str(), c.v4),
+            ("to-proxy", Ipv4Addr::new(10, 0, 1, 1))
+        );
         let s = plan.end(2, 1).unwrap();
         assert_eq!(s.v4, Ipv4Addr::new(10, 0, 2, 2));
         assert_eq!(s.v6, "fd00:0:2::2".parse::<Ipv6Addr>().unwrap());
@@ -348,12 +431,23 @@ mod tests {
         assert_eq!(
             plan.hosts[0].routes,
             vec![
-                RoutePlan { prefix: "10.0.2.0/24".parse().unwrap(), via: "10.0.1.2".parse().unwrap(), dev: "to-proxy".into() },
-                RoutePlan { prefix: "fd00:0:2::/64".parse().unwrap(), via: "fd00:0:1::2".parse().unwrap(), dev: "to-proxy".into() },
+                RoutePlan {
+                    prefix: "10.0.2.0/24".parse().unwrap(),
+                    via: "10.0.1.2".parse().unwrap(),
+                    dev: "to-proxy".into()
+                },
+                RoutePlan {
+                    prefix: "fd00:0:2::/64".parse().unwrap(),
+                    via: "fd00:0:1::2".parse().unwrap(),
+                    dev: "to-proxy".into()
+                },
             ]
         );
         assert!(plan.hosts[1].routes.is_empty());
-        assert_eq!(plan.hosts[2].routes[0].via, "10.0.2.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            plan.hosts[2].routes[0].via,
+            "10.0.2.1".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]
@@ -361,13 +455,24 @@ mod tests {
         // a - b - c - d and a shortcut a - d: a reaches c's links via the nearer end.
         let spec = TopologySpec {
             hosts: ["a", "b", "c", "d"].into_iter().map(host).collect(),
-            links: vec![link("a", "b"), link("b", "c"), link("c", "d"), link("a", "d")],
+            links: vec![
+                link("a", "b"),
+                link("b", "c"),
+                link("c", "d"),
+                link("a", "d"),
+            ],
         };
         let plan = plan(&spec, "x").unwrap();
         let a_routes = &plan.hosts[0].routes;
-        let to_bc = a_routes.iter().find(|r| r.prefix == "10.0.2.0/24".parse().unwrap()).unwrap();
+        let to_bc = a_routes
+            .iter()
+            .find(|r| r.prefix == "10.0.2.0/24".parse().unwrap())
+            .unwrap();
         assert_eq!(to_bc.dev, "to-b");
-        let to_cd = a_routes.iter().find(|r| r.prefix == "10.0.3.0/24".parse().unwrap()).unwrap();
+        let to_cd = a_routes
+            .iter()
+            .find(|r| r.prefix == "10.0.3.0/24".parse().unwrap())
+            .unwrap();
         assert_eq!(to_cd.dev, "to-d");
         assert_eq!(to_cd.via, "10.0.4.2".parse::<IpAddr>().unwrap());
     }
@@ -387,26 +492,53 @@ mod tests {
     fn validation_errors() {
         let mut spec = chain();
         spec.links.push(link("client", "nowhere"));
-        assert!(matches!(plan(&spec, "t"), Err(LabNetError::UnknownHost { index: 2, .. })));
+        assert!(matches!(
+            plan(&spec, "t"),
+            Err(LabNetError::UnknownHost { index: 2, .. })
+        ));
         let mut spec = chain();
         spec.hosts.push(host("proxy"));
         assert!(matches!(plan(&spec, "t"), Err(LabNetError::DuplicateHost(h)) if h == "proxy"));
         let mut spec = chain();
         spec.links.push(link("server", "proxy"));
-        assert!(matches!(plan(&spec, "t"), Err(LabNetError::DuplicateLink { .. })));
+        assert!(matches!(
+            plan(&spec, "t"),
+            Err(LabNetError::DuplicateLink { .. })
+        ));
         let mut spec = chain();
         spec.links.push(link("proxy", "proxy"));
-        assert!(matches!(plan(&spec, "t"), Err(LabNetError::SelfLink { .. })));
+        assert!(matches!(
+            plan(&spec, "t"),
+            Err(LabNetError::SelfLink { .. })
+        ));
         let mut spec = chain();
         spec.hosts[0].name = "Bad.Name".into();
-        assert!(matches!(plan(&spec, "t"), Err(LabNetError::InvalidHostName { .. })));
-        assert!(matches!(plan(&chain(), "has-dash"), Err(LabNetError::InvalidTag { .. })));
-        assert!(matches!(plan(&TopologySpec { hosts: vec![], links: vec![] }, "t"), Err(LabNetError::NoHosts)));
+        assert!(matches!(
+            plan(&spec, "t"),
+            Err(LabNetError::InvalidHostName { .. })
+        ));
+        assert!(matches!(
+            plan(&chain(), "has-dash"),
+            Err(LabNetError::InvalidTag { .. })
+        ));
+        assert!(matches!(
+            plan(
+                &TopologySpec {
+                    hosts: vec![],
+                    links: vec![]
+                },
+                "t"
+            ),
+            Err(LabNetError::NoHosts)
+        ));
     }
 
     #[test]
     fn tags_round_trip_through_names() {
-        assert_eq!(tag_of_netns_name(&host_netns_name("ab12", "my-host")), Some("ab12"));
+        assert_eq!(
+            tag_of_netns_name(&host_netns_name("ab12", "my-host")),
+            Some("ab12")
+        );
         assert_eq!(tag_of_netns_name(&link_netns_name("ab12", 3)), Some("ab12"));
         assert_eq!(tag_of_netns_name("mwprobe"), None);
         assert_eq!(tag_of_netns_name("other-ns"), None);
@@ -414,8 +546,14 @@ mod tests {
 
     #[test]
     fn stack_profile_serde_is_lowercase() {
-        assert_eq!(serde_json::to_string(&StackProfile::Legacy).unwrap(), "\"legacy\"");
-        assert_eq!(serde_json::from_str::<StackProfile>("\"modern\"").unwrap(), StackProfile::Modern);
+        assert_eq!(
+            serde_json::to_string(&StackProfile::Legacy).unwrap(),
+            "\"legacy\""
+        );
+        assert_eq!(
+            serde_json::from_str::<StackProfile>("\"modern\"").unwrap(),
+            StackProfile::Modern
+        );
         assert!(serde_json::from_str::<StackProfile>("\"Modern\"").is_err());
     }
 }

@@ -9,8 +9,9 @@ use crate::error::LabNetError;
 use crate::spec::StackProfile;
 use crate::sys;
 
-/// Receive buffer of legacy hosts (the papers' 8 KB windows). Linux advertises only part of it;
-/// see [`stack_notes`] and measure the real window with `Topology::advertised_window`.
+/// Receive buffer of legacy hosts as a program would ask with SO_RCVBUF (the papers' 8 KB
+/// windows). Linux doubles SO_RCVBUF and advertises only part of the buffer, so tcp_rmem gets twice
+/// this; the real window is about 8 KB (8040 bytes on kernel 6.18) — measure it with `Topology::advertised_window`.
 pub const LEGACY_RCVBUF: u32 = 8192;
 /// MSS legacy hosts advertise (and use on IPv4 end hosts, through the route MTU 576).
 pub const LEGACY_MSS: u32 = 536;
@@ -51,7 +52,10 @@ pub fn sysctls(profile: StackProfile) -> Result<Vec<(&'static str, String)>, Lab
             ("net.ipv4.tcp_early_retrans", "0".into()),
             ("net.ipv4.tcp_frto", "0".into()),
             ("net.ipv4.tcp_moderate_rcvbuf", "0".into()),
-            ("net.ipv4.tcp_rmem", format!("4096 {LEGACY_RCVBUF} {LEGACY_RCVBUF}")),
+            (
+                "net.ipv4.tcp_rmem",
+                format!("4096 {0} {0}", 2 * LEGACY_RCVBUF),
+            ),
         ]),
     }
 }
@@ -86,7 +90,9 @@ fn fresh_defaults() -> Result<&'static [(&'static str, String)], LabNetError> {
             path: "(new namespace)".into(),
             source,
         })?;
-        KEYS.iter().map(|&k| Ok((k, sys::read_sysctl(k)?))).collect()
+        KEYS.iter()
+            .map(|&k| Ok((k, sys::read_sysctl(k)?)))
+            .collect()
     })
     .join()
     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
@@ -97,17 +103,20 @@ fn fresh_defaults() -> Result<&'static [(&'static str, String)], LabNetError> {
 pub fn stack_notes(profile: StackProfile) -> &'static str {
     match profile {
         StackProfile::Modern => {
-            "modern: the kernel's defaults of a fresh network namespace (on this kernel: BBR, SACK, \
-             D-SACK, timestamps, window scaling, RACK and tail-loss probes, F-RTO, initial window 10, \
-             minimum RTO 200 ms, receive-buffer autotuning up to tcp_rmem's maximum)."
+            "modern: the kernel's defaults of a fresh network namespace, as read on kernel 6.18: \
+             tcp_congestion_control bbr (allowed: reno bbr), tcp_sack 1, tcp_dsack 1, \
+             tcp_timestamps 1, tcp_window_scaling 1, tcp_recovery 1 (RACK), tcp_early_retrans 3 \
+             (tail-loss probes), tcp_frto 2, tcp_rto_min_us 200000, tcp_rmem 4096 131072 33554432 \
+             with autotuning, tcp_wmem 4096 16384 4194304, initial window 10."
         }
         StackProfile::Legacy => {
             "legacy: Reno, no SACK/D-SACK, no timestamps, no window scaling, RACK, tail-loss probes \
              and F-RTO off, route rto_min 1000 ms, initcwnd 2, advmss 536 (IPv4 end hosts also send \
              536-byte segments through route MTU 576; IPv6 hosts and forwarding hosts only advertise \
-             536), tcp_rmem 8192. What Linux cannot imitate: (1) the window: SO_RCVBUF is doubled and \
-             only part of it advertised, so an 8 KB buffer gives a smaller window (about 14 x 536 = \
-             7504 bytes when asked for 8192) — the lab reports the measured one; (2) Linux `reno` is \
+             536), tcp_rmem 16384 (what SO_RCVBUF 8192 gives). What Linux cannot imitate: (1) the window: SO_RCVBUF is doubled and \
+             only part of it advertised, so asking for 8192 gives a window of whole segments near, \
+             but not exactly, 8192 bytes (measured on kernel 6.18: 8040 = 15 x 536) — the lab \
+             reports the measured one; (2) Linux `reno` is \
              NewReno with limited transmit, PRR and undo; Tahoe and the original Reno cannot be \
              selected; (3) delayed ACKs are adaptive (quick-ACK at start, 40-200 ms), not a fixed \
              200 ms BSD timer; (4) there is no 500 ms timer tick: rto_min raises the floor but the RTO \

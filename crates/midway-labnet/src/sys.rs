@@ -24,13 +24,26 @@ pub fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let described = describe(&cmd);
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    let mut child = cmd.spawn().map_err(|source| LabNetError::Spawn { program: program.clone(), source })?;
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().map_err(|source| LabNetError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().expect("stdin was piped");
-        pipe.write_all(input.as_bytes()).map_err(|source| LabNetError::Spawn { program: program.clone(), source })?;
+        pipe.write_all(input.as_bytes())
+            .map_err(|source| LabNetError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
     }
-    let out = child.wait_with_output().map_err(|source| LabNetError::Spawn { program, source })?;
+    let out = child
+        .wait_with_output()
+        .map_err(|source| LabNetError::Spawn { program, source })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -77,7 +90,9 @@ pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), LabNetError
 pub fn offloads_off(netns: &str, iface: &str) -> Result<(), LabNetError> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", netns, "ethtool", "-K", iface]);
-    cmd.args(["gso", "off", "tso", "off", "gro", "off", "tx", "off", "rx", "off", "sg", "off"]);
+    cmd.args([
+        "gso", "off", "tso", "off", "gro", "off", "tx", "off", "rx", "off", "sg", "off",
+    ]);
     run(cmd, None)
 }
 
@@ -87,17 +102,25 @@ pub fn in_netns<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, LabNetError> {
-    let file = fs::File::open(path).map_err(|e| LabNetError::io("cannot open network namespace", path, e))?;
+    let file = fs::File::open(path)
+        .map_err(|e| LabNetError::io("cannot open network namespace", path, e))?;
     let owned_path = path.to_path_buf();
     let handle = std::thread::Builder::new()
         .name("labnet-in-host".into())
         .spawn(move || {
             // setns affects only this thread; it ends when f returns, so no other code runs here.
-            setns(file.as_fd(), CloneFlags::CLONE_NEWNET)
-                .map_err(|source| LabNetError::EnterNamespace { path: owned_path, source })?;
+            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
+                LabNetError::EnterNamespace {
+                    path: owned_path,
+                    source,
+                }
+            })?;
             Ok(f())
         })
-        .map_err(|source| LabNetError::Spawn { program: "thread".into(), source })?;
+        .map_err(|source| LabNetError::Spawn {
+            program: "thread".into(),
+            source,
+        })?;
     match handle.join() {
         Ok(result) => result,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -133,13 +156,21 @@ pub fn processes_in(inodes: &[u64]) -> Vec<i32> {
         return Vec::new();
     }
     let me = std::process::id() as i32;
-    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me)
         .filter(|pid| {
             fs::read_link(format!("/proc/{pid}/ns/net"))
                 .ok()
-                .and_then(|l| l.to_str()?.strip_prefix("net:[")?.strip_suffix(']')?.parse::<u64>().ok())
+                .and_then(|l| {
+                    l.to_str()?
+                        .strip_prefix("net:[")?
+                        .strip_suffix(']')?
+                        .parse::<u64>()
+                        .ok()
+                })
                 .is_some_and(|ino| inodes.contains(&ino))
         })
         .collect()
@@ -155,7 +186,13 @@ pub fn delete_netns(name: &str) -> Result<bool, LabNetError> {
     }
     match nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH) {
         Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => return Err(LabNetError::io("cannot unmount namespace", path, std::io::Error::from(e))),
+        Err(e) => {
+            return Err(LabNetError::io(
+                "cannot unmount namespace",
+                path,
+                std::io::Error::from(e),
+            ))
+        }
     }
     match fs::remove_file(&path) {
         Ok(()) => Ok(true),
@@ -166,8 +203,12 @@ pub fn delete_netns(name: &str) -> Result<bool, LabNetError> {
 
 /// Names of all namespace handles in `/run/netns`.
 pub fn list_netns() -> Vec<String> {
-    let Ok(dir) = fs::read_dir(NETNS_DIR) else { return Vec::new() };
-    let mut names: Vec<String> = dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    let Ok(dir) = fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
     names.sort();
     names
 }

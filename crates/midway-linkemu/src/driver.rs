@@ -13,8 +13,10 @@
 //! 50 us to every departure) and does not busy-poll; see the crate's report for measured RTT error.
 //!
 //! Offloads (GSO/TSO/GRO, checksum) must be off on both interfaces so that every frame is at most
-//! one MTU; the caller (midway-labnet) does that with ethtool. Frames larger than the receive
-//! buffer are counted in `io_errors` and dropped.
+//! one MTU and carries its checksum; the caller (midway-labnet) does that with ethtool. The driver
+//! counts what it sees of offloads left on: frames longer than the egress MTU (dropped, in
+//! `oversized_frames`) and frames whose checksum is still to be computed (forwarded, in
+//! `partial_checksum_frames`; the receiving host will drop them).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use nix::sched::CloneFlags;
 
 use crate::classify::is_pure_tcp_ack;
-use crate::engine::{Direction, DirectionStats, Verdict};
+use crate::engine::{Direction, DirectionStats, Verdict, LATE_SEND_THRESHOLD_NS};
 use crate::{ConfigError, DirectionConfig};
 
 /// Longest time a direction thread sleeps before looking at the stop flag.
@@ -43,12 +45,20 @@ pub const MAX_HELD_BYTES: usize = 64 << 20;
 pub const RECEIVE_BUFFER_BYTES: libc::c_int = 32 << 20;
 /// Largest frame read; bigger ones (offloads left on) are counted as I/O errors.
 const MAX_FRAME_BYTES: usize = 65_536 + 64;
+const ETHERNET_HEADER_LEN: usize = 14;
+/// A kernel timestamp older than this (1 s) is taken for a wall-clock step and ignored.
+const MAX_RECEIVE_LATENESS_NS: u64 = 1_000_000_000;
+const VLAN_TAG_LEN: usize = 4;
 /// Frames read in one go before due departures are sent again.
 const RECEIVE_BATCH: usize = 64;
 /// How often the shared statistics (and the kernel's drop counter) are refreshed.
 const STATS_INTERVAL: Duration = Duration::from_millis(20);
 /// Added to the link seed for the b-to-a direction so the two directions draw different numbers.
 const REVERSE_SEED_OFFSET: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Default `SCHED_FIFO` priority of the direction threads (see [`DriverOptions`]).
+pub const DEFAULT_REALTIME_PRIORITY: Option<u8> = Some(10);
+/// Default [`DriverOptions::busy_poll`].
+pub const DEFAULT_BUSY_POLL: Duration = Duration::ZERO;
 
 /// Why a link could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +100,29 @@ pub enum DriverError {
     ThreadVanished,
 }
 
+/// How the direction threads run; [`spawn_link`] uses [`DriverOptions::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverOptions {
+    /// Run the direction threads under `SCHED_FIFO` with this priority (1..=99), so that busy
+    /// hosts (TCP endpoints, the proxy, compilers) cannot delay the emulated network. `None`, or
+    /// a refusal by the kernel (logged as a warning), leaves them under the normal scheduler. The
+    /// kernel's RT throttling (`sched_rt_runtime_us`) still bounds their CPU share.
+    pub realtime_priority: Option<u8>,
+    /// The thread stops sleeping this long before the next departure and polls the socket
+    /// without blocking until it is due, trading CPU for timing accuracy (timer wake-ups are
+    /// often tens of microseconds late). Zero = always sleep until the departure time.
+    pub busy_poll: Duration,
+}
+
+impl Default for DriverOptions {
+    fn default() -> Self {
+        DriverOptions {
+            realtime_priority: DEFAULT_REALTIME_PRIORITY,
+            busy_poll: DEFAULT_BUSY_POLL,
+        }
+    }
+}
+
 /// The seeds of the two directions of a link started with `seed` (a-to-b, b-to-a).
 pub fn direction_seeds(seed: u64) -> (u64, u64) {
     (seed, seed.wrapping_add(REVERSE_SEED_OFFSET))
@@ -125,6 +158,27 @@ pub fn spawn_link(
     b_to_a: DirectionConfig,
     seed: u64,
 ) -> Result<LinkHandle, DriverError> {
+    spawn_link_with_options(
+        netns,
+        iface_a,
+        iface_b,
+        a_to_b,
+        b_to_a,
+        seed,
+        DriverOptions::default(),
+    )
+}
+
+/// [`spawn_link`] with explicit [`DriverOptions`].
+pub fn spawn_link_with_options(
+    netns: &Path,
+    iface_a: &str,
+    iface_b: &str,
+    a_to_b: DirectionConfig,
+    b_to_a: DirectionConfig,
+    seed: u64,
+    options: DriverOptions,
+) -> Result<LinkHandle, DriverError> {
     a_to_b
         .validate()
         .map_err(|source| DriverError::InvalidConfig {
@@ -158,6 +212,7 @@ pub fn spawn_link(
             seed: direction_seed,
             stop: handle.stop.clone(),
             stats,
+            options,
         };
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -217,11 +272,14 @@ struct DirectionPlan {
     seed: u64,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<DirectionStats>>,
+    options: DriverOptions,
 }
 
 struct Sockets {
     receive: OwnedFd,
     send: OwnedFd,
+    /// Longest frame the egress interface can send: MTU + Ethernet header + one VLAN tag.
+    max_frame_len: usize,
 }
 
 fn run_direction(plan: DirectionPlan, ready: mpsc::Sender<Result<(), DriverError>>) {
@@ -251,11 +309,29 @@ fn open_sockets(plan: &DirectionPlan) -> Result<Sockets, DriverError> {
     // Wake up on time: the default 50 us timer slack would be added to every departure.
     // SAFETY: prctl with PR_SET_TIMERSLACK takes an integer argument and touches no memory.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    if let Some(priority) = plan.options.realtime_priority {
+        let parameters = libc::sched_param {
+            sched_priority: libc::c_int::from(priority.clamp(1, 99)),
+        };
+        // SAFETY: pid 0 = the calling thread; parameters is a valid sched_param.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &parameters) } != 0 {
+            tracing::warn!(
+                error = %io::Error::last_os_error(),
+                interface = %plan.ingress,
+                "cannot use SCHED_FIFO for the link thread; link timing may suffer under load"
+            );
+        }
+    }
     let ingress_index = interface_index(&plan.ingress)?;
     let egress_index = interface_index(&plan.egress)?;
     let receive = open_receive_socket(&plan.ingress, ingress_index)?;
     let send = open_send_socket(&plan.egress, egress_index)?;
-    Ok(Sockets { receive, send })
+    let mtu = interface_mtu(send.as_raw_fd(), &plan.egress)?;
+    Ok(Sockets {
+        receive,
+        send,
+        max_frame_len: mtu + ETHERNET_HEADER_LEN + VLAN_TAG_LEN,
+    })
 }
 
 fn interface_index(name: &str) -> Result<libc::c_int, DriverError> {
@@ -266,6 +342,22 @@ fn interface_index(name: &str) -> Result<libc::c_int, DriverError> {
         })?;
     // Interface indexes are positive ints in the kernel.
     Ok(index as libc::c_int)
+}
+
+fn interface_mtu(fd: RawFd, name: &str) -> Result<usize, DriverError> {
+    // SAFETY: ifreq is plain data; all-zero is a valid starting value.
+    let mut request: libc::ifreq = unsafe { mem::zeroed() };
+    // if_nametoindex succeeded, so the name fits IFNAMSIZ - 1 bytes and has no NUL.
+    for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    // SAFETY: request is a valid ifreq for SIOCGIFMTU, which writes ifru_mtu.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut request) } < 0 {
+        return Err(socket_error("read the MTU", name));
+    }
+    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
+    let mtu = unsafe { request.ifr_ifru.ifru_mtu };
+    Ok(usize::try_from(mtu).unwrap_or(0))
 }
 
 fn socket_error(action: &'static str, interface: &str) -> DriverError {
@@ -360,6 +452,13 @@ fn open_receive_socket(interface: &str, index: libc::c_int) -> Result<OwnedFd, D
         set_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &RECEIVE_BUFFER_BYTES)
             .map_err(|source| fail("set the receive buffer", source))?;
     }
+    // Kernel receive timestamps: a frame's arrival time is when the kernel got it, not when this
+    // thread woke up to read it.
+    set_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
+        .map_err(|source| fail("enable receive timestamps", source))?;
+    // Per-frame status, to notice frames whose checksum was left to an offload.
+    set_option(fd, libc::SOL_PACKET, libc::PACKET_AUXDATA, &one)
+        .map_err(|source| fail("enable PACKET_AUXDATA", source))?;
     bind_to_interface(fd, libc::ETH_P_ALL as u16, index)
         .map_err(|source| fail("bind the receive socket", source))?;
     // Frames addressed to other MACs are what a link carries; veth passes them to packet sockets
@@ -421,11 +520,35 @@ struct DriverCounters {
     kernel_drops: u64,
     dropped_memory_frames: u64,
     io_errors: u64,
+    oversized_frames: u64,
+    partial_checksum_frames: u64,
+    send_lateness_total_ns: u64,
+    send_lateness_max_ns: u64,
+    late_sends: u64,
+    receive_lateness_total_ns: u64,
+    receive_lateness_max_ns: u64,
+}
+
+impl DriverCounters {
+    fn record_send(&mut self, lateness_ns: u64) {
+        self.send_lateness_total_ns += lateness_ns;
+        self.send_lateness_max_ns = self.send_lateness_max_ns.max(lateness_ns);
+        if lateness_ns > LATE_SEND_THRESHOLD_NS {
+            self.late_sends += 1;
+        }
+    }
+
+    fn record_receive(&mut self, lateness_ns: u64) {
+        self.receive_lateness_total_ns += lateness_ns;
+        self.receive_lateness_max_ns = self.receive_lateness_max_ns.max(lateness_ns);
+    }
 }
 
 fn forward(plan: &DirectionPlan, sockets: &Sockets) {
-    let origin = Instant::now();
-    let now_ns = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let clock = ClockMap {
+        origin: Instant::now(),
+    };
+    let now_ns = || clock.now_ns();
     let mut engine = Direction::new(plan.config.clone(), plan.seed);
     let mut held: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut held_bytes = 0usize;
@@ -438,20 +561,29 @@ fn forward(plan: &DirectionPlan, sockets: &Sockets) {
     while !plan.stop.load(Ordering::Relaxed) {
         // Send everything due.
         let now = now_ns();
-        while let Some(id) = engine.pop_due(now) {
+        while let Some(departure_ns) = engine.next_departure_ns().filter(|&due| due <= now) {
+            let Some(id) = engine.pop_due(now) else {
+                break;
+            };
             let Some((held_id, frame)) = held.pop_front() else {
                 break;
             };
             debug_assert_eq!(held_id, id, "engine and frame FIFO out of step");
             held_bytes -= frame.len();
-            if !send_frame(send_fd, &frame) {
+            // Lateness is measured when the send starts: the syscall itself also runs the
+            // receiving host's stack (veth delivers in the sender's context).
+            let send_start_ns = now_ns();
+            if send_frame(send_fd, &frame) {
+                counters.record_send(send_start_ns.saturating_sub(departure_ns));
+            } else {
                 counters.io_errors += 1;
             }
         }
 
         // Wait for an arrival or the next departure.
         let wait = match engine.next_departure_ns() {
-            Some(departure) => Duration::from_nanos(departure.saturating_sub(now_ns())),
+            Some(departure) => Duration::from_nanos(departure.saturating_sub(now_ns()))
+                .saturating_sub(plan.options.busy_poll),
             None => STOP_CHECK_INTERVAL,
         }
         .min(STOP_CHECK_INTERVAL);
@@ -460,20 +592,44 @@ fn forward(plan: &DirectionPlan, sockets: &Sockets) {
         if readable {
             for _ in 0..RECEIVE_BATCH {
                 match receive_frame(receive_fd, &mut buffer) {
-                    Received::Frame(len) => {
+                    Received::Frame(ReceivedFrame {
+                        len,
+                        timestamp,
+                        partial_checksum,
+                    }) => {
+                        if partial_checksum {
+                            counters.partial_checksum_frames += 1;
+                        }
+                        if len > sockets.max_frame_len {
+                            counters.oversized_frames += 1;
+                            continue;
+                        }
                         if held_bytes + len > MAX_HELD_BYTES {
                             counters.dropped_memory_frames += 1;
                             continue;
                         }
+                        // The kernel's receive time, unless missing or implausible (in the future,
+                        // before the link started, or far in the past after a clock step), else
+                        // the time of reading.
+                        let (read_ns, realtime_offset) = clock.offset();
+                        let arrival_ns = timestamp
+                            .map(|timestamp| timespec_ns(&timestamp) - realtime_offset)
+                            .and_then(|arrival| u64::try_from(arrival).ok())
+                            .filter(|&arrival| {
+                                arrival <= read_ns && read_ns - arrival <= MAX_RECEIVE_LATENESS_NS
+                            })
+                            .unwrap_or(read_ns);
+                        counters.record_receive(read_ns - arrival_ns);
                         let frame = &buffer[..len];
                         let pure_ack = is_pure_tcp_ack(frame);
-                        if let Verdict::Accepted { id, .. } = engine.arrive(now_ns(), len, pure_ack)
+                        if let Verdict::Accepted { id, .. } =
+                            engine.arrive(arrival_ns, len, pure_ack)
                         {
                             held.push_back((id, frame.to_vec()));
                             held_bytes += len;
                         }
                     }
-                    Received::Oversized => counters.io_errors += 1,
+                    Received::Oversized => counters.oversized_frames += 1,
                     Received::Nothing => break,
                     Received::Failed => {
                         counters.io_errors += 1;
@@ -500,6 +656,13 @@ fn publish(shared: &Mutex<DirectionStats>, engine: &Direction, counters: &Driver
     stats.kernel_drops = counters.kernel_drops;
     stats.dropped_memory_frames = counters.dropped_memory_frames;
     stats.io_errors = counters.io_errors;
+    stats.oversized_frames = counters.oversized_frames;
+    stats.partial_checksum_frames = counters.partial_checksum_frames;
+    stats.send_lateness_total_ns = counters.send_lateness_total_ns;
+    stats.send_lateness_max_ns = counters.send_lateness_max_ns;
+    stats.late_sends = counters.late_sends;
+    stats.receive_lateness_total_ns = counters.receive_lateness_total_ns;
+    stats.receive_lateness_max_ns = counters.receive_lateness_max_ns;
     *shared
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner()) = stats;
@@ -521,24 +684,36 @@ fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
     result > 0
 }
 
+struct ReceivedFrame {
+    len: usize,
+    /// The kernel's receive time (CLOCK_REALTIME), if given.
+    timestamp: Option<libc::timespec>,
+    partial_checksum: bool,
+}
+
 enum Received {
-    Frame(usize),
+    Frame(ReceivedFrame),
     Oversized,
     Nothing,
     Failed,
 }
 
 fn receive_frame(fd: RawFd, buffer: &mut [u8]) -> Received {
-    // SAFETY: buffer is valid for writes of its length. MSG_TRUNC makes the kernel return the
-    // frame's real length so oversized frames are detected.
-    let result = unsafe {
-        libc::recv(
-            fd,
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-        )
+    let mut iov = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
     };
+    // Room for the SCM_TIMESTAMPNS and PACKET_AUXDATA control messages (with slack), aligned.
+    let mut control = [0u64; 32];
+    // SAFETY: msghdr is plain data; all-zero is a valid starting value.
+    let mut message: libc::msghdr = unsafe { mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = mem::size_of_val(&control);
+    // SAFETY: message points to a valid iovec and control buffer that outlive the call. MSG_TRUNC
+    // makes the kernel return the frame's real length so oversized frames are detected.
+    let result = unsafe { libc::recvmsg(fd, &mut message, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
     if result < 0 {
         let error = io::Error::last_os_error();
         return match error.kind() {
@@ -548,10 +723,61 @@ fn receive_frame(fd: RawFd, buffer: &mut [u8]) -> Received {
     }
     let len = result as usize;
     if len > buffer.len() {
-        Received::Oversized
-    } else {
-        Received::Frame(len)
+        return Received::Oversized;
     }
+    let mut timestamp = None;
+    let mut partial_checksum = false;
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET
+                && (*header).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                timestamp = Some(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(header).cast::<libc::timespec>(),
+                ));
+            } else if (*header).cmsg_level == libc::SOL_PACKET
+                && (*header).cmsg_type == libc::PACKET_AUXDATA
+            {
+                let auxdata = std::ptr::read_unaligned(
+                    libc::CMSG_DATA(header).cast::<libc::tpacket_auxdata>(),
+                );
+                partial_checksum = auxdata.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    Received::Frame(ReceivedFrame {
+        len,
+        timestamp,
+        partial_checksum,
+    })
+}
+
+/// Maps CLOCK_REALTIME kernel timestamps onto the driver's monotonic nanoseconds.
+struct ClockMap {
+    origin: Instant,
+}
+
+impl ClockMap {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// `(monotonic now, realtime now - monotonic now)` in ns, read back to back.
+    fn offset(&self) -> (u64, i128) {
+        let monotonic = self.now_ns();
+        let realtime = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|since| since.as_nanos() as i128)
+            .unwrap_or(0);
+        (monotonic, realtime - i128::from(monotonic))
+    }
+}
+
+fn timespec_ns(timestamp: &libc::timespec) -> i128 {
+    i128::from(timestamp.tv_sec) * 1_000_000_000 + i128::from(timestamp.tv_nsec)
 }
 
 /// Sends one frame; a full socket buffer is waited out briefly rather than turned into loss.

@@ -76,7 +76,26 @@ pub struct DirectionStats {
     pub dropped_memory_frames: u64,
     /// Driver: frames whose send or receive failed.
     pub io_errors: u64,
+    /// Driver: frames longer than the egress MTU allows, dropped; a sign that GRO/GSO/TSO are on
+    /// somewhere (the emulator needs one frame per packet).
+    pub oversized_frames: u64,
+    /// Driver: frames that arrived with a checksum left to offload (`TP_STATUS_CSUMNOTREADY`),
+    /// forwarded as they are; the receiver will drop them, so tx checksum offload must be off on
+    /// the hosts' interfaces.
+    pub partial_checksum_frames: u64,
+    /// Driver: sum and maximum of (actual send time - engine departure time), the emulator's own
+    /// timing error; mean lateness = total / sent_frames.
+    pub send_lateness_total_ns: u64,
+    pub send_lateness_max_ns: u64,
+    /// Driver: frames sent more than [`LATE_SEND_THRESHOLD_NS`] after their departure time.
+    pub late_sends: u64,
+    /// Driver: sum of (time the driver read the frame - time the kernel received it).
+    pub receive_lateness_total_ns: u64,
+    pub receive_lateness_max_ns: u64,
 }
+
+/// A send later than this (100 us) counts in [`DirectionStats::late_sends`].
+pub const LATE_SEND_THRESHOLD_NS: u64 = 100_000;
 
 #[derive(Debug, Clone, Copy)]
 struct Backlogged {

@@ -103,7 +103,10 @@ mod tests {
 
     #[test]
     fn prefixes_and_mapped_addresses() {
-        let acl = AccessList::new(vec!["10.1.0.0/24".parse().unwrap(), "fd00:1::/64".parse().unwrap()]);
+        let acl = AccessList::new(vec![
+            "10.1.0.0/24".parse().unwrap(),
+            "fd00:1::/64".parse().unwrap(),
+        ]);
         assert!(acl.allows("10.1.0.9".parse().unwrap()));
         assert!(acl.allows("::ffff:10.1.0.9".parse().unwrap()));
         assert!(acl.allows("fd00:1::5".parse().unwrap()));

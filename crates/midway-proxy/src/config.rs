@@ -53,6 +53,11 @@ pub const DEFAULT_NFT_TABLE: &str = "midway";
 pub const DEFAULT_NFT_MARK: u32 = 1;
 /// Routing table holding `local default dev lo` for [`DEFAULT_NFT_MARK`].
 pub const DEFAULT_NFT_ROUTE_TABLE: u32 = 100;
+/// First routing table for profiles with route-metric knobs (one table per such profile).
+pub const DEFAULT_ROUTE_KNOBS_TABLE_BASE: u32 = 1000;
+/// First `SO_MARK` for profiles with route-metric knobs; far from the small marks operators and
+/// the TPROXY rules use.
+pub const DEFAULT_ROUTE_KNOBS_MARK_BASE: u32 = 0x6d77_0000;
 
 // ---------------------------------------------------------------------------------------------
 // Stage 1: file structs
@@ -87,6 +92,8 @@ pub struct FileProxy {
     #[serde(default, with = "humantime_serde")]
     pub handshake_timeout: Option<Duration>,
     pub max_pipes: Option<usize>,
+    pub route_knobs_table_base: Option<u32>,
+    pub route_knobs_mark_base: Option<u32>,
 }
 
 /// `[metrics]`
@@ -209,6 +216,9 @@ pub struct RuntimeConfig {
     pub shutdown_grace: Duration,
     pub handshake_timeout: Duration,
     pub max_pipes: usize,
+    /// First routing table / fwmark for profiles that need route-metric knobs.
+    pub route_knobs_table_base: u32,
+    pub route_knobs_mark_base: u32,
     /// Address of the Prometheus `/metrics` endpoint, if any.
     pub metrics_listen: Option<SocketAddr>,
     pub spool_dir: PathBuf,
@@ -238,7 +248,11 @@ impl ListenerConfig {
         let mut local = None;
         let mut remote = None;
         // Sorted longest prefix first, so the first match per segment is the most specific one.
-        for over in self.client_profiles.iter().filter(|o| o.prefix.contains(&client)) {
+        for over in self
+            .client_profiles
+            .iter()
+            .filter(|o| o.prefix.contains(&client))
+        {
             if local.is_none() {
                 local = over.local_profile.as_deref();
             }
@@ -381,7 +395,7 @@ pub enum ConfigError {
         problem: String,
     },
     /// A `[profiles.*]` table is inconsistent (unknown parent, bad value, ...).
-    #[error("{origin}: [profiles]: a profile is invalid; fix the profile named below")]
+    #[error("{origin}: [profiles]: invalid profile")]
     Profile {
         origin: String,
         #[source]
@@ -413,11 +427,23 @@ fn syntax_error(text: &str, origin: &str, err: &toml::de::Error) -> ConfigError 
         Some(span) => line_column(text, span.start),
         None => (0, 0),
     };
+    let mut message = err.message().trim_end().replace('\n', "; ");
+    if message.contains("expected a duration") {
+        message.push_str(" (write e.g. \"5s\", \"500ms\", \"2m\")");
+    }
+    // Quote the offending line so the key is named even when toml's message does not name it,
+    // unless the line may hold a secret.
+    if let Some(text_line) = text.lines().nth(line.wrapping_sub(1)) {
+        let text_line = text_line.trim();
+        if !text_line.is_empty() && !text_line.contains("password") && text_line.len() <= 200 {
+            message.push_str(&format!(" in `{text_line}`"));
+        }
+    }
     ConfigError::Syntax {
         origin: origin.to_string(),
         line,
         column,
-        message: err.message().trim_end().to_string(),
+        message,
     }
 }
 
@@ -456,7 +482,12 @@ impl Validator<'_> {
         ))
     }
 
-    fn positive(&self, key: &str, value: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    fn positive(
+        &self,
+        key: &str,
+        value: Option<usize>,
+        default: usize,
+    ) -> Result<usize, ConfigError> {
         match value {
             Some(0) => Err(self.invalid(key, "must be at least 1")),
             Some(v) => Ok(v),
@@ -464,9 +495,16 @@ impl Validator<'_> {
         }
     }
 
-    fn duration(&self, key: &str, value: Option<Duration>, default: Duration) -> Result<Duration, ConfigError> {
+    fn duration(
+        &self,
+        key: &str,
+        value: Option<Duration>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
         match value {
-            Some(d) if d.is_zero() => Err(self.invalid(key, "must be longer than zero, e.g. \"5s\"")),
+            Some(d) if d.is_zero() => {
+                Err(self.invalid(key, "must be longer than zero, e.g. \"5s\""))
+            }
             Some(d) => Ok(d),
             None => Ok(default),
         }
@@ -511,15 +549,27 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         .map(|(i, text)| v.prefix(&format!("proxy.allowed_clients[{i}]"), text))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let max_connections = v.positive("proxy.max_connections", proxy.max_connections, DEFAULT_MAX_CONNECTIONS)?;
+    let max_connections = v.positive(
+        "proxy.max_connections",
+        proxy.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+    )?;
     let max_connections_per_client = v.positive(
         "proxy.max_connections_per_client",
         proxy.max_connections_per_client,
         DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     )?;
     let max_pipes = proxy.max_pipes.unwrap_or(DEFAULT_MAX_PIPES);
-    let connect_timeout = v.duration("proxy.connect_timeout", proxy.connect_timeout, DEFAULT_CONNECT_TIMEOUT)?;
-    let idle_timeout = v.duration("proxy.idle_timeout", proxy.idle_timeout, DEFAULT_IDLE_TIMEOUT)?;
+    let connect_timeout = v.duration(
+        "proxy.connect_timeout",
+        proxy.connect_timeout,
+        DEFAULT_CONNECT_TIMEOUT,
+    )?;
+    let idle_timeout = v.duration(
+        "proxy.idle_timeout",
+        proxy.idle_timeout,
+        DEFAULT_IDLE_TIMEOUT,
+    )?;
     let shutdown_grace = proxy.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE);
     let handshake_timeout = v.duration(
         "proxy.handshake_timeout",
@@ -531,16 +581,21 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         dir: None,
         max_total_bytes: None,
     });
-    let spool_dir = spool.dir.unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
+    let spool_dir = spool
+        .dir
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_DIR));
     if spool_dir.as_os_str().is_empty() {
         return Err(v.invalid("spool.dir", "must not be empty"));
     }
-    let spool_max_total_bytes = spool.max_total_bytes.unwrap_or(DEFAULT_SPOOL_MAX_TOTAL_BYTES);
+    let spool_max_total_bytes = spool
+        .max_total_bytes
+        .unwrap_or(DEFAULT_SPOOL_MAX_TOTAL_BYTES);
 
-    let profiles = midway_tcp::resolve_profiles(&file.profiles).map_err(|source| ConfigError::Profile {
-        origin: origin.to_string(),
-        source,
-    })?;
+    let profiles =
+        midway_tcp::resolve_profiles(&file.profiles).map_err(|source| ConfigError::Profile {
+            origin: origin.to_string(),
+            source,
+        })?;
 
     if file.listeners.is_empty() {
         return Err(v.invalid(
@@ -556,7 +611,10 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         if !names.insert(config.name.clone()) {
             return Err(v.invalid(
                 format!("listeners[{index}].name"),
-                format!("duplicate listener name {:?}; give every listener its own name", config.name),
+                format!(
+                    "duplicate listener name {:?}; give every listener its own name",
+                    config.name
+                ),
             ));
         }
         if config.listen.port() != 0 {
@@ -581,6 +639,12 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         shutdown_grace,
         handshake_timeout,
         max_pipes,
+        route_knobs_table_base: proxy
+            .route_knobs_table_base
+            .unwrap_or(DEFAULT_ROUTE_KNOBS_TABLE_BASE),
+        route_knobs_mark_base: proxy
+            .route_knobs_mark_base
+            .unwrap_or(DEFAULT_ROUTE_KNOBS_MARK_BASE),
         metrics_listen: file.metrics.map(|m| m.listen),
         spool_dir,
         spool_max_total_bytes,
@@ -598,10 +662,18 @@ fn validate_listener(
     let key = |field: &str| format!("listeners[{index}].{field}");
     let name = match file.name {
         Some(name) if !name.trim().is_empty() => name,
-        _ => return Err(v.invalid(key("name"), "required: a short unique name, e.g. name = \"fwd\"")),
+        _ => {
+            return Err(v.invalid(
+                key("name"),
+                "required: a short unique name, e.g. name = \"fwd\"",
+            ))
+        }
     };
     let mode = file.mode.ok_or_else(|| {
-        v.invalid(key("mode"), "required: \"forward\", \"socks5\" or \"transparent\"")
+        v.invalid(
+            key("mode"),
+            "required: \"forward\", \"socks5\" or \"transparent\"",
+        )
     })?;
     let listen_text = file
         .listen
@@ -660,24 +732,31 @@ fn validate_listener(
             let auth = match (file.auth.unwrap_or(AuthName::None), file.users) {
                 (AuthName::None, None) => Socks5Auth::None,
                 (AuthName::None, Some(_)) => {
-                    return Err(v.invalid(key("users"), "users need auth = \"password\"; set it or remove users"))
-                }
-                (AuthName::Password, None) => {
                     return Err(v.invalid(
                         key("users"),
-                        "auth = \"password\" requires users = [{ name = \"...\", password = \"...\" }]",
+                        "users need auth = \"password\"; set it or remove users",
                     ))
                 }
+                (AuthName::Password, None) => return Err(v.invalid(
+                    key("users"),
+                    "auth = \"password\" requires users = [{ name = \"...\", password = \"...\" }]",
+                )),
                 (AuthName::Password, Some(users)) => {
                     if users.is_empty() {
-                        return Err(v.invalid(key("users"), "auth = \"password\" requires at least one user"));
+                        return Err(v.invalid(
+                            key("users"),
+                            "auth = \"password\" requires at least one user",
+                        ));
                     }
                     let mut seen = BTreeSet::new();
                     let mut pairs = Vec::with_capacity(users.len());
                     for (i, user) in users.into_iter().enumerate() {
                         // RFC 1929 carries each field in 1..=255 bytes.
                         if user.name.is_empty() || user.name.len() > 255 {
-                            return Err(v.invalid(format!("{}[{i}].name", key("users")), "must be 1..255 bytes"));
+                            return Err(v.invalid(
+                                format!("{}[{i}].name", key("users")),
+                                "must be 1..255 bytes",
+                            ));
                         }
                         if user.password.is_empty() || user.password.len() > 255 {
                             return Err(v.invalid(
@@ -709,7 +788,9 @@ fn validate_listener(
             });
             let table = nft.table.unwrap_or_else(|| DEFAULT_NFT_TABLE.to_string());
             if table.is_empty()
-                || !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                || !table
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
                 return Err(v.invalid(
                     key("nftables.table"),
@@ -720,16 +801,23 @@ fn validate_listener(
                 // IFNAMSIZ is 16 including the terminating NUL.
                 if iface.is_empty()
                     || iface.len() > 15
-                    || !iface.chars().all(|c| c.is_ascii_alphanumeric() || "_-.@".contains(c))
+                    || !iface
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.@".contains(c))
                 {
                     return Err(v.invalid(
                         format!("{}[{i}]", key("nftables.interfaces")),
-                        format!("{iface:?} is not an interface name (1..15 of letters, digits, '_-.@')"),
+                        format!(
+                            "{iface:?} is not an interface name (1..15 of letters, digits, '_-.@')"
+                        ),
                     ));
                 }
             }
             if nft.ports.contains(&0) {
-                return Err(v.invalid(key("nftables.ports"), "port 0 cannot be intercepted; use 1..65535"));
+                return Err(v.invalid(
+                    key("nftables.ports"),
+                    "port 0 cannot be intercepted; use 1..65535",
+                ));
             }
             let mark = nft.mark.unwrap_or(DEFAULT_NFT_MARK);
             if mark == 0 {
@@ -744,7 +832,10 @@ fn validate_listener(
                 ));
             }
             if listen.port() == 0 {
-                return Err(v.invalid(key("listen"), "a transparent listener needs a fixed port for the tproxy rule"));
+                return Err(v.invalid(
+                    key("listen"),
+                    "a transparent listener needs a fixed port for the tproxy rule",
+                ));
             }
             Intercept::Transparent {
                 spoof_client_address: file.spoof_client_address.unwrap_or(false),
@@ -765,9 +856,16 @@ fn validate_listener(
     if buffer_bytes < 4096 {
         return Err(v.invalid(key("buffer_bytes"), "must be at least 4096"));
     }
-    if relay_name == RelayName::Buffer && (file.spool_memory_bytes.is_some() || file.spool_max_bytes.is_some()) {
+    if relay_name == RelayName::Buffer
+        && (file.spool_memory_bytes.is_some() || file.spool_max_bytes.is_some())
+    {
+        let field = if file.spool_memory_bytes.is_some() {
+            "spool_memory_bytes"
+        } else {
+            "spool_max_bytes"
+        };
         return Err(v.invalid(
-            key("spool_memory_bytes"),
+            key(field),
             "spool_memory_bytes / spool_max_bytes only apply with relay = \"spool\"",
         ));
     }
@@ -777,7 +875,9 @@ fn validate_listener(
             splice: true,
         }),
         RelayName::Spool => {
-            let memory_bytes = file.spool_memory_bytes.unwrap_or(DEFAULT_SPOOL_MEMORY_BYTES);
+            let memory_bytes = file
+                .spool_memory_bytes
+                .unwrap_or(DEFAULT_SPOOL_MEMORY_BYTES);
             if memory_bytes < 4096 {
                 return Err(v.invalid(key("spool_memory_bytes"), "must be at least 4096"));
             }
@@ -804,7 +904,10 @@ fn validate_listener(
         let base = format!("{}[{i}]", key("client_profiles"));
         let prefix = v.prefix(&format!("{base}.prefix"), &over.prefix)?;
         if over.local_profile.is_none() && over.remote_profile.is_none() {
-            return Err(v.invalid(&base, "names neither local_profile nor remote_profile; add one or remove it"));
+            return Err(v.invalid(
+                &base,
+                "names neither local_profile nor remote_profile; add one or remove it",
+            ));
         }
         let local_profile = over
             .local_profile
@@ -821,7 +924,7 @@ fn validate_listener(
         });
     }
     // Longest prefix first; stable sort keeps file order among equal lengths.
-    client_profiles.sort_by(|a, b| b.prefix.prefix_len().cmp(&a.prefix.prefix_len()));
+    client_profiles.sort_by_key(|o| std::cmp::Reverse(o.prefix.prefix_len()));
 
     Ok(ListenerConfig {
         name,
@@ -845,7 +948,10 @@ fn check_nft_tables(v: &Validator<'_>, listeners: &[ListenerConfig]) -> Result<(
                 if manage != nftables.manage {
                     return Err(v.invalid(
                         format!("listeners[{index}].nftables.manage"),
-                        format!("listeners sharing table {:?} must agree on manage", nftables.table),
+                        format!(
+                            "listeners sharing table {:?} must agree on manage",
+                            nftables.table
+                        ),
                     ));
                 }
             }
@@ -854,7 +960,10 @@ fn check_nft_tables(v: &Validator<'_>, listeners: &[ListenerConfig]) -> Result<(
                 if rt != nftables.route_table {
                     return Err(v.invalid(
                         format!("listeners[{index}].nftables.route_table"),
-                        format!("mark {} is already routed to table {rt}; use the same table", nftables.mark),
+                        format!(
+                            "mark {} is already routed to table {rt}; use the same table",
+                            nftables.mark
+                        ),
                     ));
                 }
             }
@@ -899,7 +1008,7 @@ target = "127.0.0.1:5201"
         let text = MINIMAL.replace("target = ", "tagret = ");
         let err = parse_config(&text, "x.toml").unwrap_err().to_string();
         assert!(err.contains("tagret"), "{err}");
-        assert!(err.starts_with("x.toml:9:"), "{err}");
+        assert!(err.starts_with("x.toml:8:"), "{err}");
     }
 
     #[test]
@@ -910,9 +1019,15 @@ target = "127.0.0.1:5201"
         );
         let config = parse_config(&text, "<test>").unwrap();
         let l = &config.listeners[0];
-        assert_eq!(l.profiles_for("10.1.0.200".parse().unwrap()), ("satellite-local", "wan"));
+        assert_eq!(
+            l.profiles_for("10.1.0.200".parse().unwrap()),
+            ("satellite-local", "wan")
+        );
         assert_eq!(l.profiles_for("10.1.0.2".parse().unwrap()), ("wan", "wan"));
-        assert_eq!(l.profiles_for("192.0.2.1".parse().unwrap()), ("default", "default"));
+        assert_eq!(
+            l.profiles_for("192.0.2.1".parse().unwrap()),
+            ("default", "default")
+        );
     }
 
     #[test]

@@ -215,11 +215,23 @@ pub async fn serve(
     }
 }
 
-fn respond(req: &Request<hyper::body::Incoming>, registry: &Registry, before_scrape: &(dyn Fn() + Send + Sync)) -> Response<Full<Bytes>> {
+fn respond(
+    req: &Request<hyper::body::Incoming>,
+    registry: &Registry,
+    before_scrape: &(dyn Fn() + Send + Sync),
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = if req.method() != hyper::Method::GET {
-        (StatusCode::METHOD_NOT_ALLOWED, "text/plain", "use GET\n".to_string())
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "use GET\n".to_string(),
+        )
     } else if req.uri().path() != "/metrics" {
-        (StatusCode::NOT_FOUND, "text/plain", "metrics are at /metrics\n".to_string())
+        (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "metrics are at /metrics\n".to_string(),
+        )
     } else {
         before_scrape();
         (
@@ -251,7 +263,10 @@ mod tests {
         let metrics = Metrics::default();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        metrics.accepted.get_or_create(&Metrics::listener("fwd")).inc();
+        metrics
+            .accepted
+            .get_or_create(&Metrics::listener("fwd"))
+            .inc();
         metrics.refuse("fwd", "not_allowed");
         metrics
             .bytes

@@ -10,6 +10,12 @@
 //! - per listener: `[iifname {..}] meta l4proto tcp [tcp dport {..}] tproxy ip|ip6 to ADDR:PORT
 //!   meta mark set M accept`: new connections are diverted to the listener.
 //!
+//! Routing the operator provides: clients must reach the servers *through* this host (it is
+//! their gateway, or a policy route sends their traffic here), and with `spoof_client_address`
+//! the servers' replies to client addresses must come back through this host too (true when it
+//! is the only path between the two networks; otherwise route the client prefixes back to it on
+//! the server side). IP forwarding is not needed for intercepted ports, only for everything else.
+//!
 //! The mark `M` leads to local delivery through `ip rule add fwmark M lookup T` and
 //! `ip route add local 0.0.0.0/0 dev lo table T` (and the IPv6 twins). midway removes exactly what
 //! it added: the table by name, and the rules / routes whose `add` succeeded.
@@ -58,7 +64,13 @@ fn tproxy_target(listen: SocketAddr) -> String {
 fn set_of<T: ToString>(items: &[T], quote: bool) -> String {
     let parts: Vec<String> = items
         .iter()
-        .map(|i| if quote { format!("\"{}\"", i.to_string()) } else { i.to_string() })
+        .map(|i| {
+            if quote {
+                format!("\"{}\"", i.to_string())
+            } else {
+                i.to_string()
+            }
+        })
         .collect();
     format!("{{ {} }}", parts.join(", "))
 }
@@ -112,9 +124,15 @@ pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
             let _ = writeln!(script, "delete table inet {name}");
             let _ = writeln!(script, "table inet {name} {{");
             let _ = writeln!(script, "  chain prerouting {{");
-            let _ = writeln!(script, "    type filter hook prerouting priority mangle; policy accept;");
+            let _ = writeln!(
+                script,
+                "    type filter hook prerouting priority mangle; policy accept;"
+            );
             for mark in marks {
-                let _ = writeln!(script, "    meta l4proto tcp socket transparent 1 meta mark set {mark:#x} accept");
+                let _ = writeln!(
+                    script,
+                    "    meta l4proto tcp socket transparent 1 meta mark set {mark:#x} accept"
+                );
             }
             for rule in rules {
                 let _ = writeln!(script, "    {rule}");
@@ -139,8 +157,12 @@ pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
             ));
             route_cmds.push((
                 RouteCommand::new(
-                    &[fam, "route", "add", "local", default, "dev", "lo", "table", &table],
-                    &[fam, "route", "del", "local", default, "dev", "lo", "table", &table],
+                    &[
+                        fam, "route", "add", "local", default, "dev", "lo", "table", &table,
+                    ],
+                    &[
+                        fam, "route", "del", "local", default, "dev", "lo", "table", &table,
+                    ],
                 ),
                 manage,
             ));
@@ -195,7 +217,11 @@ fn run(program: &'static str, args: &[String], stdin: Option<&str>) -> Result<()
     use std::io::Write as _;
     let mut child = Command::new(program)
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -316,12 +342,21 @@ listen = "[::1]:7001"
         assert!(script.contains(
             "iifname { \"veth-c\" } meta l4proto tcp tcp dport { 80, 443 } tproxy ip to :7000 meta mark set 0x1 accept"
         ), "{script}");
-        assert!(script.contains("meta l4proto tcp tproxy ip6 to [::1]:7001 meta mark set 0x1"), "{script}");
+        assert!(
+            script.contains("meta l4proto tcp tproxy ip6 to [::1]:7001 meta mark set 0x1"),
+            "{script}"
+        );
         assert_eq!(script.matches("socket transparent 1").count(), 1);
         // IPv4 and IPv6: a rule and a route each.
         assert_eq!(plan.routes.len(), 4);
-        assert_eq!(plan.routes[0].0.add.join(" "), "-4 rule add fwmark 1 lookup 100");
-        assert_eq!(plan.routes[1].0.delete.join(" "), "-4 route del local 0.0.0.0/0 dev lo table 100");
+        assert_eq!(
+            plan.routes[0].0.add.join(" "),
+            "-4 rule add fwmark 1 lookup 100"
+        );
+        assert_eq!(
+            plan.routes[1].0.delete.join(" "),
+            "-4 route del local 0.0.0.0/0 dev lo table 100"
+        );
         let printed = nft_ruleset(&config);
         assert!(printed.contains("# ip -6 route add local ::/0 dev lo table 100"));
     }

@@ -89,7 +89,9 @@ impl ProtocolError {
         match self {
             ProtocolError::UnsupportedCommand(_) => Some(ReplyCode::CommandNotSupported),
             ProtocolError::UnsupportedAddressType(_) => Some(ReplyCode::AddressTypeNotSupported),
-            ProtocolError::BadReserved(_) | ProtocolError::BadDomain => Some(ReplyCode::GeneralFailure),
+            ProtocolError::BadReserved(_) | ProtocolError::BadDomain => {
+                Some(ReplyCode::GeneralFailure)
+            }
             _ => None,
         }
     }
@@ -295,7 +297,10 @@ async fn read_message<T>(
 
 /// Runs greeting, authentication and request; returns the requested target. The caller
 /// connects and then calls [`send_reply`]. Protocol errors are answered where RFC 1928 allows.
-pub async fn handshake(stream: &mut TcpStream, auth: &Socks5Auth) -> Result<TargetAddr, HandshakeError> {
+pub async fn handshake(
+    stream: &mut TcpStream,
+    auth: &Socks5Auth,
+) -> Result<TargetAddr, HandshakeError> {
     let mut buf = Vec::with_capacity(64);
     let greeting = read_message(stream, &mut buf, parse_greeting).await?;
     let wanted = match auth {
@@ -315,7 +320,9 @@ pub async fn handshake(stream: &mut TcpStream, auth: &Socks5Auth) -> Result<Targ
             ok | (same_secret(name.as_bytes(), &creds.username)
                 & same_secret(password.as_bytes(), &creds.password))
         });
-        stream.write_all(&[AUTH_VERSION, if ok { 0 } else { 1 }]).await?;
+        stream
+            .write_all(&[AUTH_VERSION, if ok { 0 } else { 1 }])
+            .await?;
         if !ok {
             return Err(HandshakeError::AuthFailed {
                 username: String::from_utf8_lossy(&creds.username).into_owned(),
@@ -338,7 +345,11 @@ pub async fn handshake(stream: &mut TcpStream, auth: &Socks5Auth) -> Result<Targ
 }
 
 /// Sends the request reply; `bound` is the remote segment's local address on success.
-pub async fn send_reply(stream: &mut TcpStream, code: ReplyCode, bound: Option<SocketAddr>) -> std::io::Result<()> {
+pub async fn send_reply(
+    stream: &mut TcpStream,
+    code: ReplyCode,
+    bound: Option<SocketAddr>,
+) -> std::io::Result<()> {
     let bound = bound.unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
     stream.write_all(&encode_reply(code, bound)).await
 }
@@ -353,18 +364,32 @@ mod tests {
         assert_eq!(parse_greeting(&[5, 2]).unwrap(), Parsed::NeedBytes(4));
         assert_eq!(
             parse_greeting(&[5, 2, 0, 2]).unwrap(),
-            Parsed::Complete(Greeting { methods: vec![0, 2] }, 4)
+            Parsed::Complete(
+                Greeting {
+                    methods: vec![0, 2]
+                },
+                4
+            )
         );
         assert_eq!(parse_greeting(&[4, 1]), Err(ProtocolError::BadVersion(4)));
-        assert_eq!(parse_greeting(b"GET / HTTP/1.1"), Err(ProtocolError::BadVersion(b'G')));
+        assert_eq!(
+            parse_greeting(b"GET / HTTP/1.1"),
+            Err(ProtocolError::BadVersion(b'G'))
+        );
         assert_eq!(parse_greeting(&[5, 0]), Err(ProtocolError::NoMethods));
     }
 
     #[test]
     fn password_auth() {
         let msg = [1, 5, b'a', b'l', b'i', b'c', b'e', 2, b'p', b'w'];
-        assert_eq!(parse_password_auth(&msg[..3]).unwrap(), Parsed::NeedBytes(8));
-        assert_eq!(parse_password_auth(&msg[..8]).unwrap(), Parsed::NeedBytes(10));
+        assert_eq!(
+            parse_password_auth(&msg[..3]).unwrap(),
+            Parsed::NeedBytes(8)
+        );
+        assert_eq!(
+            parse_password_auth(&msg[..8]).unwrap(),
+            Parsed::NeedBytes(10)
+        );
         match parse_password_auth(&msg).unwrap() {
             Parsed::Complete(c, 10) => {
                 assert_eq!(c.username, b"alice");
@@ -373,8 +398,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(parse_password_auth(&[5, 1]), Err(ProtocolError::BadAuthVersion(5)));
-        assert_eq!(parse_password_auth(&[1, 0, 1, b'x']), Err(ProtocolError::EmptyCredential));
+        assert_eq!(
+            parse_password_auth(&[5, 1]),
+            Err(ProtocolError::BadAuthVersion(5))
+        );
+        assert_eq!(
+            parse_password_auth(&[1, 0, 1, b'x']),
+            Err(ProtocolError::EmptyCredential)
+        );
     }
 
     #[test]
@@ -416,11 +447,26 @@ mod tests {
         assert_eq!(err, ProtocolError::UnsupportedCommand(2));
         assert_eq!(err.request_reply(), Some(ReplyCode::CommandNotSupported));
         let err = parse_request(&[5, 1, 0, 9, 0]).unwrap_err();
-        assert_eq!(err.request_reply(), Some(ReplyCode::AddressTypeNotSupported));
-        assert_eq!(parse_request(&[5, 1, 7, 1, 0]), Err(ProtocolError::BadReserved(7)));
-        assert_eq!(parse_request(&[5, 1, 0, 3, 0, 0, 80]), Err(ProtocolError::BadDomain));
-        assert_eq!(parse_request(&[5, 1, 0, 3, 1, 0xff, 0, 80]), Err(ProtocolError::BadDomain));
-        assert_eq!(parse_request(&[4, 1, 0, 1, 0]), Err(ProtocolError::BadVersion(4)));
+        assert_eq!(
+            err.request_reply(),
+            Some(ReplyCode::AddressTypeNotSupported)
+        );
+        assert_eq!(
+            parse_request(&[5, 1, 7, 1, 0]),
+            Err(ProtocolError::BadReserved(7))
+        );
+        assert_eq!(
+            parse_request(&[5, 1, 0, 3, 0, 0, 80]),
+            Err(ProtocolError::BadDomain)
+        );
+        assert_eq!(
+            parse_request(&[5, 1, 0, 3, 1, 0xff, 0, 80]),
+            Err(ProtocolError::BadDomain)
+        );
+        assert_eq!(
+            parse_request(&[4, 1, 0, 1, 0]),
+            Err(ProtocolError::BadVersion(4))
+        );
     }
 
     #[test]
@@ -438,9 +484,15 @@ mod tests {
     #[test]
     fn connect_error_codes() {
         let refused = std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
-        assert_eq!(ReplyCode::for_connect_error(&refused), ReplyCode::ConnectionRefused);
+        assert_eq!(
+            ReplyCode::for_connect_error(&refused),
+            ReplyCode::ConnectionRefused
+        );
         let timeout = std::io::Error::from(std::io::ErrorKind::TimedOut);
-        assert_eq!(ReplyCode::for_connect_error(&timeout), ReplyCode::TtlExpired);
+        assert_eq!(
+            ReplyCode::for_connect_error(&timeout),
+            ReplyCode::TtlExpired
+        );
     }
 
     #[test]
@@ -457,7 +509,10 @@ mod tests {
         dom.extend_from_slice(b"a.b");
         dom.extend_from_slice(&[0, 80]);
         for n in 0..dom.len() {
-            assert!(matches!(parse_request(&dom[..n]), Ok(Parsed::NeedBytes(k)) if k > n), "{n}");
+            assert!(
+                matches!(parse_request(&dom[..n]), Ok(Parsed::NeedBytes(k)) if k > n),
+                "{n}"
+            );
         }
     }
 }

@@ -19,7 +19,7 @@ mod pump;
 mod resources;
 mod spool;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +50,8 @@ pub struct SpoolConfig {
     pub memory_bytes: usize,
     /// Per-connection cap on bytes in the spool file.
     pub max_spool_bytes: u64,
-    /// Cap per direction for the client-to-server direction (buffer-and-forward).
+    /// Cap for the client-to-server direction, which is buffer-and-forward (splicing when the
+    /// pipe pool has a pipe free).
     pub buffer_bytes: usize,
 }
 
@@ -69,6 +70,9 @@ pub struct RelayCounters {
     pub held_server_to_client: AtomicU64,
     /// Highest value `held_client_to_server` or `held_server_to_client` ever reached.
     pub peak_held: AtomicU64,
+    /// Spool model: the server's FIN was read, everything it sent is in the spool (the live
+    /// form of `RelayReport::remote_finished_at`).
+    pub remote_finished: AtomicBool,
 }
 
 /// Per-connection options.
@@ -88,7 +92,8 @@ pub enum DirectionEnd {
     ResetByPeer,
     IdleTimeout,
     Cancelled,
-    /// The relay stopped because of an error on another direction.
+    /// An I/O error other than a reset ended it (then `relay` returns `Err`, and the
+    /// caller sees the byte counts in its `RelayCounters`).
     Error,
 }
 

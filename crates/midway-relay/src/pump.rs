@@ -180,6 +180,7 @@ pub(crate) async fn run(
         RelayModel::Spool(config) => Some(SpoolShared::new(
             config.memory_bytes,
             config.max_spool_bytes,
+            resources,
         )),
         RelayModel::Buffer(_) => None,
     };
@@ -363,6 +364,15 @@ enum Carrier<'a> {
 }
 
 impl Carrier<'_> {
+    /// What this carrier may hold: the configured cap, or less if the kernel kept the pipe
+    /// smaller than asked.
+    fn capacity(&self, configured: usize) -> usize {
+        match self {
+            Carrier::Pipe(lease) => lease.pipe().capacity().min(configured),
+            Carrier::Copy(_) => configured,
+        }
+    }
+
     fn held(&self) -> usize {
         match self {
             Carrier::Pipe(lease) => lease.in_pipe,
@@ -410,17 +420,15 @@ fn try_fill(src: &TcpStream, carrier: &mut Carrier<'_>, capacity: usize) -> io::
                 // See the module docs: EAGAIN here may mean "pipe full", so leave readiness alone.
                 splice(from, to, room)
             }
-            .map(|n| {
+            .inspect(|&n| {
                 lease.in_pipe += n;
-                n
             })
         }
         Carrier::Copy(buffer) => {
             let room = buffer.room();
             let room_len = room.len().min(capacity);
-            src.try_read(&mut room[..room_len]).map(|n| {
+            src.try_read(&mut room[..room_len]).inspect(|&n| {
                 buffer.end += n;
-                n
             })
         }
     };
@@ -441,16 +449,14 @@ fn try_drain(dst: &TcpStream, carrier: &mut Carrier<'_>) -> io::Result<Option<us
             let to = dst.as_raw_fd();
             let len = lease.in_pipe;
             dst.try_io(Interest::WRITABLE, || splice(from, to, len))
-                .map(|n| {
+                .inspect(|&n| {
                     lease.in_pipe -= n;
-                    n
                 })
         }
         Carrier::Copy(buffer) => dst
             .try_write(&buffer.data[buffer.start..buffer.end])
-            .map(|n| {
+            .inspect(|&n| {
                 buffer.start += n;
-                n
             }),
     };
     match result {
@@ -500,7 +506,8 @@ async fn forward(
             continue;
         };
         // Fill.
-        let mut read_blocked = eof || active.held() >= capacity;
+        let carrier_capacity = active.capacity(capacity);
+        let mut read_blocked = eof || active.held() >= carrier_capacity;
         if !read_blocked {
             match try_fill(src, active, capacity) {
                 Ok(Fill::Read(n)) => {
@@ -555,7 +562,7 @@ struct SpoolFile {
 
 impl SpoolFile {
     fn create(resources: &Arc<RelayResources>) -> io::Result<SpoolFile> {
-        let file = tempfile::tempfile_in(resources.spool_dir())?;
+        let file = create_anonymous_file(resources.spool_dir())?;
         resources.spool_file_opened();
         Ok(SpoolFile {
             file,
@@ -592,6 +599,29 @@ impl SpoolFile {
     }
 }
 
+/// O_TMPFILE: the file has no name, so a crash cannot leave it behind. File systems without
+/// O_TMPFILE get a `midway-spool-` file that is unlinked at once; only a crash in between can
+/// leave it, and [`crate::clean_spool_dir`] removes it at the next start.
+fn create_anonymous_file(dir: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let anonymous = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir);
+    match anonymous {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            let named = tempfile::Builder::new()
+                .prefix(crate::SPOOL_FILE_PREFIX)
+                .tempfile_in(dir)?;
+            // into_file() unlinks the path and keeps the open file.
+            Ok(named.into_file())
+        }
+        other => other,
+    }
+}
+
 impl Drop for SpoolFile {
     fn drop(&mut self) {
         self.resources
@@ -602,6 +632,7 @@ impl Drop for SpoolFile {
 
 /// State shared by the spool's reader (server side) and writer (client side).
 struct SpoolShared {
+    resources: Arc<RelayResources>,
     state: Mutex<SpoolState>,
     /// Wakes the writer: data queued or the server finished.
     data_ready: Notify,
@@ -614,16 +645,36 @@ struct SpoolState {
     file: Option<Arc<SpoolFile>>,
     server_done: bool,
     disk_error_logged: bool,
+    /// Queue memory last reported to `RelayResources::user_buffer_bytes`.
+    memory_reported: usize,
+}
+
+impl SpoolState {
+    /// Brings the process-wide memory gauge and the connection's spool gauge up to date.
+    fn publish(&mut self, resources: &RelayResources, counters: &RelayCounters) {
+        let now = self.queue.memory_used();
+        if now > self.memory_reported {
+            resources.buffer_allocated(now - self.memory_reported);
+        } else {
+            resources.buffer_freed(self.memory_reported - now);
+        }
+        self.memory_reported = now;
+        counters
+            .spooled_now
+            .store(self.queue.held(), Ordering::Relaxed);
+    }
 }
 
 impl SpoolShared {
-    fn new(memory_bytes: usize, max_spool_bytes: u64) -> Self {
+    fn new(memory_bytes: usize, max_spool_bytes: u64, resources: &Arc<RelayResources>) -> Self {
         SpoolShared {
+            resources: Arc::clone(resources),
             state: Mutex::new(SpoolState {
                 queue: SpoolQueue::new(memory_bytes, max_spool_bytes),
                 file: None,
                 server_done: false,
                 disk_error_logged: false,
+                memory_reported: 0,
             }),
             data_ready: Notify::new(),
             room_freed: Notify::new(),
@@ -643,6 +694,13 @@ impl SpoolShared {
     }
 }
 
+impl Drop for SpoolShared {
+    fn drop(&mut self) {
+        let reported = self.lock().memory_reported;
+        self.resources.buffer_freed(reported);
+    }
+}
+
 fn global_disk_room(resources: &RelayResources) -> u64 {
     resources
         .max_total_spool_bytes()
@@ -655,7 +713,7 @@ async fn spool_server_to_client(
     spool: &SpoolShared,
     ctx: &Ctx<'_>,
 ) -> Result<(), PumpError> {
-    let reader = spool_reader(server, spool, ctx);
+    let reader = spool_reader(server, client, spool, ctx);
     let writer = spool_writer(client, spool, ctx);
     tokio::try_join!(reader, writer).map(|_| ())
 }
@@ -663,6 +721,7 @@ async fn spool_server_to_client(
 /// Drains the server as fast as it sends, whatever the client does, until a cap is reached.
 async fn spool_reader(
     server: &TcpStream,
+    client: &TcpStream,
     spool: &SpoolShared,
     ctx: &Ctx<'_>,
 ) -> Result<(), PumpError> {
@@ -701,13 +760,34 @@ async fn spool_reader(
             Err(e) => return Err(PumpError::new(Side::Server, "reading", false, e)),
         };
         ctx.touch();
-        store_chunk(&buffer.data[..n], spool, ctx);
-        spool.data_ready.notify_one();
+        let mut data = &buffer.data[..n];
+        // Cut-through: when nothing is queued or in flight, a client that keeps up gets the
+        // bytes at once (order is safe: all earlier bytes are delivered), and only what it
+        // cannot take now is spooled. Saves a copy and the disk round trip in the common case.
+        if spool.lock().queue.held() == 0 {
+            match client.try_write(data) {
+                Ok(written) => {
+                    ctx.delivered(Direction::ServerToClient, written);
+                    data = &data[written..];
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(PumpError::new(Side::Client, "writing", true, e)),
+            }
+        }
+        if !data.is_empty() {
+            store_chunk(data, spool, ctx);
+            spool.data_ready.notify_one();
+        }
         tokio::task::consume_budget().await;
     }
     drop(read_buffer);
     let finished = ctx.start.elapsed().as_nanos() as u64;
     ctx.remote_finished_ns.store(finished, Ordering::Relaxed);
+    ctx.counters.remote_finished.store(true, Ordering::Relaxed);
     // The server sent FIN and everything it sent is ours: its read side is done.
     let _ = SockRef::from(server).shutdown(Shutdown::Read);
     spool.lock().server_done = true;
@@ -741,9 +821,7 @@ fn store_chunk(chunk: &[u8], spool: &SpoolShared, ctx: &Ctx<'_>) {
     } else {
         state.queue.push_memory(Bytes::copy_from_slice(chunk));
     }
-    ctx.counters
-        .spooled_now
-        .store(state.queue.held(), Ordering::Relaxed);
+    state.publish(resources, ctx.counters);
 }
 
 /// Ok(false): the global budget was taken by another connection meanwhile (keep in memory).
@@ -781,24 +859,30 @@ async fn spool_writer(
     ctx: &Ctx<'_>,
 ) -> Result<(), PumpError> {
     loop {
-        let front = {
+        enum Next {
+            Send(SpoolFront, Option<Arc<SpoolFile>>),
+            Finished,
+            Wait,
+        }
+        let next = {
             let mut state = spool.lock();
             match state.queue.front() {
-                Some(front) => Some((front, state.file.clone())),
-                None if state.server_done => None,
-                None => {
-                    drop(state);
-                    spool.data_ready.notified().await;
-                    continue;
-                }
+                Some(front) => Next::Send(front, state.file.clone()),
+                None if state.server_done => Next::Finished,
+                None => Next::Wait,
             }
         };
-        let Some((front, file)) = front else {
-            return carry_fin(client, Side::Client);
+        let (front, file) = match next {
+            Next::Send(front, file) => (front, file),
+            Next::Finished => return carry_fin(client, Side::Client),
+            Next::Wait => {
+                spool.data_ready.notified().await;
+                continue;
+            }
         };
         let mut chunk = match front {
             SpoolFront::Memory(chunk) => chunk,
-            SpoolFront::File { offset, len } => read_back(spool, file, offset, len)?,
+            SpoolFront::File { offset, len } => read_back(spool, file, offset, len, ctx.counters)?,
         };
         while !chunk.is_empty() {
             let written = match client.try_write(&chunk) {
@@ -817,9 +901,7 @@ async fn spool_writer(
             {
                 let mut state = spool.lock();
                 state.queue.delivered(written);
-                ctx.counters
-                    .spooled_now
-                    .store(state.queue.held(), Ordering::Relaxed);
+                state.publish(ctx.resources, ctx.counters);
             }
             ctx.delivered(Direction::ServerToClient, written);
             spool.room_freed.notify_one();
@@ -834,6 +916,7 @@ fn read_back(
     file: Option<Arc<SpoolFile>>,
     offset: u64,
     len: u64,
+    counters: &RelayCounters,
 ) -> Result<Bytes, PumpError> {
     use std::os::unix::fs::FileExt;
     let lost = |e| PumpError::new(Side::SpoolDisk, "reading the spool file", true, e);
@@ -841,7 +924,12 @@ fn read_back(
     let take = len.min(SPOOL_CHUNK as u64);
     let mut buffer = vec![0; take as usize];
     file.file.read_exact_at(&mut buffer, offset).map_err(lost)?;
-    let drained = spool.lock().queue.file_read_back(take);
+    let drained = {
+        let mut state = spool.lock();
+        let drained = state.queue.file_read_back(take);
+        state.publish(&spool.resources, counters);
+        drained
+    };
     file.release(take);
     if drained {
         // Nothing live is left: free every block and restart at offset 0.

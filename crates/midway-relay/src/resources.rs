@@ -23,6 +23,7 @@ pub struct RelayResources {
     spool_bytes_in_use: AtomicU64,
     spool_files_open: AtomicU64,
     user_buffer_bytes: AtomicU64,
+    splice_fallbacks: AtomicU64,
     pipes: PipePool,
 }
 
@@ -44,6 +45,7 @@ impl RelayResources {
             spool_bytes_in_use: AtomicU64::new(0),
             spool_files_open: AtomicU64::new(0),
             user_buffer_bytes: AtomicU64::new(0),
+            splice_fallbacks: AtomicU64::new(0),
             pipes: PipePool::new(max_pipes),
         }))
     }
@@ -77,6 +79,11 @@ impl RelayResources {
     /// spool's memory queue). Idle connections allocate none.
     pub fn user_buffer_bytes(&self) -> u64 {
         self.user_buffer_bytes.load(Ordering::Relaxed)
+    }
+
+    /// How often a direction wanted a pipe, found the pool empty, and copied instead.
+    pub fn splice_fallbacks(&self) -> u64 {
+        self.splice_fallbacks.load(Ordering::Relaxed)
     }
 
     pub(crate) fn max_total_spool_bytes(&self) -> u64 {
@@ -119,7 +126,10 @@ impl RelayResources {
     /// Lends an empty pipe sized (when the kernel allows) to `capacity` bytes, or None when the
     /// pool is exhausted or pipes cannot be created; the caller then copies through user space.
     pub(crate) fn take_pipe(self: &Arc<Self>, capacity: usize) -> Option<PipeLease> {
-        let mut pipe = self.pipes.take()?;
+        let Some(mut pipe) = self.pipes.take() else {
+            self.splice_fallbacks.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
         pipe.resize(capacity);
         self.pipes.in_use.fetch_add(1, Ordering::Relaxed);
         Some(PipeLease {

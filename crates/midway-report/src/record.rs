@@ -32,19 +32,45 @@ pub struct RunRecord {
     /// Bytes the workload moved (application payload).
     pub bytes: u64,
     /// Seconds from the client's connect to the last byte received.
+    #[serde(deserialize_with = "null_as_nan::number")]
     pub seconds: f64,
     /// bytes * 8 / seconds.
+    #[serde(deserialize_with = "null_as_nan::number")]
     pub throughput_bps: f64,
     /// Retransmitted segments seen by each endpoint socket (tcp_info total_retrans), by name:
     /// "client", "server", "proxy-local", "proxy-remote".
     pub retransmits: BTreeMap<String, u64>,
     /// Further named measurements (for example "remote_segment_seconds").
+    #[serde(deserialize_with = "null_as_nan::map")]
     pub extra: BTreeMap<String, f64>,
     /// False when the run failed; `error` then says why and the numbers are not to be used.
     pub ok: bool,
     pub error: Option<String>,
     /// Wall-clock start of the run, RFC 3339 UTC.
     pub started_at: String,
+}
+
+/// serde_json writes a non-finite `f64` (the throughput of a run that moved nothing in zero
+/// seconds, an infinite time) as `null`; read it back as NaN, which every statistic skips, instead
+/// of rejecting a record the lab itself wrote.
+mod null_as_nan {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+    }
+
+    pub fn map<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, f64>, D::Error> {
+        let raw = BTreeMap::<String, Option<f64>>::deserialize(deserializer)?;
+        Ok(raw
+            .into_iter()
+            .map(|(name, value)| (name, value.unwrap_or(f64::NAN)))
+            .collect())
+    }
 }
 
 impl RunRecord {

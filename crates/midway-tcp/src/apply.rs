@@ -43,6 +43,8 @@ pub enum Role {
     Outgoing,
     /// The listening socket, before `listen()`.
     Listener,
+    /// The throwaway socket of [`TcpProfile::check_supported`].
+    Probe,
 }
 
 impl fmt::Display for Role {
@@ -51,6 +53,7 @@ impl fmt::Display for Role {
             Role::Accepted => "accepted",
             Role::Outgoing => "outgoing",
             Role::Listener => "listening",
+            Role::Probe => "probe",
         })
     }
 }
@@ -66,14 +69,39 @@ pub enum KnobError {
         #[source]
         source: io::Error,
     },
-    #[error("profile {profile:?}: {knob} on the {role} socket reads back as {got}, wanted {wanted}")]
-    ReadBack { profile: String, knob: &'static str, role: Role, wanted: u64, got: u64 },
+    #[error(
+        "profile {profile:?}: {knob} on the {role} socket reads back as {got}, wanted {wanted}"
+    )]
+    ReadBack {
+        profile: String,
+        knob: &'static str,
+        role: Role,
+        wanted: u64,
+        got: u64,
+    },
     #[error("profile {profile:?}: congestion_control {name:?} is not available in this kernel (available: {available}); load its module or pick one of those")]
-    CongestionControlUnavailable { profile: String, name: String, available: String },
+    CongestionControlUnavailable {
+        profile: String,
+        name: String,
+        available: String,
+    },
     #[error("profile {profile:?}: {knob} = {requested} exceeds net.core.{sysctl} = {limit} and this process lacks CAP_NET_ADMIN to force it; raise the sysctl or run as root")]
-    BufferOverLimit { profile: String, knob: &'static str, requested: u32, sysctl: &'static str, limit: u64 },
+    BufferOverLimit {
+        profile: String,
+        knob: &'static str,
+        requested: u32,
+        sysctl: &'static str,
+        limit: u64,
+    },
     #[error("profile {profile:?}: {knob} is applied through the route metric table, but no route mark was set (install RouteKnobs and set TcpProfile::route_mark first)")]
     RouteMarkMissing { profile: String, knob: &'static str },
+    #[error("profile {profile:?}: {knob} is applied through a routing table selected by SO_MARK, and the socket mark cannot be set (needs CAP_NET_ADMIN)")]
+    RouteMark {
+        profile: String,
+        knob: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("profile {profile:?}: dupack_threshold needs the tcp_metrics cache, but net.ipv4.tcp_no_metrics_save = 1 in this namespace; set it to 0 or drop the knob")]
     MetricsSaveDisabled { profile: String },
     #[error("probing the kernel for {knob}")]
@@ -84,7 +112,12 @@ pub enum KnobError {
     },
 }
 
-fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> io::Result<()> {
+fn set_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: valid fd, pointer to a live c_int of the size passed.
     let rc = unsafe {
         libc::setsockopt(
@@ -103,12 +136,22 @@ fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int, val: libc::
 }
 
 /// Reads an `int` socket option (public so tests and metrics can read knobs back).
-pub fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+pub fn get_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+) -> io::Result<libc::c_int> {
     let mut val: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: valid fd, pointer to a live c_int and its length.
     let rc = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), level, opt, (&mut val as *mut libc::c_int).cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
     };
     if rc == 0 {
         Ok(val)
@@ -135,15 +178,24 @@ fn set_cc(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     }
 }
 
-/// Smallest value `TCP_DELACK_MAX_US` accepts on this kernel (two jiffies: 8000 us at HZ=250),
-/// found once by bisection on a throwaway socket. This is how midway turns delayed ACKs off per
+/// Smallest delayed-ACK ceiling this kernel takes, as it stores it (two jiffies: 8000 us at
+/// HZ=250; the option accepts 4001 and rounds up), found once by bisection on a throwaway socket. This is how midway turns delayed ACKs off per
 /// socket: the delayed-ACK timer can then never wait longer than that.
 pub fn delack_floor_us() -> io::Result<u32> {
     static FLOOR: OnceLock<Result<u32, io::ErrorKind>> = OnceLock::new();
     FLOOR
         .get_or_init(|| {
-            let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.kind())?;
-            let accepts = |v: u32| set_int(sock.as_fd(), libc::IPPROTO_TCP, TCP_DELACK_MAX_US, v as libc::c_int).is_ok();
+            let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+                .map_err(|e| e.kind())?;
+            let accepts = |v: u32| {
+                set_int(
+                    sock.as_fd(),
+                    libc::IPPROTO_TCP,
+                    TCP_DELACK_MAX_US,
+                    v as libc::c_int,
+                )
+                .is_ok()
+            };
             let (mut lo, mut hi) = (1u32, 200_000u32);
             if !accepts(hi) {
                 return Err(io::ErrorKind::Unsupported);
@@ -157,7 +209,17 @@ pub fn delack_floor_us() -> io::Result<u32> {
                     lo = mid + 1;
                 }
             }
-            Ok(hi)
+            // The kernel rounds up to whole jiffies; report what it really uses.
+            set_int(
+                sock.as_fd(),
+                libc::IPPROTO_TCP,
+                TCP_DELACK_MAX_US,
+                hi as libc::c_int,
+            )
+            .map_err(|e| e.kind())?;
+            get_int(sock.as_fd(), libc::IPPROTO_TCP, TCP_DELACK_MAX_US)
+                .map(|v| v as u32)
+                .map_err(|e| e.kind())
         })
         .map_err(io::Error::from)
 }
@@ -168,7 +230,12 @@ fn read_sysctl(path: &str) -> io::Result<String> {
 
 impl TcpProfile {
     fn err(&self, knob: &'static str, role: Role) -> impl FnOnce(io::Error) -> KnobError + '_ {
-        move |source| KnobError::Set { profile: self.name.clone(), knob, role, source }
+        move |source| KnobError::Set {
+            profile: self.name.clone(),
+            knob,
+            role,
+            source,
+        }
     }
 
     /// True if some knob of this profile can only be set through route metrics (see
@@ -194,44 +261,79 @@ impl TcpProfile {
         }
     }
 
-    fn set_mark(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
+    fn set_mark(&self, fd: BorrowedFd<'_>) -> Result<(), KnobError> {
         if !self.needs_route_knobs() {
             return Ok(());
         }
         let Some(mark) = self.route_mark else {
-            return Err(KnobError::RouteMarkMissing { profile: self.name.clone(), knob: self.route_knob_name() });
+            return Err(KnobError::RouteMarkMissing {
+                profile: self.name.clone(),
+                knob: self.route_knob_name(),
+            });
         };
-        set_int(fd, libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int).map_err(self.err("route mark (SO_MARK)", role))
+        set_int(fd, libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int).map_err(|source| {
+            KnobError::RouteMark {
+                profile: self.name.clone(),
+                knob: self.route_knob_name(),
+                source,
+            }
+        })
     }
 
     fn set_buffers(&self, sock: &Socket, role: Role) -> Result<(), KnobError> {
         let buffers = [
-            (self.send_buffer, "send_buffer", libc::SO_SNDBUF, libc::SO_SNDBUFFORCE, "wmem_max"),
-            (self.recv_buffer, "recv_buffer", libc::SO_RCVBUF, libc::SO_RCVBUFFORCE, "rmem_max"),
+            (
+                self.send_buffer,
+                "send_buffer",
+                libc::SO_SNDBUF,
+                libc::SO_SNDBUFFORCE,
+                "wmem_max",
+            ),
+            (
+                self.recv_buffer,
+                "recv_buffer",
+                libc::SO_RCVBUF,
+                libc::SO_RCVBUFFORCE,
+                "rmem_max",
+            ),
         ];
         for (bytes, knob, opt, force_opt, sysctl) in buffers {
             let Some(bytes) = bytes else { continue };
-            let limit: u64 = read_sysctl(&format!("/proc/sys/net/core/{sysctl}"))
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(u64::MAX);
             let fd = sock.as_fd();
-            if u64::from(bytes) <= limit {
-                set_int(fd, libc::SOL_SOCKET, opt, bytes as libc::c_int).map_err(self.err(knob, role))?;
-            } else {
-                // Above net.core.*mem_max the plain option silently clamps: force it, or fail.
-                set_int(fd, libc::SOL_SOCKET, force_opt, bytes as libc::c_int).map_err(|e| {
-                    if e.raw_os_error() == Some(libc::EPERM) {
-                        KnobError::BufferOverLimit { profile: self.name.clone(), knob, requested: bytes, sysctl, limit }
-                    } else {
-                        self.err(knob, role)(e)
-                    }
-                })?;
-            }
-            // The kernel stores twice the request (half is bookkeeping); less means clamped.
+            set_int(fd, libc::SOL_SOCKET, opt, bytes as libc::c_int)
+                .map_err(self.err(knob, role))?;
+            // The kernel stores twice the request (half is bookkeeping). Less means it clamped
+            // the request to net.core.*mem_max without saying so: force it, or fail.
             let got = get_int(fd, libc::SOL_SOCKET, opt).map_err(self.err(knob, role))? as u64;
-            if got < u64::from(bytes) {
-                return Err(KnobError::ReadBack { profile: self.name.clone(), knob, role, wanted: bytes.into(), got });
+            let wanted = 2 * u64::from(bytes);
+            if got >= wanted {
+                continue;
+            }
+            set_int(fd, libc::SOL_SOCKET, force_opt, bytes as libc::c_int).map_err(|e| {
+                if e.raw_os_error() == Some(libc::EPERM) {
+                    KnobError::BufferOverLimit {
+                        profile: self.name.clone(),
+                        knob,
+                        requested: bytes,
+                        sysctl,
+                        limit: read_sysctl(&format!("/proc/sys/net/core/{sysctl}"))
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(got / 2),
+                    }
+                } else {
+                    self.err(knob, role)(e)
+                }
+            })?;
+            let got = get_int(fd, libc::SOL_SOCKET, opt).map_err(self.err(knob, role))? as u64;
+            if got < wanted {
+                return Err(KnobError::ReadBack {
+                    profile: self.name.clone(),
+                    knob,
+                    role,
+                    wanted,
+                    got,
+                });
             }
         }
         Ok(())
@@ -239,7 +341,8 @@ impl TcpProfile {
 
     fn set_mss(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
         if let Some(mss) = self.mss {
-            set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss as libc::c_int).map_err(self.err("mss", role))?;
+            set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss as libc::c_int)
+                .map_err(self.err("mss", role))?;
         }
         Ok(())
     }
@@ -251,27 +354,34 @@ impl TcpProfile {
             set_cc(fd, cc).map_err(self.err("congestion_control", role))?;
         }
         if let Some(ms) = self.rto_min_ms.filter(|ms| *ms <= SOCKET_RTO_MIN_MAX_MS) {
-            set_int(fd, tcp, TCP_RTO_MIN_US, (ms * 1000) as libc::c_int).map_err(self.err("rto_min_ms", role))?;
+            set_int(fd, tcp, TCP_RTO_MIN_US, (ms * 1000) as libc::c_int)
+                .map_err(self.err("rto_min_ms", role))?;
         }
         if self.delayed_ack == Some(false) {
             let floor = delack_floor_us().map_err(self.err("delayed_ack", role))?;
-            set_int(fd, tcp, TCP_DELACK_MAX_US, floor as libc::c_int).map_err(self.err("delayed_ack", role))?;
+            set_int(fd, tcp, TCP_DELACK_MAX_US, floor as libc::c_int)
+                .map_err(self.err("delayed_ack", role))?;
         }
         if let Some(lowat) = self.notsent_lowat {
-            set_int(fd, tcp, libc::TCP_NOTSENT_LOWAT, lowat as libc::c_int).map_err(self.err("notsent_lowat", role))?;
+            set_int(fd, tcp, libc::TCP_NOTSENT_LOWAT, lowat as libc::c_int)
+                .map_err(self.err("notsent_lowat", role))?;
         }
         if let Some(nodelay) = self.nodelay {
-            set_int(fd, tcp, libc::TCP_NODELAY, nodelay.into()).map_err(self.err("nodelay", role))?;
+            set_int(fd, tcp, libc::TCP_NODELAY, nodelay.into())
+                .map_err(self.err("nodelay", role))?;
         }
         if let Some(ka) = self.keepalive {
             let params = TcpKeepalive::new()
                 .with_time(std::time::Duration::from_secs(ka.idle_s.into()))
                 .with_interval(std::time::Duration::from_secs(ka.interval_s.into()))
                 .with_retries(ka.count);
-            socket2::SockRef::from(&fd).set_tcp_keepalive(&params).map_err(self.err("keepalive", role))?;
+            socket2::SockRef::from(&fd)
+                .set_tcp_keepalive(&params)
+                .map_err(self.err("keepalive", role))?;
         }
         if let Some(ms) = self.user_timeout_ms {
-            set_int(fd, tcp, libc::TCP_USER_TIMEOUT, ms as libc::c_int).map_err(self.err("user_timeout_ms", role))?;
+            set_int(fd, tcp, libc::TCP_USER_TIMEOUT, ms as libc::c_int)
+                .map_err(self.err("user_timeout_ms", role))?;
         }
         Ok(())
     }
@@ -280,7 +390,7 @@ impl TcpProfile {
     /// MSS, route mark, and every per-socket option (accepted sockets inherit them).
     pub fn apply_to_listener(&self, sock: &Socket) -> Result<(), KnobError> {
         let role = Role::Listener;
-        self.set_mark(sock.as_fd(), role)?;
+        self.set_mark(sock.as_fd())?;
         self.set_buffers(sock, role)?;
         self.set_mss(sock.as_fd(), role)?;
         self.set_socket_options(sock.as_fd(), role)
@@ -290,7 +400,7 @@ impl TcpProfile {
     /// control, RTO floor, delayed-ACK ceiling, keepalive, user timeout, low-water mark, nodelay.
     pub fn apply_before_connect(&self, sock: &Socket) -> Result<(), KnobError> {
         let role = Role::Outgoing;
-        self.set_mark(sock.as_fd(), role)?;
+        self.set_mark(sock.as_fd())?;
         self.set_buffers(sock, role)?;
         self.set_mss(sock.as_fd(), role)?;
         self.set_socket_options(sock.as_fd(), role)
@@ -306,7 +416,8 @@ impl TcpProfile {
         if self.delayed_ack == Some(false) {
             // Not sticky in the kernel; the route metric `quickack 1` and the delayed-ACK
             // ceiling keep ACKs prompt afterwards.
-            set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1).map_err(self.err("delayed_ack", role))?;
+            set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+                .map_err(self.err("delayed_ack", role))?;
         }
         Ok(())
     }
@@ -323,7 +434,10 @@ impl TcpProfile {
     pub fn check_supported(&self) -> Result<(), KnobError> {
         if let Some(cc) = &self.congestion_control {
             let available = read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control")
-                .map_err(|source| KnobError::Probe { knob: "congestion_control", source })?;
+                .map_err(|source| KnobError::Probe {
+                    knob: "congestion_control",
+                    source,
+                })?;
             if !available.split_whitespace().any(|a| a == cc) {
                 return Err(KnobError::CongestionControlUnavailable {
                     profile: self.name.clone(),
@@ -332,23 +446,38 @@ impl TcpProfile {
                 });
             }
         }
-        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
-            .map_err(|source| KnobError::Probe { knob: "a probe socket", source })?;
-        let role = Role::Listener;
+        let sock =
+            Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(|source| {
+                KnobError::Probe {
+                    knob: "a probe socket",
+                    source,
+                }
+            })?;
+        let role = Role::Probe;
         if self.needs_route_knobs() {
-            // Marking needs CAP_NET_ADMIN; try it with any value on the probe socket.
-            let mark = self.route_mark.unwrap_or(1);
-            set_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int)
-                .map_err(self.err(self.route_knob_name(), role))?;
+            // Marking needs CAP_NET_ADMIN; try it on the probe socket (with a stand-in mark if
+            // RouteKnobs is not installed yet).
+            let probe = TcpProfile {
+                route_mark: Some(self.route_mark.unwrap_or(1)),
+                ..self.clone()
+            };
+            probe.set_mark(sock.as_fd())?;
         }
         self.set_buffers(&sock, role)?;
         self.set_mss(sock.as_fd(), role)?;
         self.set_socket_options(sock.as_fd(), role)?;
         if self.dupack_threshold.is_some() {
-            let no_save = read_sysctl("/proc/sys/net/ipv4/tcp_no_metrics_save")
-                .map_err(|source| KnobError::Probe { knob: "dupack_threshold", source })?;
+            let no_save =
+                read_sysctl("/proc/sys/net/ipv4/tcp_no_metrics_save").map_err(|source| {
+                    KnobError::Probe {
+                        knob: "dupack_threshold",
+                        source,
+                    }
+                })?;
             if no_save != "0" {
-                return Err(KnobError::MetricsSaveDisabled { profile: self.name.clone() });
+                return Err(KnobError::MetricsSaveDisabled {
+                    profile: self.name.clone(),
+                });
             }
             tracing::warn!(
                 profile = %self.name,

@@ -51,7 +51,9 @@ fn default_mss() -> u32 {
 /// Why the rule's inputs make no sense.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BufRuleError {
-    #[error("rate_in_bps and rate_out_bps must be finite and > 0 (got in {rate_in}, out {rate_out})")]
+    #[error(
+        "rate_in_bps and rate_out_bps must be finite and > 0 (got in {rate_in}, out {rate_out})"
+    )]
     BadRate { rate_in: f64, rate_out: f64 },
     #[error("connections_per_device must be >= 1")]
     NoConnections,
@@ -76,7 +78,10 @@ pub fn max_window_packets(c_packets: f64, n: u32, rate_in: f64, rate_out: f64) -
 pub fn auto_buffer_bytes(auto: &AutoBuffer) -> Result<u32, BufRuleError> {
     let rates_ok = |r: f64| r.is_finite() && r > 0.0;
     if !rates_ok(auto.rate_in_bps) || !rates_ok(auto.rate_out_bps) {
-        return Err(BufRuleError::BadRate { rate_in: auto.rate_in_bps, rate_out: auto.rate_out_bps });
+        return Err(BufRuleError::BadRate {
+            rate_in: auto.rate_in_bps,
+            rate_out: auto.rate_out_bps,
+        });
     }
     if auto.connections_per_device == 0 {
         return Err(BufRuleError::NoConnections);
@@ -86,7 +91,10 @@ pub fn auto_buffer_bytes(auto: &AutoBuffer) -> Result<u32, BufRuleError> {
     }
     let c_packets = auto.device_buffer_bytes / auto.mss;
     if c_packets == 0 {
-        return Err(BufRuleError::DeviceBufferTooSmall { device: auto.device_buffer_bytes, mss: auto.mss });
+        return Err(BufRuleError::DeviceBufferTooSmall {
+            device: auto.device_buffer_bytes,
+            mss: auto.mss,
+        });
     }
     let Some(window) = max_window_packets(
         f64::from(c_packets),
@@ -147,10 +155,16 @@ mod tests {
         assert_eq!(auto_buffer_bytes(&a), Err(BufRuleError::NoConnections));
         a = hfc(1);
         a.rate_in_bps = f64::NAN;
-        assert!(matches!(auto_buffer_bytes(&a), Err(BufRuleError::BadRate { .. })));
+        assert!(matches!(
+            auto_buffer_bytes(&a),
+            Err(BufRuleError::BadRate { .. })
+        ));
         a = hfc(1);
         a.device_buffer_bytes = 1000;
-        assert!(matches!(auto_buffer_bytes(&a), Err(BufRuleError::DeviceBufferTooSmall { .. })));
+        assert!(matches!(
+            auto_buffer_bytes(&a),
+            Err(BufRuleError::DeviceBufferTooSmall { .. })
+        ));
         a = hfc(1);
         a.mss = 10;
         assert_eq!(auto_buffer_bytes(&a), Err(BufRuleError::BadMss(10)));

@@ -69,9 +69,8 @@ struct RawTcpInfo {
     total_rto_time: u32,
 }
 
-/// Snapshot of a socket's `tcp_info`. Times in microseconds, rates in bytes per second as the
-/// kernel reports them (`delivery_rate_bps` is *bytes*/s despite the historical name; multiply
-/// by 8 for bits).
+/// Snapshot of a socket's `tcp_info`. Times in microseconds; rates in **bits** per second
+/// (the kernel reports bytes per second; converted here so `_bps` means what it says).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpStats {
     /// TCP state (1 = ESTABLISHED, see `netinet/tcp.h`).
@@ -170,8 +169,8 @@ pub fn tcp_stats(fd: BorrowedFd<'_>) -> io::Result<TcpStats> {
         segs_out: raw.segs_out,
         segs_in: raw.segs_in,
         notsent_bytes: raw.notsent_bytes,
-        delivery_rate_bps: raw.delivery_rate,
-        pacing_rate_bps: raw.pacing_rate,
+        delivery_rate_bps: raw.delivery_rate.saturating_mul(8),
+        pacing_rate_bps: raw.pacing_rate.saturating_mul(8),
         rcv_space: raw.rcv_space,
         rcv_ssthresh: raw.rcv_ssthresh,
         snd_wnd: has(snd_wnd_end).then_some(raw.snd_wnd),
@@ -186,7 +185,13 @@ pub fn congestion_control_of(fd: BorrowedFd<'_>) -> io::Result<String> {
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: valid fd; the kernel writes at most `len` bytes into `buf`.
     let rc = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());

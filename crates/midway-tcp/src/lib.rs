@@ -8,7 +8,7 @@
 //! | knob | mechanism | module |
 //! |---|---|---|
 //! | congestion control | `TCP_CONGESTION` | [`apply`] |
-//! | delayed ACK off | `TCP_DELACK_MAX_US` at its floor + `TCP_QUICKACK` | [`apply`] |
+//! | delayed ACK off | route metric `quickack 1` + `TCP_DELACK_MAX_US` at its floor + `TCP_QUICKACK` | [`routes`], [`apply`] |
 //! | minimum RTO <= 200 ms | `TCP_RTO_MIN_US` | [`apply`] |
 //! | minimum RTO > 200 ms | route metric `rto_min` | [`routes`] |
 //! | initial window | route metric `initcwnd` | [`routes`] |
@@ -18,13 +18,49 @@
 //!
 //! Config goes in stages: [`ProfileSpec`] (file form) -> [`resolve_profiles`] (presets,
 //! inheritance, validation) -> [`TcpProfile`] -> [`TcpProfile::check_supported`] against the
-//! running kernel at start -> `apply_*` per socket. [`tcp_stats`] reads `tcp_info` back.
+//! running kernel at start -> `apply_*` per socket. [`tcp_stats`] reads `tcp_info` back, and
+//! [`TcpProfile::read_back`] compares a live socket with its profile, knob by knob.
+//!
+//! Start-up and per-connection use (route knobs need root; a profile the kernel cannot honour
+//! stops start-up with an error naming the knob):
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use std::os::fd::AsFd;
+//! use midway_tcp::{resolve_profiles, ProfileSpec, Role, RouteKnobs, TcpProfile};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let specs: BTreeMap<String, ProfileSpec> = BTreeMap::new(); // from `[profiles.*]`
+//! let mut profiles = resolve_profiles(&specs)?;
+//! for p in profiles.values() {
+//!     p.check_supported()?;
+//! }
+//! let used: Vec<&TcpProfile> = vec![&profiles["hfc-local"], &profiles["wan"]];
+//! let route_knobs = RouteKnobs::install(&used, 1000, 0x4d57_0000)?; // keep alive until stop
+//! route_knobs.set_marks(profiles.values_mut());
+//! let (local, remote) = (&profiles["hfc-local"], &profiles["wan"]);
+//!
+//! let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+//! local.apply_to_listener(&listener)?; // before bind/listen
+//! // ... bind, listen, accept:
+//! let (accepted, _) = listener.accept()?;
+//! local.apply_established(accepted.as_fd(), Role::Accepted)?;
+//!
+//! let outgoing = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+//! remote.apply_before_connect(&outgoing)?;
+//! // ... connect:
+//! remote.apply_established(outgoing.as_fd(), Role::Outgoing)?;
+//! route_knobs.remove()?; // at stop (drop also removes)
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod apply;
 pub mod bufrule;
 pub mod info;
 pub mod profile;
 pub mod routes;
+pub mod verify;
 
 pub use apply::{KnobError, Role};
 pub use info::{congestion_control_of, tcp_stats, TcpStats};
@@ -33,3 +69,4 @@ pub use profile::{
     TcpProfile,
 };
 pub use routes::{RouteKnobs, RouteKnobsError};
+pub use verify::{Mismatch, ReadBackWhen};

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 pub use crate::bufrule::AutoBuffer;
 use crate::bufrule::{auto_buffer_bytes, BufRuleError};
@@ -87,7 +87,7 @@ impl<'de> Deserialize<'de> for BufferSize {
 }
 
 /// Keepalive settings (`SO_KEEPALIVE` + `TCP_KEEPIDLE`/`TCP_KEEPINTVL`/`TCP_KEEPCNT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Keepalive {
     pub idle_s: u32,
@@ -96,26 +96,40 @@ pub struct Keepalive {
 }
 
 /// Validated, resolved profile: no `inherits`, buffers in bytes. `None` = kernel default.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Serializes (e.g. into lab results) with unset knobs left out; `Display` gives one log line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TcpProfile {
     pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub congestion_control: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_cwnd: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delayed_ack: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dupack_threshold: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rto_min_ms: Option<u32>,
     /// Bytes asked of `SO_SNDBUF` (the kernel reports twice this, for its bookkeeping).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub send_buffer: Option<u32>,
     /// Bytes asked of `SO_RCVBUF` (the kernel reports twice this, for its bookkeeping).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub recv_buffer: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mss: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub notsent_lowat: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nodelay: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<Keepalive>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub user_timeout_ms: Option<u32>,
     /// `SO_MARK` that selects this profile's routing table (route-metric knobs). Filled by the
     /// caller from [`crate::RouteKnobs::mark_for`] after [`crate::RouteKnobs::install`]; the
     /// `apply_*` functions refuse a profile that needs route knobs while this is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub route_mark: Option<u32>,
 }
 
@@ -141,6 +155,56 @@ impl TcpProfile {
     }
 }
 
+impl fmt::Display for TcpProfile {
+    /// `name: knob=value ...` with only the knobs that are set, for start-up logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:", self.name)?;
+        let mut any = false;
+        let mut knob = |f: &mut fmt::Formatter<'_>, name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                any = true;
+                write!(f, " {name}={v}")
+            } else {
+                Ok(())
+            }
+        };
+        knob(f, "congestion_control", self.congestion_control.clone())?;
+        knob(f, "initial_cwnd", self.initial_cwnd.map(|v| v.to_string()))?;
+        knob(f, "delayed_ack", self.delayed_ack.map(|v| v.to_string()))?;
+        knob(
+            f,
+            "dupack_threshold",
+            self.dupack_threshold.map(|v| v.to_string()),
+        )?;
+        knob(f, "rto_min_ms", self.rto_min_ms.map(|v| v.to_string()))?;
+        knob(f, "send_buffer", self.send_buffer.map(|v| v.to_string()))?;
+        knob(f, "recv_buffer", self.recv_buffer.map(|v| v.to_string()))?;
+        knob(f, "mss", self.mss.map(|v| v.to_string()))?;
+        knob(
+            f,
+            "notsent_lowat",
+            self.notsent_lowat.map(|v| v.to_string()),
+        )?;
+        knob(f, "nodelay", self.nodelay.map(|v| v.to_string()))?;
+        knob(
+            f,
+            "keepalive",
+            self.keepalive
+                .map(|k| format!("{}s/{}s/{}", k.idle_s, k.interval_s, k.count)),
+        )?;
+        knob(
+            f,
+            "user_timeout_ms",
+            self.user_timeout_ms.map(|v| v.to_string()),
+        )?;
+        knob(f, "route_mark", self.route_mark.map(|v| format!("{v:#x}")))?;
+        if !any {
+            f.write_str(" kernel defaults")?;
+        }
+        Ok(())
+    }
+}
+
 /// Why the profiles in the config cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
@@ -153,7 +217,13 @@ pub enum ProfileError {
     #[error("profiles inherit from each other in a cycle: {}", chain.join(" -> "))]
     InheritanceCycle { chain: Vec<String> },
     #[error("profile {profile:?}: {knob} = {value} is out of range, allowed {min}..={max}")]
-    OutOfRange { profile: String, knob: &'static str, value: u64, min: u64, max: u64 },
+    OutOfRange {
+        profile: String,
+        knob: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("profile {profile:?}: congestion_control {name:?} is not a valid name (1-15 characters a-z, 0-9, '_', '-')")]
     BadCongestionControlName { profile: String, name: String },
     #[error("profile {profile:?}: {knob} = auto cannot be computed")]
@@ -187,46 +257,62 @@ pub fn preset_spec(name: &str) -> Option<ProfileSpec> {
     match name {
         // `default`: the kernel as it is. The baseline every lab comparison starts from.
         "default" => Some(ProfileSpec::default()),
-        // `hfc-local`: the local (proxy -> cable modem -> PC) segment as tuned in hfc-tuning and
-        // used by hfc-proxy. ACK every segment (delayed ACKs halve the ACK clock on a 20 ms
-        // path and, with a 10 KB modem, stall slow start); fast retransmit on the first
-        // duplicate ACK (the access segment delivers in order, so one duplicate ACK means a
-        // loss); a fine timer floor (the papers show coarse 500 ms timers dominating recovery
-        // time); an initial window of 2 segments; and buffers from the modem rule, so a window
-        // never overruns the modem (hfc-tuning figs. 8-10: 16 KB good, 24 KB collapses).
+        // `hfc-local`: the local segment (proxy -> cable modem -> PC, 20 ms RTT) as tuned in
+        // hfc-tuning and used by the tuned proxy of hfc-proxy:
+        // - delayed_ack = false: the proxy ACKs what it receives at once (hfc-proxy fig. 7: no
+        //   delayed ACK at the proxy as receiver, up to +30 % for short transfers; hfc-tuning
+        //   fig. 13: half the ACKs makes a connection fragile under upstream ACK loss);
+        // - dupack_threshold = 1: "super fast retransmit" on the first duplicate ACK, valid
+        //   because the access network delivers in order (hfc-tuning figs. 16-18, hfc-proxy
+        //   fig. 9);
+        // - rto_min_ms = 40: the papers halve the timer (500 -> 200 ms, hfc-tuning fig. 15,
+        //   ~2x at 3 % loss); Linux already starts at 200 ms, so take the same step relative
+        //   to the 20 ms local RTT: two RTTs;
+        // - initial_cwnd = 10: at least the paper's 2 (figs. 11-12: a 1-segment start waits up
+        //   to 200 ms for the PC's delayed ACK), and Linux's 10 made explicit because it still
+        //   fits the modem: 10 back-to-back segments queue 0.6 x 9 = 5.4 < 7 packets;
+        // - buffers from the modem rule (figs. 8-10: 16 KB doubles 8 KB, 24 KB collapses);
+        // - nodelay: the relay writes whole chunks, Nagle would only add delay.
         "hfc-local" => Some(ProfileSpec {
             delayed_ack: Some(false),
             dupack_threshold: Some(1),
             rto_min_ms: Some(40),
-            initial_cwnd: Some(2),
+            initial_cwnd: Some(10),
             send_buffer: Some(BufferSize::Auto(HFC_MODEM)),
             recv_buffer: Some(BufferSize::Auto(HFC_MODEM)),
             nodelay: Some(true),
             ..ProfileSpec::default()
         }),
-        // `satellite-local`: a GEO hop (about 550 ms RTT). Slow start from 10 segments costs
-        // several round trips of half a second, so start with 64 KB worth of segments
-        // (45 x 1448 B); BBR because random loss on the radio link is not congestion; buffers of
-        // 8 MiB to fill tens of Mbit/s x 0.6 s; a not-sent low-water mark so the relay does not
-        // park megabytes in the socket that the scheduler cannot reorder.
+        // `satellite-local`: the GEO hop (about 550 ms RTT). The satellite paper's PEP starts
+        // with a 64 KB window over the satellite: 45 segments of 1448 B, so a 65 KB page goes
+        // out in the first round trip instead of after several half-second ones. BBR because
+        // loss on the radio link is not congestion. 4 MiB buffers hold 24 Mbit/s (the forward
+        // link) x 0.6 s twice over and stay within Linux's default `*mem_max`, so no
+        // privilege is needed for them. A not-sent low-water mark keeps the relay from parking
+        // megabytes of unsent data in the socket.
         "satellite-local" => Some(ProfileSpec {
             congestion_control: Some("bbr".to_owned()),
             initial_cwnd: Some(45),
-            send_buffer: Some(BufferSize::Bytes(8 * 1024 * 1024)),
-            recv_buffer: Some(BufferSize::Bytes(8 * 1024 * 1024)),
+            send_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
+            recv_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
             notsent_lowat: Some(256 * 1024),
             nodelay: Some(true),
             ..ProfileSpec::default()
         }),
-        // `wan`: the remote (proxy -> Internet server) segment on a long fat path. Large buffers
-        // (4 MiB = 320 Mbit/s at 100 ms) so the window, not the buffer, limits; BBR keeps the
-        // rate under random loss; keepalive so dead servers are noticed on long idle
-        // connections (the umts paper's warm upstream pools).
+        // `wan`: the remote segment (proxy -> server) on a long fat path. The overlay paper's
+        // proxies fill a 150 KB BDP only with large socket buffers, and hfc-proxy fig. 13 gets
+        // ~4x from 8 KB -> 32 KB on the remote side: 4 MiB (320 Mbit/s at 100 ms) so the
+        // window, not the buffer, limits. BBR keeps the rate under random loss. Keepalive so
+        // that warm upstream connections (the umts paper's pools) notice dead servers.
         "wan" => Some(ProfileSpec {
             congestion_control: Some("bbr".to_owned()),
             send_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
             recv_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
-            keepalive: Some(Keepalive { idle_s: 60, interval_s: 10, count: 6 }),
+            keepalive: Some(Keepalive {
+                idle_s: 60,
+                interval_s: 10,
+                count: 6,
+            }),
             ..ProfileSpec::default()
         }),
         _ => None,
@@ -235,13 +321,17 @@ pub fn preset_spec(name: &str) -> Option<ProfileSpec> {
 
 fn valid_profile_name(name: &str) -> bool {
     (1..=32).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 fn valid_cc_name(name: &str) -> bool {
     // TCP_CA_NAME_MAX is 16 including the NUL.
     (1..=15).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// Field by field: the child's value wins over the parent's.
@@ -274,7 +364,9 @@ fn flatten(
 ) -> Result<ProfileSpec, ProfileError> {
     if chain.iter().any(|seen| seen == name) {
         chain.push(name.to_owned());
-        return Err(ProfileError::InheritanceCycle { chain: chain.clone() });
+        return Err(ProfileError::InheritanceCycle {
+            chain: chain.clone(),
+        });
     }
     chain.push(name.to_owned());
     let spec = match specs.get(name) {
@@ -324,9 +416,13 @@ fn resolve_buffer(
     let bytes = match size {
         None => return Ok(None),
         Some(BufferSize::Bytes(b)) => b,
-        Some(BufferSize::Auto(auto)) => auto_buffer_bytes(&auto).map_err(|source| {
-            ProfileError::AutoBuffer { profile: profile.to_owned(), knob, source }
-        })?,
+        Some(BufferSize::Auto(auto)) => {
+            auto_buffer_bytes(&auto).map_err(|source| ProfileError::AutoBuffer {
+                profile: profile.to_owned(),
+                knob,
+                source,
+            })?
+        }
     };
     check_range(profile, knob, Some(bytes), BUFFER_RANGE.0, BUFFER_RANGE.1)?;
     Ok(Some(bytes))
@@ -345,10 +441,28 @@ fn validate(name: &str, spec: ProfileSpec) -> Result<TcpProfile, ProfileError> {
     // is one the kernel can take.
     check_range(name, "initial_cwnd", spec.initial_cwnd, 1, 1000)?;
     check_range(name, "dupack_threshold", spec.dupack_threshold, 1, 300)?;
-    check_range(name, "rto_min_ms", spec.rto_min_ms, crate::apply::RTO_MIN_FLOOR_MS, 120_000)?;
+    check_range(
+        name,
+        "rto_min_ms",
+        spec.rto_min_ms,
+        crate::apply::RTO_MIN_FLOOR_MS,
+        120_000,
+    )?;
     check_range(name, "mss", spec.mss, 88, 32767)?;
-    check_range(name, "notsent_lowat", spec.notsent_lowat, 1, i32::MAX as u32)?;
-    check_range(name, "user_timeout_ms", spec.user_timeout_ms, 0, i32::MAX as u32)?;
+    check_range(
+        name,
+        "notsent_lowat",
+        spec.notsent_lowat,
+        1,
+        i32::MAX as u32,
+    )?;
+    check_range(
+        name,
+        "user_timeout_ms",
+        spec.user_timeout_ms,
+        0,
+        i32::MAX as u32,
+    )?;
     if let Some(ka) = spec.keepalive {
         check_range(name, "keepalive.idle_s", Some(ka.idle_s), 1, 32767)?;
         check_range(name, "keepalive.interval_s", Some(ka.interval_s), 1, 32767)?;
@@ -386,7 +500,11 @@ pub fn resolve_profiles(
             return Err(ProfileError::BadName { name: name.clone() });
         }
     }
-    let names: BTreeSet<&str> = PRESET_NAMES.iter().copied().chain(specs.keys().map(String::as_str)).collect();
+    let names: BTreeSet<&str> = PRESET_NAMES
+        .iter()
+        .copied()
+        .chain(specs.keys().map(String::as_str))
+        .collect();
     let mut out = BTreeMap::new();
     for name in names {
         let flat = flatten(name, specs, &mut Vec::new())?;
@@ -432,20 +550,53 @@ mod tests {
         .unwrap();
         let edge = &specs["edge"];
         assert_eq!(edge.send_buffer, Some(BufferSize::Bytes(65536)));
-        assert!(matches!(&edge.recv_buffer, Some(BufferSize::Auto(a)) if a.connections_per_device == 2));
-        assert_eq!(edge.keepalive, Some(Keepalive { idle_s: 30, interval_s: 5, count: 3 }));
+        assert!(
+            matches!(&edge.recv_buffer, Some(BufferSize::Auto(a)) if a.connections_per_device == 2)
+        );
+        assert_eq!(
+            edge.keepalive,
+            Some(Keepalive {
+                idle_s: 30,
+                interval_s: 5,
+                count: 3
+            })
+        );
         let resolved = resolve_profiles(&specs).unwrap();
         let p = &resolved["edge"];
         assert_eq!(p.congestion_control.as_deref(), Some("reno"));
-        assert_eq!(p.recv_buffer, Some(((1.0 + 7.0 / (2.0 * 0.6)) * 1460.0f64).floor() as u32));
+        assert_eq!(
+            p.recv_buffer,
+            Some(((1.0 + 7.0 / (2.0 * 0.6)) * 1460.0f64).floor() as u32)
+        );
         assert_eq!(p.user_timeout_ms, Some(20000));
+    }
+
+    #[test]
+    fn auto_buffer_takes_integer_rates_and_defaults() {
+        let specs = parse("[profiles.a]\nsend_buffer = { auto = { device_buffer_bytes = 10240, rate_in_bps = 25000000, rate_out_bps = 10000000 } }\n").unwrap();
+        let p = &resolve_profiles(&specs).unwrap()["a"];
+        assert_eq!(p.send_buffer, auto_buffer_bytes(&HFC_MODEM).ok());
+    }
+
+    #[test]
+    fn display_and_json_show_only_set_knobs() {
+        let r = resolve_profiles(&BTreeMap::new()).unwrap();
+        assert_eq!(r["default"].to_string(), "default: kernel defaults");
+        let wan = r["wan"].to_string();
+        assert!(wan.starts_with("wan: congestion_control=bbr"), "{wan}");
+        assert!(wan.contains("keepalive=60s/10s/6"), "{wan}");
+        let json = serde_json::to_value(&r["wan"]).unwrap();
+        assert_eq!(json["send_buffer"], 4 * 1024 * 1024);
+        assert!(json.get("mss").is_none());
     }
 
     #[test]
     fn unknown_keys_are_rejected() {
         let err = parse("[profiles.a]\ncongestion = \"bbr\"\n").unwrap_err();
         assert!(err.to_string().contains("congestion"), "{err}");
-        let err = parse("[profiles.a]\nkeepalive = { idle_s = 1, interval_s = 1, count = 1, x = 2 }\n").unwrap_err();
+        let err =
+            parse("[profiles.a]\nkeepalive = { idle_s = 1, interval_s = 1, count = 1, x = 2 }\n")
+                .unwrap_err();
         assert!(err.to_string().contains('x'), "{err}");
         let err = parse("[profiles.a]\nsend_buffer = { automatic = {} }\n").unwrap_err();
         assert!(err.to_string().contains("automatic"), "{err}");
@@ -458,18 +609,26 @@ mod tests {
     #[test]
     fn presets_resolve_and_cannot_be_shadowed() {
         let resolved = resolve_profiles(&BTreeMap::new()).unwrap();
-        assert_eq!(resolved.keys().map(String::as_str).collect::<Vec<_>>(), preset_names());
+        assert_eq!(
+            resolved.keys().map(String::as_str).collect::<Vec<_>>(),
+            preset_names()
+        );
         assert_eq!(resolved["default"], TcpProfile::kernel_default("default"));
         let hfc = &resolved["hfc-local"];
         assert_eq!(hfc.delayed_ack, Some(false));
         assert_eq!(hfc.dupack_threshold, Some(1));
         assert!(hfc.initial_cwnd.unwrap() >= 2);
         assert_eq!(hfc.send_buffer, auto_buffer_bytes(&HFC_MODEM).ok());
-        assert_eq!(resolved["satellite-local"].congestion_control.as_deref(), Some("bbr"));
+        assert_eq!(
+            resolved["satellite-local"].congestion_control.as_deref(),
+            Some("bbr")
+        );
         assert!(resolved["wan"].send_buffer.unwrap() >= 1 << 20);
 
         let specs = parse("[profiles.wan]\nmss = 1000\n").unwrap();
-        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::ShadowsPreset { name }) if name == "wan"));
+        assert!(
+            matches!(resolve_profiles(&specs), Err(ProfileError::ShadowsPreset { name }) if name == "wan")
+        );
     }
 
     #[test]
@@ -497,11 +656,16 @@ mod tests {
     fn cycles_and_unknown_parents_are_rejected() {
         let specs = parse("[profiles.a]\ninherits = \"b\"\n[profiles.b]\ninherits = \"c\"\n[profiles.c]\ninherits = \"a\"\n").unwrap();
         match resolve_profiles(&specs) {
-            Err(ProfileError::InheritanceCycle { chain }) => assert_eq!(chain, ["a", "b", "c", "a"]),
+            Err(ProfileError::InheritanceCycle { chain }) => {
+                assert_eq!(chain, ["a", "b", "c", "a"])
+            }
             other => panic!("{other:?}"),
         }
         let specs = parse("[profiles.a]\ninherits = \"a\"\n").unwrap();
-        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::InheritanceCycle { .. })));
+        assert!(matches!(
+            resolve_profiles(&specs),
+            Err(ProfileError::InheritanceCycle { .. })
+        ));
         let specs = parse("[profiles.a]\ninherits = \"nope\"\n").unwrap();
         match resolve_profiles(&specs) {
             Err(e @ ProfileError::UnknownParent { .. }) => {
@@ -519,8 +683,14 @@ mod tests {
             ("dupack_threshold = 0", "dupack_threshold"),
             ("rto_min_ms = 1", "rto_min_ms"),
             ("send_buffer = 10", "send_buffer"),
-            ("keepalive = { idle_s = 0, interval_s = 1, count = 1 }", "keepalive.idle_s"),
-            ("keepalive = { idle_s = 1, interval_s = 1, count = 500 }", "keepalive.count"),
+            (
+                "keepalive = { idle_s = 0, interval_s = 1, count = 1 }",
+                "keepalive.idle_s",
+            ),
+            (
+                "keepalive = { idle_s = 1, interval_s = 1, count = 500 }",
+                "keepalive.count",
+            ),
         ] {
             let specs = parse(&format!("[profiles.x]\n{text}\n")).unwrap();
             match resolve_profiles(&specs) {
@@ -529,10 +699,22 @@ mod tests {
             }
         }
         let specs = parse("[profiles.x]\ncongestion_control = \"Not A CC!\"\n").unwrap();
-        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::BadCongestionControlName { .. })));
+        assert!(matches!(
+            resolve_profiles(&specs),
+            Err(ProfileError::BadCongestionControlName { .. })
+        ));
         let specs = parse("[profiles.x]\nsend_buffer = { auto = { device_buffer_bytes = 100, rate_in_bps = 1e6, rate_out_bps = 1e5 } }\n").unwrap();
-        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::AutoBuffer { knob: "send_buffer", .. })));
+        assert!(matches!(
+            resolve_profiles(&specs),
+            Err(ProfileError::AutoBuffer {
+                knob: "send_buffer",
+                ..
+            })
+        ));
         let specs = parse("[profiles.\"Bad Name\"]\n").unwrap();
-        assert!(matches!(resolve_profiles(&specs), Err(ProfileError::BadName { .. })));
+        assert!(matches!(
+            resolve_profiles(&specs),
+            Err(ProfileError::BadName { .. })
+        ));
     }
 }

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `initial_cwnd` | `initcwnd N` | `tcp_init_cwnd()` from the socket's route, every connection |
 //! | `delayed_ack = false` | `quickack 1` | `tcp_init_transfer()` sets `dst_quick_ack`, every connection |
-//! | `rto_min_ms` > 200 | `rto_min lock T` | `tcp_rto_min()`, only when the metric is locked |
+//! | `rto_min_ms` > 200 | `rto_min T` (iproute2 locks it) | `tcp_rto_min()`, only when the metric is locked |
 //! | `dupack_threshold` | `reordering lock N` | **only through the tcp_metrics cache**, see below |
 //!
 //! Selection per socket: each profile that needs any of these gets a routing table of its own
@@ -19,8 +19,16 @@
 //! entry of the peer address, and such an entry is created (from the route's metrics) only when
 //! an earlier connection to that address closes. The first connection to each destination keeps
 //! `net.ipv4.tcp_reordering`; later ones get the profile's value, until `ip tcp_metrics flush`
-//! or the entry's expiry; nothing applies with `tcp_no_metrics_save = 1`
-//! ([`crate::TcpProfile::check_supported`] refuses that and warns about the rest).
+//! or the entry's expiry (one hour); nothing applies with `tcp_no_metrics_save = 1`
+//! ([`crate::TcpProfile::check_supported`] refuses that and warns about the rest). The cache is
+//! keyed by address pair, not by mark: once an entry exists, connections of *other* profiles to
+//! that peer get the value too, and an entry first created by an unmarked connection carries no
+//! `reordering` at all. So `dupack_threshold` is a per-destination hint, not a per-connection
+//! control; the tests pin exactly this behaviour.
+//!
+//! Namespaces: `ip` runs in the network namespace of the calling thread. [`RouteKnobs`]
+//! remembers the namespace it was installed in and removes its rules and tables there, whichever
+//! thread drops it.
 //!
 //! Limits: the copy is taken at install time (later changes to the main table are not followed);
 //! destinations in the `local` table (addresses of this host, loopback) are looked up before any
@@ -46,19 +54,31 @@ pub enum RouteKnobsError {
     #[error("cannot run `ip` (iproute2 is needed for route-metric knobs)")]
     Spawn(#[source] std::io::Error),
     #[error("`ip {args}` failed ({status}): {stderr}")]
-    Command { args: String, status: std::process::ExitStatus, stderr: String },
+    Command {
+        args: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
     #[error("cannot parse the JSON of `ip {args}`")]
     Parse {
         args: String,
         #[source]
         source: serde_json::Error,
     },
-    #[error("routing table {table} (for profile {profile:?}) is not empty; pick another base table")]
+    #[error(
+        "routing table {table} (for profile {profile:?}) is not empty; pick another base table"
+    )]
     TableInUse { table: u32, profile: String },
     #[error("a policy rule already uses fwmark {mark:#x} or table {table}; pick another base mark / table")]
     RuleInUse { mark: u32, table: u32 },
     #[error("base mark {base_mark:#x} / base table {base_table} + {count} profiles overflows")]
-    Overflow { base_mark: u32, base_table: u32, count: usize },
+    Overflow {
+        base_mark: u32,
+        base_table: u32,
+        count: usize,
+    },
+    #[error("cannot enter the network namespace the route knobs were installed in")]
+    EnterNetns(#[source] nix::errno::Errno),
     #[error("base table {0} is reserved (0, 253-255 are the kernel's)")]
     ReservedTable(u32),
 }
@@ -68,6 +88,8 @@ pub enum RouteKnobsError {
 pub struct RouteKnobs {
     entries: Vec<Entry>,
     removed: bool,
+    /// Network namespace of the installing thread (`/proc/thread-self/ns/net`).
+    netns: Option<std::fs::File>,
 }
 
 #[derive(Debug, Clone)]
@@ -102,7 +124,10 @@ struct JsonRule {
 }
 
 fn ip(args: &[String]) -> Result<String, RouteKnobsError> {
-    let out = Command::new("ip").args(args).output().map_err(RouteKnobsError::Spawn)?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(RouteKnobsError::Spawn)?;
     if !out.status.success() {
         return Err(RouteKnobsError::Command {
             args: args.join(" "),
@@ -118,7 +143,10 @@ fn ip_json<T: serde::de::DeserializeOwned>(args: &[String]) -> Result<Vec<T>, Ro
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
-    serde_json::from_str(&text).map_err(|source| RouteKnobsError::Parse { args: args.join(" "), source })
+    serde_json::from_str(&text).map_err(|source| RouteKnobsError::Parse {
+        args: args.join(" "),
+        source,
+    })
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -136,9 +164,12 @@ pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
         // connection measured.
         args.extend(["reordering".to_owned(), "lock".to_owned(), n.to_string()]);
     }
-    if let Some(ms) = profile.rto_min_ms.filter(|ms| *ms > crate::apply::SOCKET_RTO_MIN_MAX_MS) {
-        // tcp_rto_min() honours only a locked metric.
-        args.extend(["rto_min".to_owned(), "lock".to_owned(), format!("{ms}ms")]);
+    if let Some(ms) = profile
+        .rto_min_ms
+        .filter(|ms| *ms > crate::apply::SOCKET_RTO_MIN_MAX_MS)
+    {
+        // tcp_rto_min() honours only a locked metric; iproute2 always locks `rto_min`.
+        args.extend(["rto_min".to_owned(), format!("{ms}ms")]);
     }
     if profile.delayed_ack == Some(false) {
         args.extend(["quickack".to_owned(), "1".to_owned()]);
@@ -178,7 +209,11 @@ impl RouteKnobs {
     /// Installs one table and one rule per profile that [`TcpProfile::needs_route_knobs`]
     /// (others are ignored; duplicates by name once). On error, whatever was installed so far is
     /// removed again.
-    pub fn install(profiles: &[&TcpProfile], base_table: u32, base_mark: u32) -> Result<RouteKnobs, RouteKnobsError> {
+    pub fn install(
+        profiles: &[&TcpProfile],
+        base_table: u32,
+        base_mark: u32,
+    ) -> Result<RouteKnobs, RouteKnobsError> {
         let mut wanted: Vec<&TcpProfile> = Vec::new();
         for p in profiles.iter().copied().filter(|p| p.needs_route_knobs()) {
             if !wanted.iter().any(|w| w.name == p.name) {
@@ -186,16 +221,28 @@ impl RouteKnobs {
             }
         }
         let count = wanted.len();
-        let overflow = || RouteKnobsError::Overflow { base_mark, base_table, count };
+        let overflow = || RouteKnobsError::Overflow {
+            base_mark,
+            base_table,
+            count,
+        };
         let last = u32::try_from(count).map_err(|_| overflow())?;
-        if base_table.checked_add(last).is_none() || base_mark.checked_add(last).is_none() || base_mark == 0 {
+        if base_table.checked_add(last).is_none()
+            || base_mark.checked_add(last).is_none()
+            || base_mark == 0
+        {
             return Err(overflow());
         }
         let reserved = |t: u32| t == 0 || (253..=255).contains(&t);
         if (base_table..base_table.saturating_add(last)).any(reserved) {
             return Err(RouteKnobsError::ReservedTable(base_table));
         }
-        let mut knobs = RouteKnobs { entries: Vec::new(), removed: false };
+        let netns = std::fs::File::open("/proc/thread-self/ns/net").ok();
+        let mut knobs = RouteKnobs {
+            entries: Vec::new(),
+            removed: false,
+            netns,
+        };
         for (i, profile) in wanted.into_iter().enumerate() {
             let entry = Entry {
                 profile: profile.name.clone(),
@@ -215,24 +262,46 @@ impl RouteKnobs {
         let (mark, table) = (self.entries[idx].mark, self.entries[idx].table);
         let metrics = metric_args(profile);
         for family in ["-4", "-6"] {
-            let routes: Vec<JsonRoute> = match ip_json(&strings(&["-j", family, "route", "show", "table", "main"])) {
-                Ok(routes) => routes,
-                // IPv6 may be disabled: then there is nothing to copy for it.
-                Err(RouteKnobsError::Command { .. }) if family == "-6" => continue,
-                Err(e) => return Err(e),
-            };
+            let routes: Vec<JsonRoute> =
+                match ip_json(&strings(&["-j", family, "route", "show", "table", "main"])) {
+                    Ok(routes) => routes,
+                    // IPv6 may be disabled: then there is nothing to copy for it.
+                    Err(RouteKnobsError::Command { .. }) if family == "-6" => continue,
+                    Err(e) => return Err(e),
+                };
             if routes.is_empty() {
                 continue;
             }
-            let existing: Vec<serde_json::Value> =
-                ip_json(&strings(&["-j", family, "route", "show", "table", &table.to_string()]))?;
+            let existing: Vec<serde_json::Value> = match ip_json(&strings(&[
+                "-j",
+                family,
+                "route",
+                "show",
+                "table",
+                &table.to_string(),
+            ])) {
+                Ok(routes) => routes,
+                // A table with no routes does not exist for the kernel: that is what we want.
+                Err(RouteKnobsError::Command { stderr, .. })
+                    if stderr.contains("does not exist") =>
+                {
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
             if !existing.is_empty() {
-                return Err(RouteKnobsError::TableInUse { table, profile: profile.name.clone() });
+                return Err(RouteKnobsError::TableInUse {
+                    table,
+                    profile: profile.name.clone(),
+                });
             }
             let rules: Vec<JsonRule> = ip_json(&strings(&["-j", family, "rule", "show"]))?;
             let ours = |r: &JsonRule| {
                 r.table.as_deref() == Some(table.to_string().as_str())
-                    || r.fwmark.as_deref().and_then(|m| u32::from_str_radix(m.trim_start_matches("0x"), 16).ok()) == Some(mark)
+                    || r.fwmark
+                        .as_deref()
+                        .and_then(|m| u32::from_str_radix(m.trim_start_matches("0x"), 16).ok())
+                        == Some(mark)
             };
             if rules.iter().any(ours) {
                 return Err(RouteKnobsError::RuleInUse { mark, table });
@@ -264,12 +333,18 @@ impl RouteKnobs {
 
     /// `SO_MARK` to put on that profile's sockets, if it has route knobs.
     pub fn mark_for(&self, profile_name: &str) -> Option<u32> {
-        self.entries.iter().find(|e| e.profile == profile_name).map(|e| e.mark)
+        self.entries
+            .iter()
+            .find(|e| e.profile == profile_name)
+            .map(|e| e.mark)
     }
 
     /// Routing table installed for that profile.
     pub fn table_for(&self, profile_name: &str) -> Option<u32> {
-        self.entries.iter().find(|e| e.profile == profile_name).map(|e| e.table)
+        self.entries
+            .iter()
+            .find(|e| e.profile == profile_name)
+            .map(|e| e.table)
     }
 
     /// Sets [`TcpProfile::route_mark`] on every profile that has a table here.
@@ -281,13 +356,50 @@ impl RouteKnobs {
         }
     }
 
+    /// Removes everything, from the namespace it was installed in.
     fn remove_all(&mut self) -> Result<(), RouteKnobsError> {
+        use std::os::unix::fs::MetadataExt;
+        let ino = |f: &std::fs::File| f.metadata().map(|m| (m.dev(), m.ino())).ok();
+        let here = std::fs::File::open("/proc/thread-self/ns/net").ok();
+        let same = match (&self.netns, &here) {
+            (Some(installed), Some(here)) => ino(installed) == ino(here),
+            _ => true,
+        };
+        if same {
+            return self.remove_here();
+        }
+        let installed = self.netns.take();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    if let Some(ns) = &installed {
+                        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                            .map_err(RouteKnobsError::EnterNetns)?;
+                    }
+                    self.remove_here()
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    fn remove_here(&mut self) -> Result<(), RouteKnobsError> {
         let mut first_err = None;
         for entry in self.entries.drain(..) {
             for family in &entry.families {
                 let table = entry.table.to_string();
                 let steps = [
-                    strings(&[family, "rule", "del", "fwmark", &format!("{:#x}/0xffffffff", entry.mark), "table", &table, "priority", &RULE_PRIORITY.to_string()]),
+                    strings(&[
+                        family,
+                        "rule",
+                        "del",
+                        "fwmark",
+                        &format!("{:#x}/0xffffffff", entry.mark),
+                        "table",
+                        &table,
+                        "priority",
+                        &RULE_PRIORITY.to_string(),
+                    ]),
                     strings(&[family, "route", "flush", "table", &table]),
                 ];
                 for step in steps {

@@ -1,0 +1,370 @@
+//! What each case puts on the proxy host, as pure functions: midway's generated config, HAProxy's
+//! config, the `ip route` arguments of route tuning, where the client connects; and parsers for
+//! what the lab reads back (midway's metrics, the listening sockets of `/proc/net/tcp`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use crate::scenario::{Case, CaseKind, Intercept, MidwayCase, RelayKind, RouteTuning};
+
+/// Port the proxy listens on inside the proxy host (each topology is its own namespace set, so a
+/// fixed port cannot collide with another run).
+pub const PROXY_PORT: u16 = 8080;
+/// Where midway serves metrics inside the proxy host.
+pub const METRICS_LISTEN: &str = "127.0.0.1:9464";
+/// Name of the listener in generated midway configs (a label of its metrics).
+pub const LISTENER_NAME: &str = "lab";
+
+/// Addresses and names a case needs, taken from the built topology.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// The server's address as seen from the client side, and the workload's port.
+    pub server: SocketAddr,
+    /// The proxy host's address on its link toward the client.
+    pub proxy_addr: IpAddr,
+    /// Prefix of the client's link to the proxy host (the route route-tuning changes).
+    pub client_prefix: String,
+    /// The proxy host's interface toward the client.
+    pub client_iface: String,
+    /// Spool folder for midway's store-and-forward relay.
+    pub spool_dir: PathBuf,
+}
+
+/// Where the client connects: the server itself (direct, transparent) or the proxy's listener.
+pub fn connect_target(case: &Case, placement: &Placement) -> SocketAddr {
+    match case.kind {
+        CaseKind::Direct => placement.server,
+        CaseKind::Midway
+            if case.midway.as_ref().map(|m| m.intercept) == Some(Intercept::Transparent) =>
+        {
+            placement.server
+        }
+        CaseKind::Midway | CaseKind::Haproxy => SocketAddr::new(placement.proxy_addr, PROXY_PORT),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigGenError {
+    #[error("case `config` sets `{key}` to a value whose type differs from the generated one")]
+    MergeConflict { key: String },
+    #[error("cannot write the generated config as TOML")]
+    Serialize(#[source] toml::ser::Error),
+}
+
+/// The midway config of a case: one listener on [`PROXY_PORT`], metrics on
+/// [`METRICS_LISTEN`], the case's profiles, then the case's `listener` and `config` tables merged.
+pub fn midway_config(case: &MidwayCase, placement: &Placement) -> Result<String, ConfigGenError> {
+    use toml::Value;
+    let mut listener = toml::Table::new();
+    listener.insert("name".into(), LISTENER_NAME.into());
+    listener.insert("listen".into(), format!("0.0.0.0:{PROXY_PORT}").into());
+    listener.insert(
+        "relay".into(),
+        match case.relay {
+            RelayKind::Buffer => "buffer",
+            RelayKind::Spool => "spool",
+        }
+        .into(),
+    );
+    match case.intercept {
+        Intercept::Forward => {
+            listener.insert("mode".into(), "forward".into());
+            listener.insert("target".into(), placement.server.to_string().into());
+        }
+        Intercept::Transparent => {
+            listener.insert("mode".into(), "transparent".into());
+            let mut nft = toml::Table::new();
+            nft.insert("manage".into(), true.into());
+            nft.insert(
+                "interfaces".into(),
+                Value::Array(vec![placement.client_iface.clone().into()]),
+            );
+            nft.insert(
+                "ports".into(),
+                Value::Array(vec![Value::Integer(i64::from(placement.server.port()))]),
+            );
+            listener.insert("nftables".into(), Value::Table(nft));
+        }
+    }
+    if let Some(profile) = &case.local_profile {
+        listener.insert("local_profile".into(), profile.clone().into());
+    }
+    if let Some(profile) = &case.remote_profile {
+        listener.insert("remote_profile".into(), profile.clone().into());
+    }
+    merge(&mut listener, &case.listener, "listeners")?;
+
+    let mut config = toml::Table::new();
+    let mut proxy = toml::Table::new();
+    proxy.insert(
+        "allowed_clients".into(),
+        Value::Array(vec![placement.client_prefix.clone().into()]),
+    );
+    config.insert("proxy".into(), Value::Table(proxy));
+    let mut metrics = toml::Table::new();
+    metrics.insert("listen".into(), METRICS_LISTEN.into());
+    config.insert("metrics".into(), Value::Table(metrics));
+    let mut spool = toml::Table::new();
+    spool.insert(
+        "dir".into(),
+        placement.spool_dir.display().to_string().into(),
+    );
+    config.insert("spool".into(), Value::Table(spool));
+    if !case.profiles.is_empty() {
+        config.insert("profiles".into(), Value::Table(case.profiles.clone()));
+    }
+    config.insert(
+        "listeners".into(),
+        Value::Array(vec![Value::Table(listener)]),
+    );
+    merge(&mut config, &case.config, "")?;
+    toml::to_string(&config).map_err(ConfigGenError::Serialize)
+}
+
+/// Deep merge: tables merge key by key, anything else replaces.
+fn merge(into: &mut toml::Table, from: &toml::Table, at: &str) -> Result<(), ConfigGenError> {
+    for (key, value) in from {
+        let path = if at.is_empty() {
+            key.clone()
+        } else {
+            format!("{at}.{key}")
+        };
+        match (into.get_mut(key), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(extra)) => {
+                merge(existing, extra, &path)?
+            }
+            (Some(toml::Value::Table(_)), _) => {
+                return Err(ConfigGenError::MergeConflict { key: path })
+            }
+            _ => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// HAProxy in TCP mode, in the foreground (`haproxy -f FILE -db`), forwarding to the server.
+pub fn haproxy_config(placement: &Placement) -> String {
+    format!(
+        "# generated by midway lab\n\
+         global\n    maxconn 4096\n\n\
+         defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 600s\n    timeout server 600s\n\n\
+         frontend lab\n    bind {proxy}:{port}\n    default_backend server\n\n\
+         backend server\n    server s1 {server}\n",
+        proxy = placement.proxy_addr,
+        port = PROXY_PORT,
+        server = placement.server,
+    )
+}
+
+/// `ip` arguments that replace the proxy host's connected route toward the client with one that
+/// carries the tuning metrics. `None` when the tuning sets nothing.
+pub fn route_tuning_args(tuning: &RouteTuning, placement: &Placement) -> Option<Vec<String>> {
+    let mut metrics = Vec::new();
+    if let Some(n) = tuning.initcwnd {
+        metrics.extend(["initcwnd".to_string(), n.to_string()]);
+    }
+    if let Some(n) = tuning.initrwnd {
+        metrics.extend(["initrwnd".to_string(), n.to_string()]);
+    }
+    if let Some(quickack) = tuning.quickack {
+        metrics.extend(["quickack".to_string(), u8::from(quickack).to_string()]);
+    }
+    if let Some(rto) = tuning.rto_min {
+        metrics.extend(["rto_min".to_string(), format!("{}ms", rto.0.as_millis())]);
+    }
+    if let Some(cc) = &tuning.congctl {
+        metrics.extend(["congctl".to_string(), cc.clone()]);
+    }
+    if metrics.is_empty() {
+        return None;
+    }
+    let family = if placement.proxy_addr.is_ipv6() {
+        "-6"
+    } else {
+        "-4"
+    };
+    let mut args: Vec<String> = [
+        family,
+        "route",
+        "replace",
+        &placement.client_prefix,
+        "dev",
+        &placement.client_iface,
+        "proto",
+        "kernel",
+        "scope",
+        "link",
+        "src",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(placement.proxy_addr.to_string());
+    args.extend(metrics);
+    Some(args)
+}
+
+/// Sums `midway_segment_retransmits_total` by segment from a Prometheus text exposition:
+/// `{"local": n, "remote": m}`.
+pub fn parse_segment_retransmits(exposition: &str) -> BTreeMap<String, u64> {
+    let mut sums = BTreeMap::new();
+    for line in exposition.lines() {
+        let Some(rest) = line.strip_prefix("midway_segment_retransmits_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let Some(segment) = labels.split(',').find_map(|label| {
+            let (key, value) = label.split_once('=')?;
+            (key.trim() == "segment").then(|| value.trim().trim_matches('"').to_string())
+        }) else {
+            continue;
+        };
+        let Some(number) = value.split_whitespace().next() else {
+            continue;
+        };
+        if let Ok(number) = number.parse::<f64>() {
+            *sums.entry(segment).or_insert(0) += number as u64;
+        }
+    }
+    sums
+}
+
+/// Ports in LISTEN state in the text of `/proc/net/tcp` or `/proc/net/tcp6`.
+pub fn listening_ports(proc_net_tcp: &str) -> BTreeSet<u16> {
+    const LISTEN: &str = "0A";
+    proc_net_tcp
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1)?;
+            let state = fields.nth(1)?;
+            if state != LISTEN {
+                return None;
+            }
+            let port = local.rsplit_once(':')?.1;
+            u16::from_str_radix(port, 16).ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement() -> Placement {
+        Placement {
+            server: "10.0.2.2:5001".parse().unwrap(),
+            proxy_addr: "10.0.1.2".parse().unwrap(),
+            client_prefix: "10.0.1.0/24".into(),
+            client_iface: "e-client".into(),
+            spool_dir: "/tmp/spool".into(),
+        }
+    }
+
+    fn midway(intercept: Intercept) -> MidwayCase {
+        MidwayCase {
+            intercept,
+            relay: RelayKind::Spool,
+            local_profile: Some("hfc-local".into()),
+            remote_profile: None,
+            profiles: toml::from_str("[tuned]\ninherits = \"hfc-local\"\nrecv_buffer = 8192")
+                .unwrap(),
+            listener: toml::from_str("buffer_bytes = 65536").unwrap(),
+            config: toml::from_str("[proxy]\nmax_connections = 10").unwrap(),
+        }
+    }
+
+    #[test]
+    fn forward_config_targets_the_server_and_merges_extras() {
+        let text = midway_config(&midway(Intercept::Forward), &placement()).unwrap();
+        let config: toml::Table = toml::from_str(&text).unwrap();
+        let listener = &config["listeners"][0];
+        assert_eq!(listener["mode"].as_str(), Some("forward"));
+        assert_eq!(listener["target"].as_str(), Some("10.0.2.2:5001"));
+        assert_eq!(listener["relay"].as_str(), Some("spool"));
+        assert_eq!(listener["local_profile"].as_str(), Some("hfc-local"));
+        assert_eq!(listener["buffer_bytes"].as_integer(), Some(65536));
+        assert_eq!(config["proxy"]["max_connections"].as_integer(), Some(10));
+        assert_eq!(
+            config["proxy"]["allowed_clients"][0].as_str(),
+            Some("10.0.1.0/24")
+        );
+        assert_eq!(
+            config["profiles"]["tuned"]["recv_buffer"].as_integer(),
+            Some(8192)
+        );
+    }
+
+    #[test]
+    fn transparent_config_intercepts_the_server_port_on_the_client_interface() {
+        let text = midway_config(&midway(Intercept::Transparent), &placement()).unwrap();
+        let config: toml::Table = toml::from_str(&text).unwrap();
+        let nft = &config["listeners"][0]["nftables"];
+        assert_eq!(nft["interfaces"][0].as_str(), Some("e-client"));
+        assert_eq!(nft["ports"][0].as_integer(), Some(5001));
+        assert!(config["listeners"][0].get("target").is_none());
+    }
+
+    #[test]
+    fn merge_refuses_to_replace_a_table_with_a_value() {
+        let mut case = midway(Intercept::Forward);
+        case.config = toml::from_str("proxy = 3").unwrap();
+        assert!(matches!(
+            midway_config(&case, &placement()),
+            Err(ConfigGenError::MergeConflict { .. })
+        ));
+    }
+
+    #[test]
+    fn route_tuning_replaces_the_connected_route_with_metrics() {
+        let tuning = RouteTuning {
+            initcwnd: Some(10),
+            quickack: Some(true),
+            rto_min: Some(crate::units::HumanDuration::parse("20ms").unwrap()),
+            congctl: Some("bbr".into()),
+            ..RouteTuning::default()
+        };
+        let args = route_tuning_args(&tuning, &placement()).unwrap().join(" ");
+        assert_eq!(
+            args,
+            "-4 route replace 10.0.1.0/24 dev e-client proto kernel scope link src 10.0.1.2 \
+             initcwnd 10 quickack 1 rto_min 20ms congctl bbr"
+        );
+        assert!(route_tuning_args(&RouteTuning::default(), &placement()).is_none());
+    }
+
+    #[test]
+    fn haproxy_binds_the_proxy_address_and_forwards_to_the_server() {
+        let cfg = haproxy_config(&placement());
+        assert!(cfg.contains("bind 10.0.1.2:8080"));
+        assert!(cfg.contains("server s1 10.0.2.2:5001"));
+        assert!(cfg.contains("mode tcp"));
+    }
+
+    #[test]
+    fn segment_retransmits_are_summed_per_segment() {
+        let text = "# HELP midway_segment_retransmits_total x\n\
+            midway_segment_retransmits_total{listener=\"lab\",segment=\"local\"} 12\n\
+            midway_segment_retransmits_total{listener=\"other\",segment=\"local\"} 3\n\
+            midway_segment_retransmits_total{segment=\"remote\",listener=\"lab\"} 0\n\
+            midway_bytes_total{listener=\"lab\"} 99\n";
+        let sums = parse_segment_retransmits(text);
+        assert_eq!(sums.get("local"), Some(&15));
+        assert_eq!(sums.get("remote"), Some(&0));
+        assert_eq!(sums.len(), 2);
+    }
+
+    #[test]
+    fn listening_ports_come_from_state_0a_only() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0\n\
+   1: 0100007F:24F8 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0\n";
+        assert_eq!(listening_ports(text), BTreeSet::from([8080]));
+    }
+}

@@ -1,0 +1,470 @@
+//! The `midway lab` subcommands.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use midway_report::RunRecord;
+
+use crate::plan::{self, PlanOptions, Point, Shard};
+use crate::runner::{self, RunContext};
+use crate::scenario::{CaseKind, LoadedScenario};
+
+/// Workers when `--jobs` is not given. Each topology costs two emulator threads per link, mostly
+/// asleep; `--check-concurrency` measures whether a value changes the results on a machine.
+pub const DEFAULT_JOBS: usize = 4;
+/// Where runs go when `--out` is not given: `lab-results/<scenario>-<UTC time>`.
+pub const DEFAULT_RESULTS_ROOT: &str = "lab-results";
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCommand {
+    /// Run a scenario: sweeps x cases x repetitions, results to DIR/results.jsonl, report at the end.
+    Run {
+        /// Scenario file (TOML), e.g. scenarios/hfc-demo.toml.
+        scenario: PathBuf,
+        /// Output folder (default lab-results/<scenario>-<time>); must be new unless --resume.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Short version: first, middle and last sweep value, one repetition, the file's [quick] overrides.
+        #[arg(long)]
+        quick: bool,
+        /// Topologies measured at once (default 4).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Repetitions of every point, overriding the file.
+        #[arg(long)]
+        repetitions: Option<u32>,
+        /// Run only this experiment (repeatable).
+        #[arg(long)]
+        experiment: Vec<String>,
+        /// Continue an interrupted run in --out: skip points already measured successfully.
+        #[arg(long)]
+        resume: bool,
+        /// Base seed, overriding the file's (every point's seed is derived from it).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// "i/n": run only every n-th point starting at i; shards' results.jsonl files concatenate.
+        #[arg(long)]
+        shard: Option<String>,
+        /// Run the points twice, with --jobs 1 and with --jobs N, into OUT/jobs-1 and OUT/jobs-N,
+        /// and print the median throughputs side by side.
+        #[arg(long)]
+        check_concurrency: bool,
+        /// Keep every point's folder (generated configs, proxy logs), not only failed ones.
+        #[arg(long)]
+        keep_point_dirs: bool,
+    },
+    /// Rebuild the report of a results folder.
+    Report { dir: PathBuf },
+    /// Check the emulator against its configuration.
+    Selftest {
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Validate a scenario file without running it (no root needed).
+    Check { scenario: PathBuf },
+    /// Remove namespaces and links left by a crashed run.
+    Clean,
+}
+
+/// Runs a `midway lab` subcommand.
+pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
+    match cmd {
+        LabCommand::Run {
+            scenario,
+            out,
+            quick,
+            jobs,
+            repetitions,
+            experiment,
+            resume,
+            seed,
+            shard,
+            check_concurrency,
+            keep_point_dirs,
+        } => {
+            midway_labnet::require_root().context("`midway lab run` builds network namespaces")?;
+            let shard = shard.map(|s| s.parse::<Shard>()).transpose()?;
+            let options = RunOptions {
+                scenario,
+                out,
+                plan: PlanOptions {
+                    quick,
+                    experiments: experiment,
+                    repetitions,
+                    seed,
+                    shard,
+                },
+                jobs: jobs.unwrap_or(DEFAULT_JOBS),
+                resume,
+                keep_point_dirs,
+                progress: true,
+            };
+            if check_concurrency {
+                check_concurrency_run(&options)
+            } else {
+                let summary = run(&options)?;
+                print_summary(&summary);
+                if summary.failed > 0 {
+                    eprintln!(
+                        "{} of {} points failed; their errors are in {}",
+                        summary.failed,
+                        summary.records,
+                        summary.out_dir.join(midway_report::RESULTS_FILE).display()
+                    );
+                }
+                Ok(())
+            }
+        }
+        LabCommand::Report { dir } => {
+            let summary =
+                midway_report::write_report(&dir, &midway_report::ReportOptions::default())?;
+            println!(
+                "report: {} ({} records, {} failed)",
+                summary.report_path.display(),
+                summary.records,
+                summary.failed_records
+            );
+            Ok(())
+        }
+        LabCommand::Selftest { quick } => {
+            midway_labnet::require_root().context("`midway lab selftest` builds namespaces")?;
+            midway_labnet::install_cleanup_on_signal()?;
+            let options = if quick {
+                midway_labnet::selftest::SelftestOptions::quick()
+            } else {
+                midway_labnet::selftest::SelftestOptions::full()
+            };
+            let report = midway_labnet::selftest::run(&options)?;
+            println!("{report}");
+            if report.all_passed() {
+                Ok(())
+            } else {
+                bail!("the emulator does not hold its configuration (see the table above)")
+            }
+        }
+        LabCommand::Check { scenario } => {
+            let loaded = LoadedScenario::load(&scenario)?;
+            print!("{}", check_summary(&loaded)?);
+            Ok(())
+        }
+        LabCommand::Clean => {
+            midway_labnet::require_root().context("`midway lab clean` removes namespaces")?;
+            let removed = midway_labnet::clean_leftovers()?;
+            println!("removed {removed} leftover namespace(s)");
+            Ok(())
+        }
+    }
+}
+
+/// What `midway lab check` prints: the plan's size, full and quick, and what it needs.
+pub fn check_summary(loaded: &LoadedScenario) -> anyhow::Result<String> {
+    use std::fmt::Write;
+    let full = plan::build_plan(loaded, &PlanOptions::default())?;
+    let quick = plan::build_plan(
+        loaded,
+        &PlanOptions {
+            quick: true,
+            ..PlanOptions::default()
+        },
+    )?;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{}: scenario `{}` is valid",
+        loaded.path.display(),
+        loaded.base.name
+    );
+    for experiment in &loaded.file.experiments {
+        let name = experiment.name.get_ref();
+        let count = |points: &[Point]| points.iter().filter(|p| &p.experiment == name).count();
+        let sweep = experiment
+            .sweep
+            .as_ref()
+            .map(|s| {
+                format!(
+                    "{} over {} ({} values)",
+                    s.label,
+                    s.param.get_ref(),
+                    s.values.get_ref().len()
+                )
+            })
+            .unwrap_or_else(|| "no sweep".into());
+        let _ = writeln!(
+            text,
+            "  experiment {name}: {sweep}; {} points ({} with --quick)",
+            count(&full),
+            count(&quick)
+        );
+    }
+    let _ = writeln!(
+        text,
+        "  total: {} points ({} with --quick)",
+        full.len(),
+        quick.len()
+    );
+    let needs_haproxy = loaded
+        .base
+        .cases
+        .values()
+        .any(|c| c.kind == CaseKind::Haproxy);
+    if needs_haproxy && which("haproxy").is_none() {
+        let _ = writeln!(
+            text,
+            "  warning: a case needs haproxy, which is not on PATH (apt-get install haproxy)"
+        );
+    }
+    Ok(text)
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// Options of one run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub scenario: PathBuf,
+    pub out: Option<PathBuf>,
+    pub plan: PlanOptions,
+    pub jobs: usize,
+    pub resume: bool,
+    pub keep_point_dirs: bool,
+    pub progress: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub out_dir: PathBuf,
+    /// Points planned (after shard), skipped by resume, and measured now.
+    pub planned: usize,
+    pub skipped: usize,
+    pub records: usize,
+    pub failed: usize,
+    pub report: Option<PathBuf>,
+    pub records_written: Vec<RunRecord>,
+}
+
+fn print_summary(summary: &RunSummary) {
+    println!(
+        "measured {} points ({} failed, {} already done) in {}",
+        summary.records,
+        summary.failed,
+        summary.skipped,
+        summary.out_dir.display()
+    );
+    match &summary.report {
+        Some(path) => println!("report: {}", path.display()),
+        None => println!("no report (no successful records)"),
+    }
+}
+
+/// The midway binary for proxy cases: `MIDWAY_BIN`, else this executable.
+pub fn midway_binary() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("MIDWAY_BIN") {
+        Some(path) => Ok(PathBuf::from(path)),
+        None => std::env::current_exe().context("cannot find the midway binary (set MIDWAY_BIN)"),
+    }
+}
+
+/// `git describe --always --dirty` in `dir`, or "unknown".
+pub fn describe_commit(dir: &Path) -> String {
+    Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .current_dir(dir)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Loads, plans and runs a scenario, then writes the report.
+pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
+    let loaded = LoadedScenario::load(&options.scenario)?;
+    let points = plan::build_plan(&loaded, &options.plan)?;
+    if points.is_empty() {
+        bail!("nothing to run: the plan (after --experiment and --shard) is empty");
+    }
+    let out_dir = options.out.clone().unwrap_or_else(|| {
+        PathBuf::from(DEFAULT_RESULTS_ROOT).join(format!(
+            "{}-{}",
+            loaded.base.name,
+            crate::time::compact_now()
+        ))
+    });
+    let results = out_dir.join(midway_report::RESULTS_FILE);
+    if results.exists() && !options.resume {
+        bail!(
+            "{} already exists: pass --resume to continue that run, or choose another --out",
+            results.display()
+        );
+    }
+    fs::create_dir_all(&out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let planned = points.len();
+    let points = if options.resume && results.exists() {
+        let records = midway_report::read_records(&results)?;
+        plan::skip_done(points, &plan::done_keys(&records))
+    } else {
+        points
+    };
+    let skipped = planned - points.len();
+    // Keep the scenario beside its results so the folder alone can repeat the run.
+    let copy = out_dir.join("scenario.toml");
+    if !copy.exists() {
+        fs::write(&copy, &loaded.text)
+            .with_context(|| format!("cannot write {}", copy.display()))?;
+    }
+    midway_labnet::install_cleanup_on_signal()?;
+    let scenario_dir = options
+        .scenario
+        .parent()
+        .map(Path::to_path_buf)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let context = RunContext {
+        out_dir: out_dir.clone(),
+        commit: describe_commit(&scenario_dir),
+        scenario_dir,
+        scenario_file: options.scenario.display().to_string(),
+        midway_bin: midway_binary()?,
+        keep_point_dirs: options.keep_point_dirs,
+    };
+    let bar = if options.progress {
+        ProgressBar::new(points.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} points, eta {eta} {msg}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    let mut failed = 0;
+    let written = runner::run_points(&context, &points, options.jobs, &results, |record| {
+        bar.inc(1);
+        if record.ok {
+            bar.set_message(format!(
+                "{} {} {:.2} Mbit/s",
+                record.experiment,
+                record.case,
+                record.throughput_bps / 1e6
+            ));
+        } else {
+            failed += 1;
+            bar.println(format!(
+                "point failed: {} {} rep {}: {}",
+                record.experiment,
+                record.case,
+                record.repetition,
+                record.error.as_deref().unwrap_or("?")
+            ));
+        }
+    })?;
+    bar.finish_and_clear();
+    let report =
+        match midway_report::write_report(&out_dir, &midway_report::ReportOptions::default()) {
+            Ok(summary) => Some(summary.report_path),
+            Err(error) => {
+                eprintln!("no report: {:#}", anyhow::Error::from(error));
+                None
+            }
+        };
+    Ok(RunSummary {
+        out_dir,
+        planned,
+        skipped,
+        records: written.len(),
+        failed,
+        report,
+        records_written: written,
+    })
+}
+
+/// Median throughput (Mbit/s) per (experiment, case, sweep x) of successful records.
+pub fn medians(records: &[RunRecord]) -> BTreeMap<(String, String, String), f64> {
+    let mut groups: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
+    for record in records.iter().filter(|r| r.ok) {
+        let x = record
+            .sweep_param
+            .as_ref()
+            .and_then(|p| record.params.get(p))
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "-".into());
+        groups
+            .entry((record.experiment.clone(), record.case.clone(), x))
+            .or_default()
+            .push(record.throughput_bps / 1e6);
+    }
+    groups
+        .into_iter()
+        .map(|(key, mut values)| {
+            values.sort_by(f64::total_cmp);
+            let n = values.len();
+            let median = if n % 2 == 1 {
+                values[n / 2]
+            } else {
+                (values[n / 2 - 1] + values[n / 2]) / 2.0
+            };
+            (key, median)
+        })
+        .collect()
+}
+
+/// Runs the plan with one job, then with N, and prints the medians side by side.
+fn check_concurrency_run(options: &RunOptions) -> anyhow::Result<()> {
+    let base = options.out.clone().unwrap_or_else(|| {
+        PathBuf::from(DEFAULT_RESULTS_ROOT)
+            .join(format!("concurrency-{}", crate::time::compact_now()))
+    });
+    let jobs = options.jobs.max(2);
+    let mut by_jobs = Vec::new();
+    for j in [1, jobs] {
+        let mut one = options.clone();
+        one.jobs = j;
+        one.out = Some(base.join(format!("jobs-{j}")));
+        let started = std::time::Instant::now();
+        let summary = run(&one)?;
+        println!(
+            "--jobs {j}: {} points in {:.1} s ({} failed)",
+            summary.records,
+            started.elapsed().as_secs_f64(),
+            summary.failed
+        );
+        by_jobs.push(medians(&summary.records_written));
+    }
+    println!(
+        "{:<14} {:<16} {:>10} {:>12} {:>12} {:>8}",
+        "experiment",
+        "case",
+        "x",
+        "jobs=1",
+        format!("jobs={jobs}"),
+        "ratio"
+    );
+    for (key, serial) in &by_jobs[0] {
+        let parallel = by_jobs[1].get(key).copied();
+        let ratio = parallel.map(|p| p / serial);
+        println!(
+            "{:<14} {:<16} {:>10} {:>12.3} {:>12} {:>8}",
+            key.0,
+            key.1,
+            key.2,
+            serial,
+            parallel.map_or("-".into(), |p| format!("{p:.3}")),
+            ratio.map_or("-".into(), |r| format!("{r:.3}"))
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! The plan of a run: experiments x sweep values x cases x repetitions, expanded into points in a
+//! fixed order, with `--quick`, `--experiment`, `--repetitions`, `--shard` and `--resume` applied.
+//! Pure: no I/O, no clock; the seed of a point depends only on the base seed and its coordinates.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::scenario::{derived_axis_value, LoadedScenario, Scenario, ScenarioError};
+
+/// Options that shape a plan (the run's command-line flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub quick: bool,
+    /// Run only these experiments (all when empty).
+    pub experiments: Vec<String>,
+    pub repetitions: Option<u32>,
+    /// Overrides the file's base seed.
+    pub seed: Option<u64>,
+    pub shard: Option<Shard>,
+}
+
+/// `i/n`: the points whose index modulo n is i.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A point's overrides do not give a valid scenario (loading checks this, so rare).
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    #[error("--shard wants I/N with 0 <= I < N, e.g. 0/4; got `{0}`")]
+    BadShard(String),
+    #[error("unknown experiment `{name}`; this scenario has: {known}")]
+    UnknownExperiment { name: String, known: String },
+    #[error("--repetitions must be at least 1")]
+    ZeroRepetitions,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = PlanError;
+    fn from_str(text: &str) -> Result<Self, PlanError> {
+        let bad = || PlanError::BadShard(text.to_string());
+        let (index, count) = text.split_once('/').ok_or_else(bad)?;
+        let index: usize = index.trim().parse().map_err(|_| bad())?;
+        let count: usize = count.trim().parse().map_err(|_| bad())?;
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// One measurement to make.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// Position in the full plan (before shard and resume), stable across runs of one file.
+    pub index: usize,
+    pub experiment: String,
+    /// Axis label of the sweep, the key of the x value in `params`.
+    pub sweep_param: Option<String>,
+    pub sweep_index: Option<usize>,
+    pub case: String,
+    pub repetition: u32,
+    pub seed: u64,
+    /// The scenario with this point's overrides applied.
+    pub scenario: Arc<Scenario>,
+    /// Parameters recorded with the result: the sweep's x value under its label, and every
+    /// effective parameter that is the same for all points of the experiment.
+    pub params: BTreeMap<String, Value>,
+}
+
+/// The seed of a point: the same for every case at one sweep value and repetition, so cases are
+/// compared under the same loss pattern (common random numbers). splitmix64 steps; stable across
+/// Rust versions, unlike `DefaultHasher`.
+pub fn point_seed(base: u64, experiment: &str, sweep_index: usize, repetition: u32) -> u64 {
+    let mut state = base;
+    let mut mix = |value: u64| {
+        state = state
+            .wrapping_add(value)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        state = z ^ (z >> 31);
+    };
+    for byte in experiment.bytes() {
+        mix(u64::from(byte));
+    }
+    mix(sweep_index as u64);
+    mix(u64::from(repetition));
+    state
+}
+
+/// Indices of the sweep values kept by `--quick`: first, middle and last.
+pub fn quick_indices(len: usize) -> Vec<usize> {
+    let set: BTreeSet<usize> = [0, len / 2, len.saturating_sub(1)]
+        .into_iter()
+        .filter(|&i| i < len)
+        .collect();
+    set.into_iter().collect()
+}
+
+/// Expands the scenario into points, in order experiment, sweep value, repetition, case (so that a
+/// partial run has every case of the first values), then applies the shard.
+pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<Point>, PlanError> {
+    let known: Vec<String> = loaded
+        .file
+        .experiments
+        .iter()
+        .map(|e| e.name.get_ref().clone())
+        .collect();
+    for name in &options.experiments {
+        if !known.contains(name) {
+            return Err(PlanError::UnknownExperiment {
+                name: name.clone(),
+                known: known.join(", "),
+            });
+        }
+    }
+    if options.repetitions == Some(0) {
+        return Err(PlanError::ZeroRepetitions);
+    }
+    let base_seed = options.seed.unwrap_or(loaded.base.seed);
+    let mut points = Vec::new();
+    for experiment in &loaded.file.experiments {
+        let name = experiment.name.get_ref();
+        if !options.experiments.is_empty() && !options.experiments.contains(name) {
+            continue;
+        }
+        let repetitions = if options.quick {
+            1
+        } else {
+            options
+                .repetitions
+                .unwrap_or(*experiment.repetitions.get_ref())
+        };
+        let fixed = loaded.fixed_overrides(experiment, options.quick);
+        // (sweep index, x value, scenario) per value kept.
+        let mut values: Vec<(Option<usize>, Option<Value>, Arc<Scenario>)> = Vec::new();
+        match &experiment.sweep {
+            None => {
+                let scenario = loaded.point_scenario(&fixed)?;
+                values.push((None, None, Arc::new(scenario)));
+            }
+            Some(sweep) => {
+                let count = sweep.values.get_ref().len();
+                let indices: Vec<usize> = if options.quick {
+                    quick_indices(count)
+                } else {
+                    (0..count).collect()
+                };
+                for index in indices {
+                    let mut all = fixed.clone();
+                    all.extend(loaded.sweep_overrides(sweep, index));
+                    let scenario = loaded.point_scenario(&all)?;
+                    let raw = sweep.values.get_ref()[index].get_ref();
+                    let x = match &sweep.axis {
+                        Some(axis) => Some(serde_json::json!(axis.get_ref()[index])),
+                        None => match derived_axis_value(raw) {
+                            Some(number) => Some(serde_json::json!(number)),
+                            None => Some(Value::String(raw.to_string())),
+                        },
+                    };
+                    values.push((Some(index), x, Arc::new(scenario)));
+                }
+            }
+        }
+        // Parameters equal at every value of this experiment; the varying ones are the sweep's
+        // (the report would otherwise split the experiment into variants by them).
+        let flats: Vec<BTreeMap<String, Value>> =
+            values.iter().map(|(_, _, s)| s.flat_params()).collect();
+        let constant: BTreeMap<String, Value> = flats
+            .first()
+            .map(|first| {
+                first
+                    .iter()
+                    .filter(|(k, v)| flats.iter().all(|f| f.get(*k) == Some(*v)))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let label = experiment.sweep.as_ref().map(|s| s.label.clone());
+        for (sweep_index, x, scenario) in &values {
+            let mut params = constant.clone();
+            if let (Some(label), Some(x)) = (&label, x) {
+                params.insert(label.clone(), x.clone());
+            }
+            for repetition in 0..repetitions {
+                let seed = point_seed(base_seed, name, sweep_index.unwrap_or(0), repetition);
+                for case in &experiment.cases {
+                    points.push(Point {
+                        index: points.len(),
+                        experiment: name.clone(),
+                        sweep_param: label.clone(),
+                        sweep_index: *sweep_index,
+                        case: case.get_ref().clone(),
+                        repetition,
+                        seed,
+                        scenario: Arc::clone(scenario),
+                        params: params.clone(),
+                    });
+                }
+            }
+        }
+    }
+    if let Some(shard) = options.shard {
+        points.retain(|p| p.index % shard.count == shard.index);
+    }
+    Ok(points)
+}
+
+/// The resume key of a point, exactly as [`midway_report::RunRecord::resume_key`] computes it.
+pub fn resume_key(point: &Point) -> String {
+    skeleton_record(point, "", "", "").resume_key()
+}
+
+/// A record for `point` with the measurement fields empty and `ok = false`.
+pub fn skeleton_record(
+    point: &Point,
+    scenario_file: &str,
+    commit: &str,
+    started_at: &str,
+) -> midway_report::RunRecord {
+    midway_report::RunRecord {
+        scenario: point.scenario.name.clone(),
+        scenario_file: scenario_file.to_string(),
+        commit: commit.to_string(),
+        experiment: point.experiment.clone(),
+        case: point.case.clone(),
+        sweep_param: point.sweep_param.clone(),
+        params: point.params.clone(),
+        repetition: point.repetition,
+        seed: point.seed,
+        bytes: 0,
+        seconds: 0.0,
+        throughput_bps: 0.0,
+        retransmits: BTreeMap::new(),
+        extra: BTreeMap::new(),
+        ok: false,
+        error: None,
+        started_at: started_at.to_string(),
+    }
+}
+
+/// Drops the points already measured successfully (by resume key).
+pub fn skip_done(points: Vec<Point>, done: &HashSet<String>) -> Vec<Point> {
+    points
+        .into_iter()
+        .filter(|p| !done.contains(&resume_key(p)))
+        .collect()
+}
+
+/// Resume keys of the successful records in a results file's records.
+pub fn done_keys(records: &[midway_report::RunRecord]) -> HashSet<String> {
+    records
+        .iter()
+        .filter(|r| r.ok)
+        .map(|r| r.resume_key())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_reject_nonsense() {
+        assert_eq!(
+            "1/4".parse::<Shard>().unwrap(),
+            Shard { index: 1, count: 4 }
+        );
+        assert!("4/4".parse::<Shard>().is_err());
+        assert!("0/0".parse::<Shard>().is_err());
+        assert!("x".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn quick_keeps_first_middle_last() {
+        assert_eq!(quick_indices(5), vec![0, 2, 4]);
+        assert_eq!(quick_indices(2), vec![0, 1]);
+        assert_eq!(quick_indices(1), vec![0]);
+        assert!(quick_indices(0).is_empty());
+    }
+
+    #[test]
+    fn seeds_depend_on_coordinates_but_not_on_case() {
+        let a = point_seed(1, "fig8", 0, 0);
+        assert_eq!(a, point_seed(1, "fig8", 0, 0));
+        assert_ne!(a, point_seed(1, "fig8", 1, 0));
+        assert_ne!(a, point_seed(1, "fig8", 0, 1));
+        assert_ne!(a, point_seed(2, "fig8", 0, 0));
+        assert_ne!(a, point_seed(1, "fig9", 0, 0));
+    }
+}

@@ -1,0 +1,407 @@
+//! Workloads at the socket level, independent of namespaces: the runner calls these on threads
+//! that live in a host's namespace, and the unit tests call them on loopback.
+//!
+//! Bulk: the server sends `bytes` as soon as a client connects (no request, as in the papers'
+//! FTP-like transfers), then waits for the client to close; the client times from the start of
+//! `connect()` to the last byte. Both read `tcp_info.tcpi_total_retrans` of their socket at the
+//! end.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// Size of the chunks the server writes and the client reads.
+const CHUNK: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("cannot set up the {side} socket ({what})")]
+    Setup {
+        side: &'static str,
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot connect to {target}")]
+    Connect {
+        target: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no client connected to the server within {0:?}")]
+    AcceptTimeout(Duration),
+    #[error("{side} transfer failed after {bytes} bytes")]
+    Transfer {
+        side: &'static str,
+        bytes: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the connection closed after {got} of {expected} bytes")]
+    Short { got: u64, expected: u64 },
+}
+
+fn setup(side: &'static str, what: &'static str) -> impl Fn(io::Error) -> WorkloadError {
+    move |source| WorkloadError::Setup { side, what, source }
+}
+
+/// Socket options of one end of a bulk transfer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SocketOptions {
+    pub send_buffer: Option<u64>,
+    pub recv_buffer: Option<u64>,
+    pub congestion_control: Option<String>,
+}
+
+fn apply(
+    socket: &Socket,
+    options: &SocketOptions,
+    side: &'static str,
+) -> Result<(), WorkloadError> {
+    if let Some(size) = options.send_buffer {
+        socket
+            .set_send_buffer_size(usize::try_from(size).unwrap_or(usize::MAX))
+            .map_err(setup(side, "SO_SNDBUF"))?;
+    }
+    if let Some(size) = options.recv_buffer {
+        socket
+            .set_recv_buffer_size(usize::try_from(size).unwrap_or(usize::MAX))
+            .map_err(setup(side, "SO_RCVBUF"))?;
+    }
+    if let Some(cc) = &options.congestion_control {
+        socket
+            .set_tcp_congestion(cc.as_bytes())
+            .map_err(setup(side, "TCP_CONGESTION"))?;
+    }
+    Ok(())
+}
+
+/// `tcpi_total_retrans` of a TCP socket.
+pub fn total_retransmits(socket: &impl AsRawFd) -> io::Result<u64> {
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(info.tcpi_total_retrans))
+}
+
+/// A listening bulk server. Bind it first (the client may start once `bind` returned), then
+/// call [`BulkServer::serve_one`].
+pub struct BulkServer {
+    listener: TcpListener,
+}
+
+impl BulkServer {
+    /// Listens on `addr` (port 0 picks one) with the given options; accepted sockets inherit
+    /// buffer sizes and congestion control from the listener.
+    pub fn bind(addr: SocketAddr, options: &SocketOptions) -> Result<Self, WorkloadError> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(setup("server", "socket"))?;
+        socket
+            .set_reuse_address(true)
+            .map_err(setup("server", "SO_REUSEADDR"))?;
+        apply(&socket, options, "server")?;
+        socket
+            .bind(&SockAddr::from(addr))
+            .map_err(setup("server", "bind"))?;
+        socket.listen(16).map_err(setup("server", "listen"))?;
+        Ok(Self {
+            listener: socket.into(),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts one client within `timeout`, sends `bytes`, closes its sending side, waits for the
+    /// client to close (so every retransmission is counted), and returns the socket's total
+    /// retransmissions.
+    pub fn serve_one(&self, bytes: u64, timeout: Duration) -> Result<u64, WorkloadError> {
+        let deadline = Instant::now() + timeout;
+        // SO_RCVTIMEO bounds accept() on Linux.
+        let socket = socket2::SockRef::from(&self.listener);
+        socket
+            .set_read_timeout(Some(timeout))
+            .map_err(setup("server", "SO_RCVTIMEO"))?;
+        let (mut stream, _) = self.listener.accept().map_err(|e| {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                WorkloadError::AcceptTimeout(timeout)
+            } else {
+                WorkloadError::Setup {
+                    side: "server",
+                    what: "accept",
+                    source: e,
+                }
+            }
+        })?;
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        stream
+            .set_write_timeout(Some(remaining))
+            .map_err(setup("server", "SO_SNDTIMEO"))?;
+        stream
+            .set_read_timeout(Some(remaining))
+            .map_err(setup("server", "SO_RCVTIMEO"))?;
+        let chunk = vec![0x5a_u8; CHUNK];
+        let mut sent = 0u64;
+        while sent < bytes {
+            let len = (bytes - sent).min(CHUNK as u64) as usize;
+            stream
+                .write_all(&chunk[..len])
+                .map_err(|source| WorkloadError::Transfer {
+                    side: "server",
+                    bytes: sent,
+                    source,
+                })?;
+            sent += len as u64;
+        }
+        stream
+            .shutdown(std::net::Shutdown::Write)
+            .map_err(|source| WorkloadError::Transfer {
+                side: "server",
+                bytes: sent,
+                source,
+            })?;
+        // The client closes once it has everything; its FIN ends this read.
+        let mut sink = [0u8; 1024];
+        loop {
+            match stream.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // A reset after all data was sent (a proxy closing hard) still ends the run.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+                Err(source) => {
+                    return Err(WorkloadError::Transfer {
+                        side: "server",
+                        bytes: sent,
+                        source,
+                    })
+                }
+            }
+        }
+        total_retransmits(&stream).map_err(setup("server", "TCP_INFO"))
+    }
+}
+
+/// What the bulk client measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BulkOutcome {
+    pub bytes: u64,
+    /// From the start of `connect()` to the last byte.
+    pub seconds: f64,
+    /// Seconds from the start of `connect()` until it completed.
+    pub connect_seconds: f64,
+    pub retransmits: u64,
+}
+
+/// Connects to `target`, reads `bytes`, and times it.
+pub fn bulk_client(
+    target: SocketAddr,
+    bytes: u64,
+    options: &SocketOptions,
+    timeout: Duration,
+) -> Result<BulkOutcome, WorkloadError> {
+    let socket = Socket::new(
+        Domain::for_address(target),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(setup("client", "socket"))?;
+    apply(&socket, options, "client")?;
+    let start = Instant::now();
+    socket
+        .connect_timeout(&SockAddr::from(target), timeout)
+        .map_err(|source| WorkloadError::Connect { target, source })?;
+    let connect_seconds = start.elapsed().as_secs_f64();
+    let mut stream: TcpStream = socket.into();
+    let remaining = timeout
+        .saturating_sub(start.elapsed())
+        .max(Duration::from_millis(1));
+    stream
+        .set_read_timeout(Some(remaining))
+        .map_err(setup("client", "SO_RCVTIMEO"))?;
+    let mut buffer = vec![0u8; CHUNK];
+    let mut got = 0u64;
+    let mut last_byte = start;
+    while got < bytes {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n as u64;
+                last_byte = Instant::now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(WorkloadError::Transfer {
+                    side: "client",
+                    bytes: got,
+                    source,
+                })
+            }
+        }
+    }
+    if got < bytes {
+        return Err(WorkloadError::Short {
+            got,
+            expected: bytes,
+        });
+    }
+    let retransmits = total_retransmits(&stream).map_err(setup("client", "TCP_INFO"))?;
+    Ok(BulkOutcome {
+        bytes: got,
+        seconds: (last_byte - start).as_secs_f64(),
+        connect_seconds,
+        retransmits,
+    })
+}
+
+/// Replaces `{name}` placeholders in a command's arguments.
+pub fn expand_argv(argv: &[String], values: &BTreeMap<&str, String>) -> Vec<String> {
+    argv.iter()
+        .map(|arg| {
+            let mut out = arg.clone();
+            for (name, value) in values {
+                out = out.replace(&format!("{{{name}}}"), value);
+            }
+            out
+        })
+        .collect()
+}
+
+/// Lines `MIDWAY_METRIC <name> <number>` of a command's stdout.
+pub fn parse_metric_lines(stdout: &str) -> BTreeMap<String, f64> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            if words.next()? != "MIDWAY_METRIC" {
+                return None;
+            }
+            let name = words.next()?;
+            let value: f64 = words.next()?.parse().ok()?;
+            value.is_finite().then(|| (name.to_string(), value))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_transfer_on_loopback_moves_exactly_the_bytes() {
+        let server = BulkServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &SocketOptions {
+                send_buffer: Some(64 * 1024),
+                ..SocketOptions::default()
+            },
+        )
+        .unwrap();
+        let target = server.local_addr().unwrap();
+        let timeout = Duration::from_secs(30);
+        let handle = std::thread::spawn(move || server.serve_one(1_000_003, timeout));
+        let outcome = bulk_client(
+            target,
+            1_000_003,
+            &SocketOptions {
+                recv_buffer: Some(32 * 1024),
+                ..SocketOptions::default()
+            },
+            timeout,
+        )
+        .unwrap();
+        assert_eq!(outcome.bytes, 1_000_003);
+        assert!(outcome.seconds >= outcome.connect_seconds);
+        handle.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_short_transfer_is_an_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream.write_all(&[1u8; 100]).unwrap();
+        });
+        let error = bulk_client(
+            target,
+            1000,
+            &SocketOptions::default(),
+            Duration::from_secs(10),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                WorkloadError::Short {
+                    got: 100,
+                    expected: 1000
+                }
+            ),
+            "{error}"
+        );
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn an_unknown_congestion_control_is_refused() {
+        let error = BulkServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &SocketOptions {
+                congestion_control: Some("no-such-cc".into()),
+                ..SocketOptions::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(error.to_string().contains("TCP_CONGESTION"), "{error}");
+    }
+
+    #[test]
+    fn accept_times_out_when_nobody_connects() {
+        let server =
+            BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let error = server.serve_one(10, Duration::from_millis(50)).unwrap_err();
+        assert!(matches!(error, WorkloadError::AcceptTimeout(_)), "{error}");
+    }
+
+    #[test]
+    fn placeholders_and_metric_lines() {
+        let values = BTreeMap::from([("target", "10.0.1.2".to_string()), ("port", "5201".into())]);
+        let argv = expand_argv(
+            &[
+                "iperf3".into(),
+                "-c".into(),
+                "{target}".into(),
+                "-p{port}".into(),
+            ],
+            &values,
+        );
+        assert_eq!(argv, ["iperf3", "-c", "10.0.1.2", "-p5201"]);
+        let metrics =
+            parse_metric_lines("hello\nMIDWAY_METRIC page_load_s 1.5\nMIDWAY_METRIC bad x\n");
+        assert_eq!(metrics, BTreeMap::from([("page_load_s".to_string(), 1.5)]));
+    }
+}

@@ -1,0 +1,160 @@
+//! The runner on real namespaces (root only; skipped with a message otherwise): a small
+//! scenario with the `direct` and `haproxy` cases, run through the library as the CLI does.
+//! The `midway` case needs the built binary and is covered by crates/midway/tests/lab_run.rs.
+
+use std::path::Path;
+
+use midway_lab::cli::{run, RunOptions};
+use midway_lab::plan::PlanOptions;
+
+const SCENARIO: &str = r#"
+name = "runner-test"
+description = "two links, small transfers"
+source = "test"
+seed = 7
+[hosts.client]
+[hosts.proxy]
+[hosts.server]
+[roles]
+client = "client"
+proxy = "proxy"
+server = "server"
+[links.access]
+a = "client"
+b = "proxy"
+[links.access.a_to_b]
+delay = "2ms"
+rate = "10Mbit"
+[links.access.b_to_a]
+delay = "2ms"
+rate = "20Mbit"
+queue = "30KB"
+[links.internet]
+a = "proxy"
+b = "server"
+[links.internet.a_to_b]
+delay = "5ms"
+[links.internet.b_to_a]
+delay = "5ms"
+[workload]
+kind = "bulk"
+bytes = "200KB"
+timeout = "60s"
+[cases.direct]
+kind = "direct"
+[cases.haproxy]
+kind = "haproxy"
+[cases.haproxy-tuned]
+kind = "haproxy"
+route_tuning = { initcwnd = 20, quickack = true, rto_min = "20ms", congctl = "reno" }
+[[experiments]]
+name = "loss"
+cases = ["direct", "haproxy", "haproxy-tuned"]
+[experiments.sweep]
+param = "links.access.b_to_a.data_loss"
+label = "loss"
+values = [{ bernoulli = 0.0 }, { bernoulli = 0.02 }]
+"#;
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[test]
+fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("runner-test.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let out = dir.path().join("out");
+    let summary = run(&RunOptions {
+        scenario: scenario.clone(),
+        out: Some(out.clone()),
+        plan: PlanOptions::default(),
+        jobs: 3,
+        resume: false,
+        keep_point_dirs: false,
+        progress: false,
+    })
+    .unwrap();
+    assert_eq!(summary.records, 6);
+    for record in &summary.records_written {
+        eprintln!(
+            "{} loss={} {:.2} Mbit/s retransmits {:?} extra {:?}",
+            record.case,
+            record.params["loss"],
+            record.throughput_bps / 1e6,
+            record.retransmits,
+            record.extra
+        );
+        assert!(record.ok, "{} failed: {:?}", record.case, record.error);
+        assert_eq!(record.bytes, 200_000);
+        assert!(record.seconds > 0.0);
+        assert!(record.retransmits.contains_key("client"));
+        assert!(record.retransmits.contains_key("server"));
+    }
+    // Lossy points lost frames on the emulated downstream direction.
+    let lossy_drops: f64 = summary
+        .records_written
+        .iter()
+        .filter(|r| r.params["loss"] == serde_json::json!(0.02))
+        .map(|r| r.extra["access.b_to_a.drops"])
+        .sum();
+    assert!(lossy_drops > 0.0);
+    assert!(out.join("results.jsonl").exists());
+    assert!(out.join("report.md").exists());
+    let left = namespaces_of_pid(std::process::id());
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+
+    // Resume: nothing left to do, nothing appended.
+    let again = run(&RunOptions {
+        scenario,
+        out: Some(out.clone()),
+        plan: PlanOptions::default(),
+        jobs: 2,
+        resume: true,
+        keep_point_dirs: false,
+        progress: false,
+    })
+    .unwrap();
+    assert_eq!((again.records, again.skipped), (0, 6));
+    let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 6);
+}
+
+fn base36(mut n: u32) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
+/// Namespaces whose tag is one `midway_labnet::fresh_tag` made in process `pid` (pid in base 36,
+/// then a one-character counter: this test makes fewer than 36 topologies).
+fn namespaces_of_pid(pid: u32) -> Vec<String> {
+    let prefix = format!("mw{}", base36(pid));
+    std::fs::read_dir(Path::new("/run/netns"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| {
+                    name.strip_prefix(&prefix).is_some_and(|rest| {
+                        let rest = rest.as_bytes();
+                        rest.len() > 2 && (rest[1] == b'-' || rest[1] == b'.')
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

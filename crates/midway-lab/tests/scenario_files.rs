@@ -1,0 +1,117 @@
+//! Every shipped scenario parses and plans; every bad fixture fails with its expected message
+//! (which names the line).
+
+use std::path::{Path, PathBuf};
+
+use midway_lab::plan::{self, PlanOptions};
+use midway_lab::LoadedScenario;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn files_in(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == extension))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_shipped_scenario_parses_and_plans() {
+    let files = files_in(&repo_root().join("scenarios"), "toml");
+    assert!(!files.is_empty(), "no scenario files found");
+    for file in &files {
+        let loaded = LoadedScenario::load(file).unwrap_or_else(|e| panic!("{e}"));
+        let full = plan::build_plan(&loaded, &PlanOptions::default()).unwrap();
+        let quick = plan::build_plan(
+            &loaded,
+            &PlanOptions {
+                quick: true,
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(!full.is_empty(), "{}: empty plan", file.display());
+        assert!(quick.len() <= full.len(), "{}", file.display());
+        assert!(
+            !loaded.base.source.is_empty(),
+            "{}: no source",
+            file.display()
+        );
+        // Every point's topology converts to a valid emulator configuration.
+        for point in &full {
+            point
+                .scenario
+                .topology_spec(file.parent().unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+        midway_lab::cli::check_summary(&loaded).unwrap();
+    }
+}
+
+#[test]
+fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
+    let loaded = LoadedScenario::load(&repo_root().join("scenarios/hfc-demo.toml")).unwrap();
+    let cases: Vec<_> = loaded.base.cases.keys().cloned().collect();
+    assert_eq!(cases, ["direct", "haproxy", "midway"]);
+    let quick = plan::build_plan(
+        &loaded,
+        &PlanOptions {
+            quick: true,
+            ..PlanOptions::default()
+        },
+    )
+    .unwrap();
+    // 3 loss values x 3 cases x 1 repetition.
+    assert_eq!(quick.len(), 9);
+    let midway_bytes = match &quick[0].scenario.workload {
+        midway_lab::scenario::Workload::Bulk(bulk) => bulk.bytes,
+        other => panic!("not bulk: {other:?}"),
+    };
+    assert_eq!(midway_bytes, 300_000, "quick overrides apply");
+    let losses: Vec<f64> = quick
+        .iter()
+        .map(|p| {
+            p.scenario
+                .links
+                .iter()
+                .find(|l| l.name == "access")
+                .unwrap()
+        })
+        .map(|l| l.b_to_a.data_loss.mean_rate())
+        .collect();
+    assert_eq!(losses[0], 0.0);
+    assert_eq!(losses[8], 0.03);
+}
+
+#[test]
+fn every_bad_fixture_fails_with_its_expected_message() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bad-scenario");
+    let files = files_in(&dir, "toml");
+    assert!(
+        files.len() >= 8,
+        "expected the bad fixtures, found {}",
+        files.len()
+    );
+    for file in &files {
+        let expect_path = file.with_extension("expect");
+        let expected = std::fs::read_to_string(&expect_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", expect_path.display()));
+        let error = match LoadedScenario::load(file) {
+            Ok(_) => panic!("{} was accepted", file.display()),
+            Err(error) => error.to_string(),
+        };
+        for needle in expected.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(
+                error.contains(needle.trim()),
+                "{}: error does not contain `{}`:\n{error}",
+                file.display(),
+                needle.trim()
+            );
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! `midway lab selftest`: checks the emulated link against its configuration with real traffic
+//! between two hosts, one topology per configured rate.
+//!
+//! Link a—b: both directions get the rate and the one-way delay; only a->b gets the data loss, so
+//! the three measurements do not disturb each other:
+//! - RTT: UDP echo a->b->a with 98-byte frames (like `ping`), spaced so that they never queue;
+//!   expected = 2 x (delay + serialisation of one frame). Median compared, goal 0.5 ms.
+//! - Rate: TCP bulk b->a (the lossless direction; a's pure ACKs are not subject to data loss),
+//!   goodput after a warm-up vs rate x MSS / (MTU + 14), goal 3 %.
+//! - Loss: UDP a->b paced at half the rate; lost count within 4 standard deviations of the
+//!   binomial expectation (exactly zero when no loss is configured).
+
+use std::fmt;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::LabNetError;
+use crate::probe::{tcp_connect_from, tcp_info, tcp_listener_in, udp_socket_in};
+use crate::spec::{HostSpec, LinkSpec, StackProfile, TopologySpec};
+use crate::topology::{fresh_tag, Topology, MTU};
+use midway_linkemu::{DirectionConfig, LossModel, QueueLimit};
+
+/// Ethernet header bytes the emulator counts in each frame.
+const ETH_HEADER: u64 = 14;
+/// IPv4 + UDP headers.
+const IP_UDP_HEADERS: u64 = 28;
+/// Frame size of the RTT probes (what `ping -s 56` sends).
+pub const RTT_FRAME_BYTES: u64 = 98;
+/// Frame size of the loss probes.
+pub const LOSS_FRAME_BYTES: u64 = 200;
+/// Width of the loss acceptance band, in binomial standard deviations.
+pub const LOSS_SIGMAS: f64 = 4.0;
+/// Goals from the lab issue.
+pub const RTT_TOLERANCE: Duration = Duration::from_micros(500);
+pub const RATE_TOLERANCE: f64 = 0.03;
+/// Loss probes are paced at this share of the link rate, and at most this many per second.
+const LOSS_PROBE_LOAD: f64 = 0.5;
+const LOSS_PROBE_MAX_PPS: f64 = 5000.0;
+
+/// What to test.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelftestOptions {
+    pub quick: bool,
+    /// Link rates to test, in bit/s (one topology each).
+    pub rates_bps: Vec<u64>,
+    /// One-way delay of each direction.
+    pub delay: Duration,
+    /// Bernoulli loss probability of data frames a->b.
+    pub loss: f64,
+    /// Length of the bulk transfer, of which the first `warmup` is not counted.
+    pub bulk_duration: Duration,
+    pub warmup: Duration,
+    pub rtt_probes: u32,
+    /// Length of the loss measurement.
+    pub loss_duration: Duration,
+    pub seed: u64,
+}
+
+impl SelftestOptions {
+    /// The full test: rates from 1 Mbit/s to 500 Mbit/s (the goal is 100; the higher ones find the
+    /// limit), 10 ms each way, 1 % loss.
+    pub fn full() -> Self {
+        SelftestOptions {
+            quick: false,
+            rates_bps: [1, 2, 5, 10, 20, 50, 100]
+                .iter()
+                .map(|m| m * 1_000_000)
+                .collect(),
+            delay: Duration::from_millis(10),
+            loss: 0.01,
+            bulk_duration: Duration::from_secs(6),
+            warmup: Duration::from_secs(2),
+            rtt_probes: 100,
+            loss_duration: Duration::from_secs(4),
+            seed: 1,
+        }
+    }
+
+    /// A short form for tests (`--quick`): one rate, about 5 s.
+    pub fn quick() -> Self {
+        SelftestOptions {
+            quick: true,
+            rates_bps: vec![10_000_000],
+            delay: Duration::from_millis(5),
+            loss: 0.02,
+            bulk_duration: Duration::from_millis(2500),
+            warmup: Duration::from_secs(1),
+            rtt_probes: 40,
+            loss_duration: Duration::from_secs(1),
+            seed: 1,
+        }
+    }
+
+    fn validate(&self) -> Result<(), LabNetError> {
+        let bad = |name, why: &str| {
+            Err(LabNetError::SelftestOption {
+                name,
+                why: why.to_owned(),
+            })
+        };
+        if self.rates_bps.is_empty() {
+            return bad("rates_bps", "give at least one rate");
+        }
+        if self
+            .rates_bps
+            .iter()
+            .any(|&r| !(100_000..=10_000_000_000).contains(&r))
+        {
+            return bad(
+                "rates_bps",
+                "rates must lie between 100 kbit/s and 10 Gbit/s",
+            );
+        }
+        if !(0.0..0.5).contains(&self.loss) {
+            return bad("loss", "must lie in 0..0.5");
+        }
+        if self.warmup >= self.bulk_duration {
+            return bad("warmup", "must be shorter than bulk_duration");
+        }
+        if self.rtt_probes == 0 || self.rtt_probes > 100_000 {
+            return bad("rtt_probes", "must lie in 1..=100000");
+        }
+        if self.delay > Duration::from_secs(2) || self.loss_duration > Duration::from_secs(600) {
+            return bad("delay", "delay at most 2 s, loss_duration at most 600 s");
+        }
+        Ok(())
+    }
+}
+
+/// One configured rate and what was measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelftestRow {
+    pub rate_bps: u64,
+    pub delay: Duration,
+    pub loss: f64,
+    pub expected_rtt: Duration,
+    /// Median of the RTT probes that came back.
+    pub measured_rtt: Duration,
+    pub rtt_samples: u32,
+    pub expected_goodput_bps: f64,
+    pub measured_goodput_bps: f64,
+    /// Retransmissions of the bulk sender (0 expected: its direction is lossless).
+    pub bulk_retransmits: u32,
+    pub loss_sent: u64,
+    pub loss_received: u64,
+    /// Accepted range of lost probes.
+    pub loss_bounds: (u64, u64),
+    /// Frames the kernel dropped before the emulator read them, both directions.
+    pub emulator_kernel_drops: u64,
+    pub rtt_ok: bool,
+    pub rate_ok: bool,
+    pub loss_ok: bool,
+}
+
+impl SelftestRow {
+    pub fn passed(&self) -> bool {
+        self.rtt_ok && self.rate_ok && self.loss_ok
+    }
+
+    pub fn measured_loss(&self) -> f64 {
+        if self.loss_sent == 0 {
+            0.0
+        } else {
+            (self.loss_sent - self.loss_received) as f64 / self.loss_sent as f64
+        }
+    }
+
+    pub fn rate_error(&self) -> f64 {
+        self.measured_goodput_bps / self.expected_goodput_bps - 1.0
+    }
+}
+
+/// Result of a selftest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelftestReport {
+    pub rows: Vec<SelftestRow>,
+    /// Highest rate up to which every tested rate passed.
+    pub highest_passing_rate_bps: Option<u64>,
+}
+
+impl SelftestReport {
+    pub fn all_passed(&self) -> bool {
+        self.rows.iter().all(SelftestRow::passed)
+    }
+}
+
+fn ok(flag: bool) -> &'static str {
+    if flag {
+        "ok"
+    } else {
+        "FAIL"
+    }
+}
+
+impl fmt::Display for SelftestReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:>9} {:>7} {:>6} | {:>9} {:>9} {:>4} | {:>10} {:>10} {:>7} {:>4} | {:>7} {:>7} {:>13} {:>4}",
+            "rate", "delay", "loss", "RTT exp", "RTT meas", "", "goodput ex", "measured", "error", "", "loss", "meas",
+            "lost/bounds", ""
+        )?;
+        for r in &self.rows {
+            let lost = r.loss_sent - r.loss_received;
+            writeln!(
+                f,
+                "{:>6.1} Mb {:>5.1}ms {:>5.2}% | {:>7.3}ms {:>7.3}ms {:>4} | {:>7.3} Mb {:>7.3} Mb {:>+6.2}% {:>4} | {:>6.2}% {:>6.2}% {:>13} {:>4}",
+                r.rate_bps as f64 / 1e6,
+                r.delay.as_secs_f64() * 1e3,
+                r.loss * 100.0,
+                r.expected_rtt.as_secs_f64() * 1e3,
+                r.measured_rtt.as_secs_f64() * 1e3,
+                ok(r.rtt_ok),
+                r.expected_goodput_bps / 1e6,
+                r.measured_goodput_bps / 1e6,
+                r.rate_error() * 100.0,
+                ok(r.rate_ok),
+                r.loss * 100.0,
+                r.measured_loss() * 100.0,
+                format!("{lost}/{}-{}", r.loss_bounds.0, r.loss_bounds.1),
+                ok(r.loss_ok),
+            )?;
+        }
+        match self.highest_passing_rate_bps {
+            Some(rate) => writeln!(
+                f,
+                "emulator holds its configuration up to {:.1} Mbit/s",
+                rate as f64 / 1e6
+            ),
+            None => writeln!(
+                f,
+                "emulator does not hold its configuration at any tested rate"
+            ),
+        }
+    }
+}
+
+/// Runs the selftest (needs root).
+pub fn run(opts: &SelftestOptions) -> Result<SelftestReport, LabNetError> {
+    opts.validate()?;
+    crate::cleanup::require_root()?;
+    let mut rates = opts.rates_bps.clone();
+    rates.sort_unstable();
+    let mut rows = Vec::with_capacity(rates.len());
+    for (i, &rate) in rates.iter().enumerate() {
+        let row = run_rate(opts, rate, opts.seed.wrapping_add(i as u64))?;
+        tracing::info!(rate, passed = row.passed(), "selftest row");
+        rows.push(row);
+    }
+    let highest_passing_rate_bps = rows
+        .iter()
+        .take_while(|r| r.passed())
+        .map(|r| r.rate_bps)
+        .last();
+    Ok(SelftestReport {
+        rows,
+        highest_passing_rate_bps,
+    })
+}
+
+/// Serialisation time of `bytes` at `rate_bps`.
+fn serialisation(bytes: u64, rate_bps: u64) -> Duration {
+    Duration::from_nanos(bytes * 8 * 1_000_000_000 / rate_bps)
+}
+
+/// Accepted number of lost frames out of `n` with loss probability `p`.
+pub fn loss_bounds(n: u64, p: f64) -> (u64, u64) {
+    if p <= 0.0 {
+        return (0, 0);
+    }
+    let mean = n as f64 * p;
+    let spread = LOSS_SIGMAS * (mean * (1.0 - p)).sqrt() + 1.0;
+    (
+        (mean - spread).max(0.0).floor() as u64,
+        (mean + spread).ceil() as u64,
+    )
+}
+
+fn link_config(opts: &SelftestOptions, rate: u64, loss: f64) -> DirectionConfig {
+    // Room for twice the bandwidth-delay product, at least 100 full frames: the bulk test must be
+    // limited by the rate, never by tail drops.
+    let bdp = rate as f64 / 8.0 * (2.0 * opts.delay.as_secs_f64());
+    let queue = (2.0 * bdp).max(100.0 * (MTU as f64 + 14.0)) as u64;
+    DirectionConfig {
+        delay: opts.delay,
+        rate_bps: Some(rate),
+        queue: QueueLimit::Bytes(queue),
+        data_loss: if loss > 0.0 {
+            LossModel::Bernoulli { p: loss }
+        } else {
+            LossModel::None
+        },
+        ..DirectionConfig::default()
+    }
+}
+
+fn run_rate(opts: &SelftestOptions, rate: u64, seed: u64) -> Result<SelftestRow, LabNetError> {
+    let spec = TopologySpec {
+        hosts: vec![
+            HostSpec {
+                name: "a".into(),
+                stack: StackProfile::Modern,
+            },
+            HostSpec {
+                name: "b".into(),
+                stack: StackProfile::Modern,
+            },
+        ],
+        links: vec![LinkSpec {
+            a: "a".into(),
+            b: "b".into(),
+            a_to_b: link_config(opts, rate, opts.loss),
+            b_to_a: link_config(opts, rate, 0.0),
+        }],
+    };
+    let topology = Topology::build(&spec, &fresh_tag(), seed)?;
+    let expected_rtt = 2 * (opts.delay + serialisation(RTT_FRAME_BYTES, rate));
+    let (measured_rtt, rtt_samples) = measure_rtt(&topology, opts, rate)?;
+    let (measured_goodput_bps, mss, bulk_retransmits) = measure_goodput(&topology, opts)?;
+    let expected_goodput_bps = rate as f64 * mss as f64 / (MTU as u64 + ETH_HEADER) as f64;
+    let (loss_sent, loss_received) = measure_loss(&topology, opts, rate)?;
+    let loss_bounds = loss_bounds(loss_sent, opts.loss);
+    let lost = loss_sent - loss_received;
+    let emulator_kernel_drops = topology
+        .link_stats()
+        .iter()
+        .map(|(_, ab, ba)| ab.kernel_drops + ba.kernel_drops)
+        .sum();
+    topology.teardown()?;
+    let rtt_error = measured_rtt.abs_diff(expected_rtt);
+    Ok(SelftestRow {
+        rate_bps: rate,
+        delay: opts.delay,
+        loss: opts.loss,
+        expected_rtt,
+        measured_rtt,
+        rtt_samples,
+        expected_goodput_bps,
+        measured_goodput_bps,
+        bulk_retransmits,
+        loss_sent,
+        loss_received,
+        loss_bounds,
+        emulator_kernel_drops,
+        rtt_ok: rtt_samples > 0 && rtt_error <= RTT_TOLERANCE,
+        rate_ok: (measured_goodput_bps / expected_goodput_bps - 1.0).abs() <= RATE_TOLERANCE,
+        loss_ok: loss_sent > 0 && (loss_bounds.0..=loss_bounds.1).contains(&lost),
+    })
+}
+
+fn measure_err(host: &'static str) -> impl Fn(std::io::Error) -> LabNetError {
+    move |source| LabNetError::Measure {
+        host: host.to_owned(),
+        source,
+    }
+}
+
+/// A thread in b echoing UDP datagrams until `stop`.
+fn udp_echo(
+    socket: UdpSocket,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<std::io::Result<()>> {
+    std::thread::spawn(move || {
+        socket.set_read_timeout(Some(Duration::from_millis(20)))?;
+        let mut buf = [0u8; 2048];
+        while !stop.load(Ordering::Relaxed) {
+            match socket.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    socket.send_to(&buf[..n], from)?;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })
+}
+
+fn measure_rtt(
+    topology: &Topology,
+    opts: &SelftestOptions,
+    rate: u64,
+) -> Result<(Duration, u32), LabNetError> {
+    let server = udp_socket_in(
+        topology,
+        "b",
+        SocketAddr::new(topology.try_addr("b", "a")?, 0),
+    )?;
+    let to = server.local_addr().map_err(measure_err("b"))?;
+    let client = udp_socket_in(
+        topology,
+        "a",
+        SocketAddr::new(topology.try_addr("a", "b")?, 0),
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let echo = udp_echo(server, stop.clone());
+    let result = (|| {
+        let timeout = 2 * opts.delay + Duration::from_millis(200);
+        client
+            .set_read_timeout(Some(timeout))
+            .map_err(measure_err("a"))?;
+        let payload_len = (RTT_FRAME_BYTES - ETH_HEADER - IP_UDP_HEADERS) as usize;
+        // Spacing: well above the serialisation time, so that probes never queue behind each other.
+        let spacing = Duration::from_millis(10).max(4 * serialisation(RTT_FRAME_BYTES, rate));
+        let mut samples = Vec::new();
+        let mut buf = [0u8; 2048];
+        // One unmeasured probe resolves the neighbours (ARP crosses the emulated link too).
+        for seq in 0..=opts.rtt_probes {
+            let mut probe = vec![0u8; payload_len];
+            probe[..4].copy_from_slice(&seq.to_be_bytes());
+            let sent = Instant::now();
+            client.send_to(&probe, to).map_err(measure_err("a"))?;
+            let deadline = sent + timeout;
+            while Instant::now() < deadline {
+                match client.recv_from(&mut buf) {
+                    Ok((n, _)) if n >= 4 && buf[..4] == seq.to_be_bytes() => {
+                        if seq > 0 {
+                            samples.push(sent.elapsed());
+                        }
+                        break;
+                    }
+                    Ok(_) => {} // a late answer to an earlier probe
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        break
+                    }
+                    Err(e) => return Err(measure_err("a")(e)),
+                }
+            }
+            std::thread::sleep(spacing.saturating_sub(sent.elapsed()));
+        }
+        samples.sort_unstable();
+        let median = samples.get(samples.len() / 2).copied().unwrap_or_default();
+        Ok((median, samples.len() as u32))
+    })();
+    stop.store(true, Ordering::Relaxed);
+    echo.join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        .map_err(measure_err("b"))?;
+    result
+}
+
+/// TCP bulk b->a for `bulk_duration`; goodput over the part after `warmup`, the sender's MSS and
+/// its retransmission count.
+fn measure_goodput(
+    topology: &Topology,
+    opts: &SelftestOptions,
+) -> Result<(f64, u32, u32), LabNetError> {
+    let listener = tcp_listener_in(
+        topology,
+        "a",
+        SocketAddr::new(topology.try_addr("a", "b")?, 0),
+    )?;
+    let to = listener.local_addr().map_err(measure_err("a"))?;
+    let mut sender = tcp_connect_from(topology, "b", to, Duration::from_secs(5))?;
+    let (mut receiver, _) = listener.accept().map_err(measure_err("a"))?;
+    let duration = opts.bulk_duration;
+    let warmup = opts.warmup;
+    let reader = std::thread::spawn(move || -> std::io::Result<(u64, Duration)> {
+        use std::io::Read;
+        receiver.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = vec![0u8; 256 * 1024];
+        let start = Instant::now();
+        let mut counted_from: Option<Instant> = None;
+        let mut bytes = 0u64;
+        let mut last = start;
+        loop {
+            let n = receiver.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            let now = Instant::now();
+            match counted_from {
+                // The first read after the warm-up marks the start; its bytes arrived before it.
+                None if now - start >= warmup => counted_from = Some(now),
+                None => {}
+                Some(_) => {
+                    bytes += n as u64;
+                    last = now;
+                }
+            }
+        }
+        Ok((
+            bytes,
+            counted_from.map_or(Duration::ZERO, |from| last - from),
+        ))
+    });
+    let result = (|| {
+        use std::io::Write;
+        let chunk = vec![0x5au8; 64 * 1024];
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            sender.write_all(&chunk).map_err(measure_err("b"))?;
+        }
+        let info = tcp_info(&sender).map_err(measure_err("b"))?;
+        sender
+            .shutdown(std::net::Shutdown::Write)
+            .map_err(measure_err("b"))?;
+        Ok(info)
+    })();
+    // Reading ends at the sender's FIN (or after 5 s of silence if the sender failed).
+    let read = reader
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        .map_err(measure_err("a"));
+    let info = result?;
+    let (bytes, span) = read?;
+    if span.is_zero() {
+        return Err(LabNetError::Selftest(
+            "bulk transfer: no data after the warm-up".into(),
+        ));
+    }
+    Ok((
+        bytes as f64 * 8.0 / span.as_secs_f64(),
+        info.snd_mss,
+        info.total_retrans,
+    ))
+}
+
+/// UDP probes a->b paced at half the rate; returns (sent, received).
+fn measure_loss(
+    topology: &Topology,
+    opts: &SelftestOptions,
+    rate: u64,
+) -> Result<(u64, u64), LabNetError> {
+    let receiver = udp_socket_in(
+        topology,
+        "b",
+        SocketAddr::new(topology.try_addr("b", "a")?, 0),
+    )?;
+    let to = receiver.local_addr().map_err(measure_err("b"))?;
+    let sender = udp_socket_in(
+        topology,
+        "a",
+        SocketAddr::new(topology.try_addr("a", "b")?, 0),
+    )?;
+    let pps =
+        (rate as f64 * LOSS_PROBE_LOAD / (LOSS_FRAME_BYTES * 8) as f64).min(LOSS_PROBE_MAX_PPS);
+    let count = (pps * opts.loss_duration.as_secs_f64()).max(1.0) as u64;
+    let interval = Duration::from_secs_f64(1.0 / pps);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_reader = stop.clone();
+    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
+        receiver.set_read_timeout(Some(Duration::from_millis(20)))?;
+        let mut seen = vec![false; count as usize];
+        let mut buf = [0u8; 2048];
+        loop {
+            match receiver.recv_from(&mut buf) {
+                Ok((n, _)) if n >= 8 => {
+                    let seq = u64::from_be_bytes(buf[..8].try_into().expect("8 bytes"));
+                    if let Some(slot) = seen.get_mut(seq as usize) {
+                        *slot = true;
+                    }
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if stop_reader.load(Ordering::Relaxed) {
+                        return Ok(seen.iter().filter(|&&s| s).count() as u64);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let result = (|| {
+        let mut probe = vec![0u8; (LOSS_FRAME_BYTES - ETH_HEADER - IP_UDP_HEADERS) as usize];
+        let start = Instant::now();
+        for seq in 0..count {
+            probe[..8].copy_from_slice(&seq.to_be_bytes());
+            let due = start + interval.mul_f64(seq as f64);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            sender.send_to(&probe, to).map_err(measure_err("a"))?;
+        }
+        Ok(count)
+    })();
+    // Let the last probes cross the link before the reader stops.
+    std::thread::sleep(opts.delay * 2 + Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let received = reader
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        .map_err(measure_err("b"))?;
+    Ok((result?, received))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_bounds_are_binomial() {
+        assert_eq!(loss_bounds(1000, 0.0), (0, 0));
+        // mean 10, sd ~3.15: 4 sd + 1 = 13.6
+        assert_eq!(loss_bounds(1000, 0.01), (0, 24));
+        let (lo, hi) = loss_bounds(100_000, 0.01);
+        assert!(lo > 850 && hi < 1150, "{lo}..{hi}");
+    }
+
+    #[test]
+    fn serialisation_of_a_full_frame() {
+        assert_eq!(
+            serialisation(1514, 10_000_000),
+            Duration::from_nanos(1_211_200)
+        );
+    }
+
+    #[test]
+    fn options_are_checked() {
+        assert!(SelftestOptions::quick().validate().is_ok());
+        assert!(SelftestOptions::full().validate().is_ok());
+        let mut o = SelftestOptions::quick();
+        o.rates_bps.clear();
+        assert!(o.validate().is_err());
+        let mut o = SelftestOptions::quick();
+        o.loss = 1.5;
+        assert!(o.validate().is_err());
+        let mut o = SelftestOptions::quick();
+        o.warmup = o.bulk_duration;
+        assert!(o.validate().is_err());
+    }
+}

@@ -1,0 +1,591 @@
+//! Building and removing a topology: namespaces, veth pairs, addresses, routes, stack profiles and
+//! one emulator per link; running code and processes inside its hosts.
+
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use midway_linkemu::driver::{spawn_link, LinkHandle};
+use midway_linkemu::DirectionStats;
+use nix::sched::{setns, CloneFlags};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::cleanup;
+use crate::error::LabNetError;
+use crate::spec::{self, Plan, StackProfile, TopologySpec, LINK_PEER_A, LINK_PEER_B};
+use crate::stack;
+use crate::sys;
+
+/// Every host and link interface uses this MTU.
+pub const MTU: u32 = 1500;
+
+/// A live topology. Dropping it tears everything down (emulator threads, processes left in its
+/// hosts, namespaces and with them the veth pairs); [`Topology::teardown`] does the same and
+/// reports errors.
+pub struct Topology {
+    id: u64,
+    tag: String,
+    plan: Plan,
+    link_seeds: Vec<u64>,
+    emulators: Vec<Option<LinkHandle>>,
+    torn_down: bool,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topology")
+            .field("tag", &self.tag)
+            .field(
+                "hosts",
+                &self.plan.hosts.iter().map(|h| &h.netns).collect::<Vec<_>>(),
+            )
+            .field("link_seeds", &self.link_seeds)
+            .finish()
+    }
+}
+
+/// Seed of link `index`'s emulator, derived from the topology's seed (splitmix64), so links of
+/// one topology get independent loss patterns and a run is repeatable from one seed.
+pub fn link_seed(seed: u64, index: usize) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(index as u64 + 1));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A tag unique within this machine for the life of this process: the pid in base 36 and a counter.
+pub fn fresh_tag() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{}{}", base36(std::process::id()), base36(n))
+}
+
+fn base36(mut n: u32) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ascii")
+}
+
+impl Topology {
+    /// Validates `spec` (unknown host in a link, duplicate names, ...) before creating anything,
+    /// then builds it. Leftovers of a dead run with the same tag are removed first; names of a
+    /// live topology give `NameTaken`. `tag` (a-z, 0-9, at most 12 characters) goes into every name so topologies
+    /// run side by side; `seed` is the source of every link's emulator seed.
+    pub fn build(spec: &TopologySpec, tag: &str, seed: u64) -> Result<Topology, LabNetError> {
+        let plan = spec::plan(spec, tag)?;
+        cleanup::require_root()?;
+        let names: Vec<String> = plan
+            .hosts
+            .iter()
+            .map(|h| h.netns.clone())
+            .chain(plan.links.iter().map(|l| l.netns.clone()))
+            .collect();
+        let taken = |names: &[String]| names.iter().find(|n| sys::netns_path(n).exists()).cloned();
+        if let Some(name) = taken(&names) {
+            // A crashed run with the same tag (pids are reused) is cleaned up; a live one is not.
+            if !cleanup::reclaim_abandoned_tag(tag)? {
+                return Err(LabNetError::NameTaken(name));
+            }
+            if let Some(name) = taken(&names) {
+                return Err(LabNetError::NameTaken(name));
+            }
+        }
+        cleanup::claim_tag(tag)?;
+        // Registered before anything exists, so a signal during the build removes partial state.
+        let id = cleanup::register_topology(tag, names);
+        let mut topology = Topology {
+            id,
+            tag: tag.to_owned(),
+            link_seeds: (0..plan.links.len()).map(|i| link_seed(seed, i)).collect(),
+            emulators: Vec::new(),
+            plan,
+            torn_down: false,
+        };
+        // On error, dropping `topology` removes whatever was made.
+        topology.create(spec)?;
+        Ok(topology)
+    }
+
+    fn create(&mut self, spec: &TopologySpec) -> Result<(), LabNetError> {
+        let plan = &self.plan;
+        let started = Instant::now();
+        let mut root = Vec::new();
+        for name in plan
+            .hosts
+            .iter()
+            .map(|h| &h.netns)
+            .chain(plan.links.iter().map(|l| &l.netns))
+        {
+            root.push(format!("netns add {name}"));
+        }
+        sys::ip_batch(None, &root)?;
+        for link in &plan.links {
+            // No IPv6 on the emulator's interfaces: nothing but forwarded frames must cross them.
+            sys::in_netns(
+                &sys::netns_path(&link.netns),
+                || -> Result<(), LabNetError> {
+                    sys::write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+                    sys::write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")
+                },
+            )??;
+        }
+        for host in &plan.hosts {
+            let forwards = host.links.len() > 1;
+            sys::in_netns(
+                &sys::netns_path(&host.netns),
+                move || -> Result<(), LabNetError> {
+                    // Addresses usable at once (no duplicate address detection) and no router
+                    // solicitations: the only frames on a link are the ones the experiment sends.
+                    for scope in ["all", "default"] {
+                        sys::write_sysctl(&format!("net.ipv6.conf.{scope}.accept_dad"), "0")?;
+                        sys::write_sysctl(&format!("net.ipv6.conf.{scope}.dad_transmits"), "0")?;
+                        sys::write_sysctl(
+                            &format!("net.ipv6.conf.{scope}.router_solicitations"),
+                            "0",
+                        )?;
+                        sys::write_sysctl(&format!("net.ipv6.conf.{scope}.accept_ra"), "0")?;
+                    }
+                    if forwards {
+                        sys::write_sysctl("net.ipv4.ip_forward", "1")?;
+                        sys::write_sysctl("net.ipv6.conf.all.forwarding", "1")?;
+                    }
+                    Ok(())
+                },
+            )??;
+        }
+        let mut veths = Vec::new();
+        for link in &plan.links {
+            for (end, peer) in [(&link.a, LINK_PEER_A), (&link.b, LINK_PEER_B)] {
+                veths.push(format!(
+                    "link add {} mtu {MTU} netns {} type veth peer name {peer} mtu {MTU} netns {}",
+                    end.iface, plan.hosts[end.host].netns, link.netns
+                ));
+            }
+        }
+        sys::ip_batch(None, &veths)?;
+        for link in &plan.links {
+            sys::offloads_off(&link.netns, LINK_PEER_A)?;
+            sys::offloads_off(&link.netns, LINK_PEER_B)?;
+            sys::offloads_off(&plan.hosts[link.a.host].netns, &link.a.iface)?;
+            sys::offloads_off(&plan.hosts[link.b.host].netns, &link.b.iface)?;
+            sys::ip_batch(
+                Some(&link.netns),
+                &[
+                    format!("link set {LINK_PEER_A} up"),
+                    format!("link set {LINK_PEER_B} up"),
+                ],
+            )?;
+        }
+        for (h, host) in plan.hosts.iter().enumerate() {
+            let mut lines = vec!["link set lo up".to_owned()];
+            for &l in &host.links {
+                let link = &plan.links[l];
+                let end = if link.a.host == h { &link.a } else { &link.b };
+                lines.push(format!("link set {} up", end.iface));
+                lines.push(format!("addr add {}/24 dev {}", end.v4, end.iface));
+                lines.push(format!("addr add {}/64 dev {} nodad", end.v6, end.iface));
+            }
+            sys::ip_batch(Some(&host.netns), &lines)?;
+        }
+        let stacks: Vec<(String, StackProfile)> = spec
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.stack))
+            .collect();
+        for (name, stack) in stacks {
+            self.apply_stack(&name, stack)?;
+        }
+        for (l, (link, link_spec)) in self.plan.links.iter().zip(&spec.links).enumerate() {
+            let handle = spawn_link(
+                &sys::netns_path(&link.netns),
+                LINK_PEER_A,
+                LINK_PEER_B,
+                link_spec.a_to_b.clone(),
+                link_spec.b_to_a.clone(),
+                self.link_seeds[l],
+            )
+            .map_err(|source| LabNetError::LinkEmulator {
+                a: link_spec.a.clone(),
+                b: link_spec.b.clone(),
+                source,
+            })?;
+            self.emulators.push(Some(handle));
+        }
+        tracing::debug!(tag = %self.tag, elapsed = ?started.elapsed(), "topology built");
+        Ok(())
+    }
+
+    /// Applies a stack profile to a host: its namespace's TCP sysctls, and metrics on all its
+    /// routes (connected ones included). Can be called again to switch profiles.
+    pub fn apply_stack(&self, host: &str, profile: StackProfile) -> Result<(), LabNetError> {
+        let h = self.host_index(host)?;
+        let plan = &self.plan;
+        let hp = &plan.hosts[h];
+        let values = stack::sysctls(profile)?;
+        sys::in_netns(
+            &sys::netns_path(&hp.netns),
+            move || -> Result<(), LabNetError> {
+                values.iter().try_for_each(|(k, v)| sys::write_sysctl(k, v))
+            },
+        )??;
+        let end_host = hp.links.len() <= 1;
+        let m4 = stack::route_metrics(profile, false, end_host);
+        let m6 = stack::route_metrics(profile, true, end_host);
+        let mut lines = Vec::new();
+        for &l in &hp.links {
+            let link = &plan.links[l];
+            let end = if link.a.host == h { &link.a } else { &link.b };
+            lines.push(format!(
+                "route replace {} dev {} proto kernel scope link src {} {m4}",
+                link.v4_prefix, end.iface, end.v4
+            ));
+            lines.push(format!(
+                "route replace {} dev {} proto kernel metric 256 {m6}",
+                link.v6_prefix, end.iface
+            ));
+        }
+        for route in &hp.routes {
+            let metrics = if route.prefix.addr().is_ipv4() {
+                &m4
+            } else {
+                &m6
+            };
+            lines.push(format!(
+                "route replace {} via {} dev {} {metrics}",
+                route.prefix, route.via, route.dev
+            ));
+        }
+        sys::ip_batch(Some(&hp.netns), &lines)
+    }
+
+    fn host_index(&self, host: &str) -> Result<usize, LabNetError> {
+        self.plan
+            .host_index(host)
+            .ok_or_else(|| LabNetError::NoSuchHost(host.to_owned()))
+    }
+
+    fn end(&self, host: &str, neighbour: &str) -> Result<&spec::HostEnd, LabNetError> {
+        let h = self.host_index(host)?;
+        let n = self.host_index(neighbour)?;
+        self.plan
+            .end(h, n)
+            .ok_or_else(|| LabNetError::NotNeighbours {
+                a: host.to_owned(),
+                b: neighbour.to_owned(),
+            })
+    }
+
+    fn expect<T>(result: Result<T, LabNetError>) -> T {
+        result.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The tag this topology was built with.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Names of the hosts, in spec order.
+    pub fn hosts(&self) -> impl Iterator<Item = &str> {
+        self.plan.hosts.iter().map(|h| h.name.as_str())
+    }
+
+    /// Emulator seed of each link, in spec order (record them to repeat a run).
+    pub fn link_seeds(&self) -> &[u64] {
+        &self.link_seeds
+    }
+
+    /// Namespace name of `host`. Panics if there is no such host (a programming error).
+    pub fn netns_name(&self, host: &str) -> &str {
+        &self.plan.hosts[Self::expect(self.host_index(host))].netns
+    }
+
+    /// `/run/netns/NAME` of `host`. Panics if there is no such host.
+    pub fn netns_path(&self, host: &str) -> PathBuf {
+        sys::netns_path(self.netns_name(host))
+    }
+
+    /// IPv4 address of `host` on its link toward `neighbour`.
+    pub fn try_addr(&self, host: &str, neighbour: &str) -> Result<IpAddr, LabNetError> {
+        Ok(IpAddr::V4(self.end(host, neighbour)?.v4))
+    }
+
+    /// IPv4 address of `host` on its link toward `neighbour`. Panics if they are not neighbours.
+    pub fn addr(&self, host: &str, neighbour: &str) -> IpAddr {
+        Self::expect(self.try_addr(host, neighbour))
+    }
+
+    /// IPv6 address of `host` on its link toward `neighbour`.
+    pub fn try_addr6(&self, host: &str, neighbour: &str) -> Result<IpAddr, LabNetError> {
+        Ok(IpAddr::V6(self.end(host, neighbour)?.v6))
+    }
+
+    /// IPv6 address of `host` on its link toward `neighbour`. Panics if they are not neighbours.
+    pub fn addr6(&self, host: &str, neighbour: &str) -> IpAddr {
+        Self::expect(self.try_addr6(host, neighbour))
+    }
+
+    /// Interface of `host` on its link toward `neighbour`. Panics if they are not neighbours.
+    pub fn iface(&self, host: &str, neighbour: &str) -> &str {
+        &Self::expect(self.end(host, neighbour)).iface
+    }
+
+    /// IPv4 prefix of the link between `a` and `b`. Panics if they are not neighbours.
+    pub fn link_prefix(&self, a: &str, b: &str) -> IpNet {
+        let (h, n) = (
+            Self::expect(self.host_index(a)),
+            Self::expect(self.host_index(b)),
+        );
+        let (l, _) = self.plan.link_between(h, n).unwrap_or_else(|| {
+            panic!(
+                "{}",
+                LabNetError::NotNeighbours {
+                    a: a.into(),
+                    b: b.into()
+                }
+            )
+        });
+        IpNet::V4(self.plan.links[l].v4_prefix)
+    }
+
+    /// IPv6 prefix of the link between `a` and `b`. Panics if they are not neighbours.
+    pub fn link_prefix6(&self, a: &str, b: &str) -> IpNet {
+        let (h, n) = (
+            Self::expect(self.host_index(a)),
+            Self::expect(self.host_index(b)),
+        );
+        let (l, _) = self.plan.link_between(h, n).unwrap_or_else(|| {
+            panic!(
+                "{}",
+                LabNetError::NotNeighbours {
+                    a: a.into(),
+                    b: b.into()
+                }
+            )
+        });
+        IpNet::V6(self.plan.links[l].v6_prefix)
+    }
+
+    /// Runs `f` on a fresh thread inside `host`'s namespace and returns its result.
+    pub fn try_in_host<T: Send + 'static>(
+        &self,
+        host: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, LabNetError> {
+        let path = sys::netns_path(&self.plan.hosts[self.host_index(host)?].netns);
+        sys::in_netns(&path, f)
+    }
+
+    /// Runs `f` on a fresh thread that has entered `host`'s namespace; returns f's result. A panic
+    /// in `f` continues in the caller (and the topology is still torn down when dropped). Panics
+    /// if there is no such host or its namespace cannot be entered.
+    pub fn in_host<T: Send + 'static>(
+        &self,
+        host: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        Self::expect(self.try_in_host(host, f))
+    }
+
+    /// A `Command` that runs `program` inside `host` (`ip netns exec NAME program`); add arguments
+    /// as usual. Panics if there is no such host.
+    pub fn command(&self, host: &str, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", self.netns_name(host), program]);
+        cmd
+    }
+
+    /// Spawns a long-running child inside `host`. `cmd` may be a plain command or one made by
+    /// [`Topology::command`]: the child joins the host's namespace before exec either way. It runs
+    /// in its own process group, which is stopped (SIGTERM, SIGKILL after 2 s) when the returned
+    /// handle is dropped, and killed by the signal cleanup.
+    pub fn spawn(&self, host: &str, mut cmd: Command) -> Result<HostChild, LabNetError> {
+        let path = sys::netns_path(&self.plan.hosts[self.host_index(host)?].netns);
+        let ns = std::fs::File::open(&path)
+            .map_err(|e| LabNetError::io("cannot open network namespace", &path, e))?;
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        // SAFETY: between fork and exec the hook calls only setns(2) and setpgid(2), which are
+        // async-signal-safe, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+                nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
+                    .map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|source| LabNetError::Spawn { program, source })?;
+        let pgid = child.id() as i32;
+        cleanup::register_child(pgid);
+        Ok(HostChild {
+            child: Some(child),
+            pgid,
+            host: host.to_owned(),
+        })
+    }
+
+    /// Counters of every link's emulator: (name "a-b", a->b stats, b->a stats), in spec order.
+    pub fn link_stats(&self) -> Vec<(String, DirectionStats, DirectionStats)> {
+        self.plan
+            .links
+            .iter()
+            .zip(&self.emulators)
+            .filter_map(|(link, handle)| {
+                let (ab, ba) = handle.as_ref()?.stats();
+                let name = format!(
+                    "{}-{}",
+                    self.plan.hosts[link.a.host].name, self.plan.hosts[link.b.host].name
+                );
+                Some((name, ab, ba))
+            })
+            .collect()
+    }
+
+    /// Measures the receive window `host` really advertises to `neighbour` after 64 KB of data:
+    /// a listener in `host`, a sender in `neighbour` reading tcpi_snd_wnd. For reports of legacy
+    /// hosts, whose configured 8 KB buffer Linux does not advertise in full.
+    pub fn advertised_window(&self, host: &str, neighbour: &str) -> Result<u32, LabNetError> {
+        crate::probe::advertised_window(self, host, neighbour)
+    }
+
+    /// Removes everything and reports what could not be removed.
+    pub fn teardown(mut self) -> Result<(), LabNetError> {
+        self.teardown_inner()
+    }
+
+    fn teardown_inner(&mut self) -> Result<(), LabNetError> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        // Emulator threads hold sockets in the link namespaces: stop them first.
+        for handle in self.emulators.iter_mut().filter_map(Option::take) {
+            handle.stop();
+        }
+        let names: Vec<String> = self
+            .plan
+            .hosts
+            .iter()
+            .map(|h| h.netns.clone())
+            .chain(self.plan.links.iter().map(|l| l.netns.clone()))
+            .collect();
+        let result = cleanup::remove_namespaces(&names, Duration::from_secs(2));
+        cleanup::unregister_topology(self.id);
+        cleanup::release_tag(&self.tag);
+        result?;
+        let left: Vec<&String> = names
+            .iter()
+            .filter(|n| sys::netns_path(n).exists())
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(LabNetError::Teardown(format!(
+                "namespaces still present: {left:?}"
+            )))
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown_inner() {
+            tracing::error!(tag = %self.tag, error = %e, "topology teardown failed");
+        }
+    }
+}
+
+/// A child process running inside a host; stopped when dropped.
+#[derive(Debug)]
+pub struct HostChild {
+    child: Option<Child>,
+    pgid: i32,
+    host: String,
+}
+
+impl HostChild {
+    /// Process id (also the process group id).
+    pub fn id(&self) -> u32 {
+        self.pgid as u32
+    }
+
+    /// The host it runs in.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The underlying child, e.g. to take its stdout.
+    pub fn child_mut(&mut self) -> &mut Child {
+        self.child.as_mut().expect("present until stopped")
+    }
+
+    /// Whether it has exited, without waiting.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.child_mut().try_wait()
+    }
+
+    /// Waits up to `timeout` for it to exit on its own.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGTERM to its process group, SIGKILL after 2 s; returns how it ended.
+    pub fn stop(mut self) -> std::io::Result<ExitStatus> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> std::io::Result<ExitStatus> {
+        let mut child = self.child.take().expect("stopped once");
+        let result = (|| {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Some(status) = child.try_wait()? {
+                    return Ok(status);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+            child.wait()
+        })();
+        // Others in the group may outlive the leader's SIGTERM; make sure none stays.
+        let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        cleanup::unregister_child(self.pgid);
+        result
+    }
+}
+
+impl Drop for HostChild {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.stop_inner();
+        }
+    }
+}

@@ -1,0 +1,1073 @@
+//! The proxy server: listeners, accept loops with limits, one task per split connection,
+//! metrics sampling and designed shutdown.
+//!
+//! Life of a connection: a permit of the total limit is taken *before* `accept` (so at the limit
+//! new clients wait in the kernel backlog instead of costing midway memory); the accepted client
+//! is checked against the access list and the per-client limit right away (refused ones are
+//! closed at once and counted); everything slow — SOCKS5 handshake, name resolution, connect —
+//! runs in the connection's own task, never in the accept loop.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use midway_relay::{RelayCounters, RelayOptions, RelayReport, RelayResources};
+use midway_tcp::{KnobError, Role, RouteKnobs, RouteKnobsError, TcpProfile, TcpStats};
+use prometheus_client::registry::Registry;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{field, Instrument};
+
+use crate::access::{canonical, AccessList, ClientLimits, ClientPermit};
+use crate::config::{Intercept, ListenerConfig, RuntimeConfig, TargetAddr};
+use crate::metrics::{DirectionLabels, ListenerLabels, Metrics, SegmentLabels};
+use crate::nft::{self, NftError};
+use crate::socks5::{self, ReplyCode};
+
+/// Backlog of every listener. Large, so bursts and the total-limit wait queue in the kernel.
+const LISTEN_BACKLOG: i32 = 4096;
+/// First pause after accept ran out of a resource (file descriptors, memory); doubles per
+/// failure in a row up to [`ACCEPT_BACKOFF_MAX`].
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// tcp_info of live connections is sampled this often (metrics, and the values logged at end).
+const TCP_INFO_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
+/// Shared gauges (spool bytes, pipes) are refreshed this often besides every scrape.
+const GAUGE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// After the grace period, cancelled relays get this long to close their sockets.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// Why the proxy could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("profile {profile:?} cannot be used on this kernel")]
+    ProfileUnsupported {
+        profile: String,
+        #[source]
+        source: Box<KnobError>,
+    },
+    #[error("cannot install route-metric knobs (routing tables from {table_base}, marks from {mark_base:#x})")]
+    RouteKnobs {
+        table_base: u32,
+        mark_base: u32,
+        #[source]
+        source: RouteKnobsError,
+    },
+    #[error("listener {listener:?}: cannot listen on {addr}")]
+    Bind {
+        listener: String,
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("listener {listener:?}: cannot put profile {profile:?} on the listening socket")]
+    ListenerProfile {
+        listener: String,
+        profile: String,
+        #[source]
+        source: Box<KnobError>,
+    },
+    #[error("metrics endpoint: cannot listen on {addr}")]
+    MetricsBind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("spool directory {dir}: cannot remove leftover spool files")]
+    SpoolClean {
+        dir: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot set up relay resources")]
+    Relay(#[source] midway_relay::RelayError),
+    #[error("cannot install transparent interception (nftables / policy routing)")]
+    Intercept(#[source] NftError),
+}
+
+/// What happened during shutdown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownSummary {
+    /// Connections accepted and allowed over the proxy's life.
+    pub connections_served: u64,
+    /// Connections still open when shutdown began.
+    pub open_at_shutdown: usize,
+    /// Of those, how many were cancelled because the grace period ran out.
+    pub cancelled_after_grace: usize,
+    /// How long the drain took.
+    pub drain_time: Duration,
+}
+
+struct BoundListener {
+    config: Arc<ListenerConfig>,
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+/// State shared by accept loops and connection tasks.
+struct Shared {
+    config: Arc<RuntimeConfig>,
+    /// Profiles with route marks filled in.
+    profiles: BTreeMap<String, TcpProfile>,
+    metrics: Metrics,
+    resources: Arc<RelayResources>,
+    access: AccessList,
+    client_limits: Arc<ClientLimits>,
+    total_limit: Arc<Semaphore>,
+    served: std::sync::atomic::AtomicU64,
+}
+
+/// A bound, ready proxy. [`Proxy::run`] serves it.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    listeners: Vec<BoundListener>,
+    metrics_listener: Option<(TcpListener, SocketAddr)>,
+    served_registry: Arc<Registry>,
+    intercept: nft::Installed,
+    route_knobs: Option<RouteKnobs>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("listeners", &self.local_addrs())
+            .field("metrics", &self.metrics_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+fn referenced_profiles(config: &RuntimeConfig) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for l in &config.listeners {
+        names.insert(l.local_profile.clone());
+        names.insert(l.remote_profile.clone());
+        for o in &l.client_profiles {
+            names.extend(o.local_profile.iter().cloned());
+            names.extend(o.remote_profile.iter().cloned());
+        }
+    }
+    names
+}
+
+fn set_transparent(sock: &Socket, v6: bool) -> io::Result<()> {
+    if v6 {
+        let one: libc::c_int = 1;
+        // SAFETY: valid fd, pointer to a c_int and its size, as IPV6_TRANSPARENT expects.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_IPV6,
+                libc::IPV6_TRANSPARENT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    } else {
+        sock.set_ip_transparent(true)
+    }
+}
+
+fn bind_listener(
+    listener: &ListenerConfig,
+    profile: &TcpProfile,
+) -> Result<(TcpListener, SocketAddr), ProxyError> {
+    let addr = listener.listen;
+    let bind_err = |source| ProxyError::Bind {
+        listener: listener.name.clone(),
+        addr,
+        source,
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(bind_err)?;
+    sock.set_reuse_address(true).map_err(bind_err)?;
+    if addr.is_ipv6() {
+        // The address family says which clients this listener takes: [::] is IPv6 only, so an
+        // IPv4 listener on the same port can coexist.
+        sock.set_only_v6(true).map_err(bind_err)?;
+    }
+    if matches!(listener.intercept, Intercept::Transparent { .. }) {
+        set_transparent(&sock, addr.is_ipv6()).map_err(bind_err)?;
+    }
+    profile
+        .apply_to_listener(&sock)
+        .map_err(|source| ProxyError::ListenerProfile {
+            listener: listener.name.clone(),
+            profile: profile.name.clone(),
+            source: Box::new(source),
+        })?;
+    sock.set_nonblocking(true).map_err(bind_err)?;
+    sock.bind(&SockAddr::from(addr)).map_err(bind_err)?;
+    sock.listen(LISTEN_BACKLOG).map_err(bind_err)?;
+    let std_listener: std::net::TcpListener = sock.into();
+    let local = std_listener.local_addr().map_err(bind_err)?;
+    let tokio_listener = TcpListener::from_std(std_listener).map_err(bind_err)?;
+    Ok((tokio_listener, local))
+}
+
+impl Proxy {
+    /// Checks every referenced profile against the kernel, installs route-metric knobs, cleans
+    /// the spool directory, binds every listener and the metrics endpoint, and finally installs
+    /// the owned nftables table and policy routing. Errors name what failed; whatever was
+    /// installed before an error is removed again.
+    pub async fn bind(config: RuntimeConfig, registry: &mut Registry) -> Result<Proxy, ProxyError> {
+        let mut profiles = config.profiles.clone();
+        let used = referenced_profiles(&config);
+
+        let needing_knobs: Vec<&TcpProfile> = used
+            .iter()
+            .filter_map(|n| profiles.get(n))
+            .filter(|p| p.needs_route_knobs())
+            .collect();
+        let route_knobs = if needing_knobs.is_empty() {
+            None
+        } else {
+            let knobs = RouteKnobs::install(
+                &needing_knobs,
+                config.route_knobs_table_base,
+                config.route_knobs_mark_base,
+            )
+            .map_err(|source| ProxyError::RouteKnobs {
+                table_base: config.route_knobs_table_base,
+                mark_base: config.route_knobs_mark_base,
+                source,
+            })?;
+            knobs.set_marks(profiles.values_mut());
+            Some(knobs)
+        };
+        for name in &used {
+            if let Some(profile) = profiles.get(name) {
+                profile
+                    .check_supported()
+                    .map_err(|source| ProxyError::ProfileUnsupported {
+                        profile: name.clone(),
+                        source: Box::new(source),
+                    })?;
+            }
+        }
+
+        let removed = midway_relay::clean_spool_dir(&config.spool_dir).map_err(|source| {
+            ProxyError::SpoolClean {
+                dir: config.spool_dir.clone(),
+                source,
+            }
+        })?;
+        if removed > 0 {
+            tracing::info!(removed, dir = %config.spool_dir.display(), "removed spool files left by an earlier run");
+        }
+        let resources = RelayResources::new(
+            config.spool_dir.clone(),
+            config.spool_max_total_bytes,
+            config.max_pipes,
+        )
+        .map_err(ProxyError::Relay)?;
+
+        let mut listeners = Vec::with_capacity(config.listeners.len());
+        for listener in &config.listeners {
+            let profile = &profiles[&listener.local_profile];
+            let (bound, addr) = bind_listener(listener, profile)?;
+            tracing::info!(listener = %listener.name, mode = listener.intercept.mode_name(), %addr, "listening");
+            listeners.push(BoundListener {
+                config: Arc::new(listener.clone()),
+                listener: bound,
+                addr,
+            });
+        }
+
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => {
+                let l = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ProxyError::MetricsBind { addr, source })?;
+                let local = l
+                    .local_addr()
+                    .map_err(|source| ProxyError::MetricsBind { addr, source })?;
+                tracing::info!(addr = %local, "metrics at http://{local}/metrics");
+                Some((l, local))
+            }
+            None => None,
+        };
+
+        // Registered twice: into the caller's registry (for its own use) and into one this
+        // proxy serves; both hold clones of the same values.
+        let metrics = Metrics::default();
+        metrics.register(registry);
+        let mut served = Registry::default();
+        metrics.register(&mut served);
+
+        let plan = nft::plan(&config);
+        for (name, script, manage) in &plan.tables {
+            if !manage {
+                tracing::info!(table = %name, "nftables.manage = false; install these rules yourself:\n{script}");
+            }
+        }
+        let intercept = nft::Installed::install(&plan).map_err(ProxyError::Intercept)?;
+
+        let shared = Arc::new(Shared {
+            access: AccessList::new(config.allowed_clients.clone()),
+            client_limits: ClientLimits::new(config.max_connections_per_client),
+            total_limit: Arc::new(Semaphore::new(config.max_connections)),
+            config: Arc::new(config),
+            profiles,
+            metrics,
+            resources,
+            served: Default::default(),
+        });
+        Ok(Proxy {
+            shared,
+            listeners,
+            metrics_listener,
+            served_registry: Arc::new(served),
+            intercept,
+            route_knobs,
+        })
+    }
+
+    /// Every listener's name and the address it really bound (port 0 resolved).
+    pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
+        self.listeners
+            .iter()
+            .map(|l| (l.config.name.clone(), l.addr))
+            .collect()
+    }
+
+    /// Address of the `/metrics` endpoint, if configured.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().map(|(_, a)| *a)
+    }
+
+    /// Serves until `shutdown` fires; then stops accepting, lets open connections finish for
+    /// `shutdown_grace`, cancels the rest, removes the owned nftables table, policy routing and
+    /// route knobs, and returns a summary.
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<ShutdownSummary, ProxyError> {
+        let tracker = TaskTracker::new();
+        // Cancels connections; fired only after the grace period.
+        let connections_cancel = CancellationToken::new();
+        // Stops helpers (metrics server, gauge refresher) at the very end.
+        let helpers_cancel = CancellationToken::new();
+
+        let refresh = {
+            let shared = self.shared.clone();
+            move || {
+                shared
+                    .metrics
+                    .spool_bytes
+                    .set(shared.resources.spool_bytes_in_use() as i64);
+                shared
+                    .metrics
+                    .pipes_in_use
+                    .set(shared.resources.pipes_in_use() as i64);
+            }
+        };
+        let mut helpers = tokio::task::JoinSet::new();
+        if let Some((listener, _)) = self.metrics_listener.take() {
+            helpers.spawn(crate::metrics::serve(
+                listener,
+                self.served_registry.clone(),
+                Arc::new(refresh.clone()),
+                helpers_cancel.clone(),
+            ));
+        }
+        {
+            let cancel = helpers_cancel.clone();
+            helpers.spawn(async move {
+                let mut tick = tokio::time::interval(GAUGE_REFRESH_INTERVAL);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tick.tick() => refresh(),
+                    }
+                }
+            });
+        }
+
+        let mut accept_loops = tokio::task::JoinSet::new();
+        for bound in self.listeners.drain(..) {
+            accept_loops.spawn(accept_loop(
+                self.shared.clone(),
+                bound,
+                tracker.clone(),
+                shutdown.clone(),
+                connections_cancel.clone(),
+            ));
+        }
+
+        shutdown.cancelled().await;
+        // Accept loops return on shutdown and drop (close) their listeners.
+        while accept_loops.join_next().await.is_some() {}
+        tracker.close();
+        let open_at_shutdown = tracker.len();
+        let drain_started = Instant::now();
+        tracing::info!(
+            open = open_at_shutdown,
+            grace_s = self.shared.config.shutdown_grace.as_secs_f64(),
+            "shutdown: stopped accepting, draining connections"
+        );
+        let mut cancelled_after_grace = 0;
+        if tokio::time::timeout(self.shared.config.shutdown_grace, tracker.wait())
+            .await
+            .is_err()
+        {
+            cancelled_after_grace = tracker.len();
+            tracing::warn!(
+                cancelled = cancelled_after_grace,
+                "grace period over; cancelling open connections"
+            );
+            connections_cancel.cancel();
+            if tokio::time::timeout(CANCEL_WAIT, tracker.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    left = tracker.len(),
+                    "connections did not end after cancellation"
+                );
+            }
+        }
+        let drain_time = drain_started.elapsed();
+
+        helpers_cancel.cancel();
+        while helpers.join_next().await.is_some() {}
+        self.intercept.remove();
+        if let Some(knobs) = self.route_knobs.take() {
+            if let Err(err) = knobs.remove() {
+                tracing::error!(error = %err, "could not remove route-metric knobs");
+            }
+        }
+        let summary = ShutdownSummary {
+            connections_served: self.shared.served.load(Ordering::Relaxed),
+            open_at_shutdown,
+            cancelled_after_grace,
+            drain_time,
+        };
+        tracing::info!(?summary, "proxy stopped");
+        Ok(summary)
+    }
+}
+
+/// Accept ran out of a resource that frees up by itself (another connection closing).
+fn is_resource_exhaustion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    bound: BoundListener,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    connections_cancel: CancellationToken,
+) {
+    let name = bound.config.name.clone();
+    let labels = Metrics::listener(&name);
+    let mut backoff: Option<Duration> = None;
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            permit = shared.total_limit.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return, // semaphore closed: never happens, but do not spin
+            },
+        };
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = bound.listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => {
+                if backoff.take().is_some() {
+                    tracing::info!(listener = %name, "accept recovered");
+                }
+                pair
+            }
+            Err(err) if is_resource_exhaustion(&err) => {
+                drop(permit);
+                shared.metrics.accept_backoffs.get_or_create(&labels).inc();
+                let pause = match backoff {
+                    None => {
+                        // Once per burst: the next log line is "accept recovered".
+                        tracing::warn!(listener = %name, error = %err, "accept out of resources; backing off");
+                        ACCEPT_BACKOFF_MIN
+                    }
+                    Some(previous) => (previous * 2).min(ACCEPT_BACKOFF_MAX),
+                };
+                backoff = Some(pause);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => continue,
+                }
+            }
+            Err(err) => {
+                // ECONNABORTED and friends concern one client only.
+                tracing::debug!(listener = %name, error = %err, "accept failed for one connection");
+                continue;
+            }
+        };
+
+        if !shared.access.allows(peer.ip()) {
+            shared.metrics.refuse(&name, "not_allowed");
+            tracing::debug!(listener = %name, client = %peer, "client not in allowed_clients; closed");
+            close_now(stream);
+            continue;
+        }
+        let Some(client_permit) = shared.client_limits.try_acquire(peer.ip()) else {
+            shared.metrics.refuse(&name, "client_limit");
+            tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
+            close_now(stream);
+            continue;
+        };
+        shared.metrics.accepted.get_or_create(&labels).inc();
+        shared.served.fetch_add(1, Ordering::Relaxed);
+
+        let client_ip = canonical(peer.ip());
+        let (local_profile, remote_profile) = bound.config.profiles_for(client_ip);
+        let span = tracing::info_span!(
+            "conn",
+            listener = %name,
+            client = %peer,
+            dst = field::Empty,
+            local_profile = %local_profile,
+            remote_profile = %remote_profile,
+        );
+        let conn = Connection {
+            shared: shared.clone(),
+            listener: bound.config.clone(),
+            listener_addr: bound.addr,
+            peer,
+            cancel: connections_cancel.clone(),
+            _permits: (permit, client_permit),
+        };
+        tracker.spawn(conn.serve(stream).instrument(span));
+    }
+}
+
+/// Closes with a reset, so a refused client learns at once and no TIME_WAIT stays behind.
+fn close_now(stream: TcpStream) {
+    // Linger 0 does not block: the kernel sends RST and frees the socket at once.
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
+/// Why a connection ended before relaying.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error("SOCKS5 handshake timed out")]
+    HandshakeTimeout,
+    #[error(transparent)]
+    Handshake(#[from] socks5::HandshakeError),
+    #[error("original destination is this listener itself (a loop)")]
+    Loop,
+    #[error("cannot read the original destination")]
+    OriginalDestination(#[source] io::Error),
+    #[error("cannot resolve {target}")]
+    Resolve {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{target} resolved to no address")]
+    NoAddress { target: String },
+    #[error("connect to {target} timed out")]
+    ConnectTimeout { target: String },
+    #[error("connect to {target} failed")]
+    Connect {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("spoofing: client {client} and target {target} are of different address families")]
+    SpoofFamily { client: IpAddr, target: SocketAddr },
+    #[error("TCP profile")]
+    Profile(#[from] KnobError),
+}
+
+impl SetupError {
+    fn reason(&self) -> &'static str {
+        match self {
+            SetupError::HandshakeTimeout => "socks5_timeout",
+            SetupError::Handshake(e) => e.reason(),
+            SetupError::Loop => "loop",
+            SetupError::OriginalDestination(_) => "original_destination",
+            SetupError::Resolve { .. } | SetupError::NoAddress { .. } => "resolve",
+            SetupError::ConnectTimeout { .. } => "connect_timeout",
+            SetupError::Connect { source, .. }
+                if source.raw_os_error() == Some(libc::ECONNREFUSED) =>
+            {
+                "connect_refused"
+            }
+            SetupError::Connect { .. } | SetupError::SpoofFamily { .. } => "connect_error",
+            SetupError::Profile(_) => "profile_error",
+        }
+    }
+
+    fn socks_reply(&self) -> Option<ReplyCode> {
+        match self {
+            SetupError::Resolve { .. } | SetupError::NoAddress { .. } => {
+                Some(ReplyCode::HostUnreachable)
+            }
+            SetupError::ConnectTimeout { .. } => Some(ReplyCode::TtlExpired),
+            SetupError::Connect { source, .. } => Some(ReplyCode::for_connect_error(source)),
+            SetupError::SpoofFamily { .. } => Some(ReplyCode::AddressTypeNotSupported),
+            SetupError::Profile(_) => Some(ReplyCode::GeneralFailure),
+            _ => None,
+        }
+    }
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    listener: Arc<ListenerConfig>,
+    listener_addr: SocketAddr,
+    peer: SocketAddr,
+    cancel: CancellationToken,
+    /// Returned when the connection ends: a slot of the total limit and of the client's.
+    _permits: (tokio::sync::OwnedSemaphorePermit, ClientPermit),
+}
+
+/// Decrements the active gauge however the task ends.
+struct ActiveGuard(Metrics, ListenerLabels);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.get_or_create(&self.1).dec();
+    }
+}
+
+impl Connection {
+    async fn serve(self, mut client: TcpStream) {
+        let labels = Metrics::listener(&self.listener.name);
+        self.shared.metrics.active.get_or_create(&labels).inc();
+        let _active = ActiveGuard(self.shared.metrics.clone(), labels);
+        let started = Instant::now();
+        let client_ip = canonical(self.peer.ip());
+        let (local_name, remote_name) = self.listener.profiles_for(client_ip);
+        let local = &self.shared.profiles[local_name];
+        let remote = &self.shared.profiles[remote_name];
+
+        let setup = tokio::select! {
+            _ = self.cancel.cancelled() => {
+                tracing::debug!("cancelled during setup");
+                return;
+            }
+            setup = self.setup(&mut client, local, remote) => setup,
+        };
+        let server = match setup {
+            Ok(server) => server,
+            Err(err) => {
+                self.shared
+                    .metrics
+                    .refuse(&self.listener.name, err.reason());
+                if let (Intercept::Socks5 { .. }, Some(code)) =
+                    (&self.listener.intercept, err.socks_reply())
+                {
+                    let _ = socks5::send_reply(&mut client, code, None).await;
+                }
+                tracing::info!(error = %ErrorChain(&err), reason = err.reason(), "connection not relayed");
+                return;
+            }
+        };
+        self.relay(client, server, started).await;
+    }
+
+    /// Applies the local profile, finds the target, connects. Returns the remote segment.
+    async fn setup(
+        &self,
+        client: &mut TcpStream,
+        local: &TcpProfile,
+        remote: &TcpProfile,
+    ) -> Result<TcpStream, SetupError> {
+        local.apply_established(client.as_fd(), Role::Accepted)?;
+        let config = &self.shared.config;
+        let (target, spoof_from) = match &self.listener.intercept {
+            Intercept::Forward { target } => (target.clone(), None),
+            Intercept::Socks5 { auth } => {
+                let target =
+                    tokio::time::timeout(config.handshake_timeout, socks5::handshake(client, auth))
+                        .await
+                        .map_err(|_| SetupError::HandshakeTimeout)??;
+                (target, None)
+            }
+            Intercept::Transparent {
+                spoof_client_address,
+                ..
+            } => {
+                // TPROXY delivers the connection with its original destination as local address.
+                let original = client
+                    .local_addr()
+                    .map_err(SetupError::OriginalDestination)?;
+                let original = SocketAddr::new(canonical(original.ip()), original.port());
+                let listen = self.listener_addr;
+                if original.port() == listen.port()
+                    && (listen.ip().is_unspecified() || listen.ip() == original.ip())
+                {
+                    return Err(SetupError::Loop);
+                }
+                let spoof = spoof_client_address.then_some(canonical(self.peer.ip()));
+                (TargetAddr::Ip(original), spoof)
+            }
+        };
+        tracing::Span::current().record("dst", field::display(&target));
+        let server = connect(&target, remote, spoof_from, config.connect_timeout).await?;
+        remote.apply_established(server.as_fd(), Role::Outgoing)?;
+        if let Intercept::Socks5 { .. } = &self.listener.intercept {
+            let bound = server.local_addr().ok();
+            socks5::send_reply(client, ReplyCode::Succeeded, bound)
+                .await
+                .map_err(|e| SetupError::Handshake(e.into()))?;
+        }
+        Ok(server)
+    }
+
+    async fn relay(self, client: TcpStream, server: TcpStream, started: Instant) {
+        let name = &self.listener.name;
+        let metrics = &self.shared.metrics;
+        let counters = Arc::new(RelayCounters::default());
+        let options = RelayOptions {
+            idle_timeout: Some(self.shared.config.idle_timeout),
+            counters: counters.clone(),
+        };
+        let mut sampler = SegmentSampler::new(name, &client, &server);
+        sampler.sample(metrics);
+        let mut bytes = ByteReporter::new(name);
+
+        let relay = midway_relay::relay(
+            client,
+            server,
+            &self.listener.relay,
+            &self.shared.resources,
+            options,
+            self.cancel.clone(),
+        );
+        tokio::pin!(relay);
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
+            TCP_INFO_SAMPLE_INTERVAL,
+        );
+        let result = loop {
+            tokio::select! {
+                result = &mut relay => break result,
+                _ = tick.tick() => {
+                    let moved = (
+                        counters.client_to_server.load(Ordering::Relaxed),
+                        counters.server_to_client.load(Ordering::Relaxed),
+                    );
+                    // An idle connection's tcp_info does not change: skip the syscalls, which
+                    // matters with thousands of idle connections.
+                    if moved != bytes.reported {
+                        // The relay future owns both sockets and is alive here, so their fds
+                        // are open (and Segment checks the inode anyway).
+                        sampler.sample(metrics);
+                        bytes.report(metrics, moved.0, moved.1);
+                    }
+                }
+            }
+        };
+        let duration = started.elapsed();
+        sampler.finish(metrics);
+        let (local, remote) = (&sampler.local.last, &sampler.remote.last);
+        match result {
+            Ok(report) => {
+                bytes.report(
+                    metrics,
+                    report.client_to_server_bytes,
+                    report.server_to_client_bytes,
+                );
+                log_end(
+                    &report,
+                    duration,
+                    local.as_ref(),
+                    remote.as_ref(),
+                    sampler.last_sample_age(),
+                );
+            }
+            Err(err) => {
+                bytes.report(
+                    metrics,
+                    counters.client_to_server.load(Ordering::Relaxed),
+                    counters.server_to_client.load(Ordering::Relaxed),
+                );
+                metrics
+                    .relay_errors
+                    .get_or_create(&Metrics::listener(name))
+                    .inc();
+                tracing::warn!(
+                    error = %ErrorChain(&err),
+                    bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
+                    bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
+                    duration_ms = duration.as_millis() as u64,
+                    "relay failed"
+                );
+            }
+        }
+    }
+}
+
+fn log_end(
+    report: &RelayReport,
+    duration: Duration,
+    local: Option<&TcpStats>,
+    remote: Option<&TcpStats>,
+    sample_age: Duration,
+) {
+    let get = |s: Option<&TcpStats>, f: fn(&TcpStats) -> u64| s.map(f);
+    tracing::info!(
+        bytes_client_to_server = report.client_to_server_bytes,
+        bytes_server_to_client = report.server_to_client_bytes,
+        client_to_server_end = ?report.client_to_server_end,
+        server_to_client_end = ?report.server_to_client_end,
+        duration_ms = duration.as_millis() as u64,
+        peak_spool_bytes = report.peak_spool_bytes,
+        local_srtt_us = get(local, |s| s.rtt_us.into()),
+        local_cwnd = get(local, |s| s.snd_cwnd.into()),
+        local_total_retrans = get(local, |s| s.total_retrans.into()),
+        local_reordering = get(local, |s| s.reordering.into()),
+        remote_srtt_us = get(remote, |s| s.rtt_us.into()),
+        remote_cwnd = get(remote, |s| s.snd_cwnd.into()),
+        remote_total_retrans = get(remote, |s| s.total_retrans.into()),
+        remote_reordering = get(remote, |s| s.reordering.into()),
+        tcp_info_age_ms = sample_age.as_millis() as u64,
+        "connection closed"
+    );
+}
+
+/// Adds only what is new since the last report to the byte counters.
+struct ByteReporter {
+    c2s: DirectionLabels,
+    s2c: DirectionLabels,
+    reported: (u64, u64),
+}
+
+impl ByteReporter {
+    fn new(listener: &str) -> ByteReporter {
+        ByteReporter {
+            c2s: DirectionLabels {
+                listener: listener.to_string(),
+                direction: "client_to_server",
+            },
+            s2c: DirectionLabels {
+                listener: listener.to_string(),
+                direction: "server_to_client",
+            },
+            reported: (0, 0),
+        }
+    }
+
+    fn report(&mut self, metrics: &Metrics, c2s: u64, s2c: u64) {
+        if c2s > self.reported.0 {
+            metrics
+                .bytes
+                .get_or_create(&self.c2s)
+                .inc_by(c2s - self.reported.0);
+            self.reported.0 = c2s;
+        }
+        if s2c > self.reported.1 {
+            metrics
+                .bytes
+                .get_or_create(&self.s2c)
+                .inc_by(s2c - self.reported.1);
+            self.reported.1 = s2c;
+        }
+    }
+}
+
+/// tcp_info of one segment's socket, identified by fd and inode so a reused fd number is
+/// never mistaken for it.
+struct Segment {
+    fd: RawFd,
+    inode: Option<u64>,
+    labels: SegmentLabels,
+    last: Option<TcpStats>,
+    retrans_reported: u32,
+}
+
+fn inode_of(fd: RawFd) -> Option<u64> {
+    // SAFETY: fstat writes into the zeroed struct we pass; an invalid fd only returns an error.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstat(fd, &mut st) };
+    (rc == 0).then_some(st.st_ino)
+}
+
+impl Segment {
+    fn new(listener: &str, segment: &'static str, stream: &TcpStream) -> Segment {
+        let fd = stream.as_raw_fd();
+        Segment {
+            fd,
+            inode: inode_of(fd),
+            labels: SegmentLabels {
+                listener: listener.to_string(),
+                segment,
+            },
+            last: None,
+            retrans_reported: 0,
+        }
+    }
+
+    fn sample(&mut self, metrics: &Metrics) -> bool {
+        if self.inode.is_none() || inode_of(self.fd) != self.inode {
+            return false;
+        }
+        // SAFETY: the fd refers to the same socket as when this Segment was made (inode checked
+        // just above) and is only borrowed for one getsockopt; the relay owns and keeps it open.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        match midway_tcp::tcp_stats(fd) {
+            Ok(stats) => {
+                if stats.total_retrans > self.retrans_reported {
+                    metrics
+                        .retransmits
+                        .get_or_create(&self.labels)
+                        .inc_by(u64::from(stats.total_retrans - self.retrans_reported));
+                    self.retrans_reported = stats.total_retrans;
+                }
+                self.last = Some(stats);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn observe(&self, metrics: &Metrics) {
+        if let Some(stats) = &self.last {
+            if stats.rtt_us > 0 {
+                metrics
+                    .srtt
+                    .get_or_create(&self.labels)
+                    .observe(f64::from(stats.rtt_us) / 1e6);
+            }
+            metrics
+                .cwnd
+                .get_or_create(&self.labels)
+                .observe(f64::from(stats.snd_cwnd));
+        }
+    }
+}
+
+/// Samples both segments every few seconds while the relay runs.
+struct SegmentSampler {
+    local: Segment,
+    remote: Segment,
+    last_sample: Instant,
+}
+
+impl SegmentSampler {
+    fn new(listener: &str, client: &TcpStream, server: &TcpStream) -> SegmentSampler {
+        SegmentSampler {
+            local: Segment::new(listener, "local", client),
+            remote: Segment::new(listener, "remote", server),
+            last_sample: Instant::now(),
+        }
+    }
+
+    fn sample(&mut self, metrics: &Metrics) {
+        let a = self.local.sample(metrics);
+        let b = self.remote.sample(metrics);
+        if a || b {
+            self.last_sample = Instant::now();
+        }
+    }
+
+    /// The relay consumed the sockets, so the last periodic sample stands for the end.
+    fn finish(&self, metrics: &Metrics) {
+        self.local.observe(metrics);
+        self.remote.observe(metrics);
+    }
+
+    fn last_sample_age(&self) -> Duration {
+        self.last_sample.elapsed()
+    }
+}
+
+/// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set.
+async fn connect(
+    target: &TargetAddr,
+    profile: &TcpProfile,
+    spoof_from: Option<IpAddr>,
+    timeout: Duration,
+) -> Result<TcpStream, SetupError> {
+    let target_text = target.to_string();
+    let attempt = async {
+        let addrs: Vec<SocketAddr> = match target {
+            TargetAddr::Ip(addr) => vec![*addr],
+            TargetAddr::Domain(host, port) => tokio::net::lookup_host((host.as_str(), *port))
+                .await
+                .map_err(|source| SetupError::Resolve {
+                    target: target_text.clone(),
+                    source,
+                })?
+                .collect(),
+        };
+        let mut last_err = None;
+        for addr in addrs {
+            match connect_one(addr, profile, spoof_from).await {
+                Ok(stream) => return Ok(stream),
+                Err(err) => last_err = Some(err),
+            }
+        }
+        Err(last_err.unwrap_or(SetupError::NoAddress {
+            target: target_text.clone(),
+        }))
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(SetupError::ConnectTimeout {
+            target: target_text,
+        }),
+    }
+}
+
+async fn connect_one(
+    addr: SocketAddr,
+    profile: &TcpProfile,
+    spoof_from: Option<IpAddr>,
+) -> Result<TcpStream, SetupError> {
+    let target = addr.to_string();
+    let io_err = |source| SetupError::Connect {
+        target: target.clone(),
+        source,
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(io_err)?;
+    sock.set_nonblocking(true).map_err(io_err)?;
+    profile.apply_before_connect(&sock)?;
+    if let Some(client) = spoof_from {
+        if client.is_ipv4() != addr.is_ipv4() {
+            return Err(SetupError::SpoofFamily {
+                client,
+                target: addr,
+            });
+        }
+        // IP_TRANSPARENT lets the socket bind to an address that is not local: the client's.
+        set_transparent(&sock, addr.is_ipv6()).map_err(io_err)?;
+        sock.bind(&SockAddr::from(SocketAddr::new(client, 0)))
+            .map_err(io_err)?;
+    }
+    let std_stream: std::net::TcpStream = sock.into();
+    let socket = TcpSocket::from_std_stream(std_stream);
+    socket.connect(addr).await.map_err(io_err)
+}
+
+/// Displays an error and its sources, `a: b: c`, for logs.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            write!(f, ": {err}")?;
+            source = err.source();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,358 @@
+//! Transparent mode for real: three network namespaces made by this test,
+//!
+//!   client (10.77.1.1, fd77:1::1) -- router (runs midway) -- server (10.77.2.2, fd77:2::2)
+//!
+//! The client connects to the *server's* address; nftables TPROXY in the router diverts the
+//! connection to midway, which connects to the original destination. With
+//! `spoof_client_address` the server sees the client's address, otherwise the router's.
+//! Needs root (network namespaces, nftables); namespaces are removed by a Drop guard.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+const SERVER_PORT: u16 = 5201;
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn output(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Three namespaces wired client -- router -- server; deleted on drop.
+struct Topology {
+    client: String,
+    router: String,
+    server: String,
+}
+
+impl Topology {
+    fn new() -> Topology {
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let topo = Topology {
+            client: format!("mwt-c-{id}"),
+            router: format!("mwt-r-{id}"),
+            server: format!("mwt-s-{id}"),
+        };
+        // The guard exists before the first command, so a failure below still cleans up.
+        for ns in [&topo.client, &topo.router, &topo.server] {
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        let (c, r, s) = (
+            topo.client.as_str(),
+            topo.router.as_str(),
+            topo.server.as_str(),
+        );
+        // veth pairs created directly inside the namespaces: no names in the root namespace.
+        sh(&[
+            "ip", "-n", c, "link", "add", "veth-c", "type", "veth", "peer", "name", "veth-rc",
+            "netns", r,
+        ]);
+        sh(&[
+            "ip", "-n", s, "link", "add", "veth-s", "type", "veth", "peer", "name", "veth-rs",
+            "netns", r,
+        ]);
+        for (ns, dev, v4, v6) in [
+            (c, "veth-c", "10.77.1.1/24", "fd77:1::1/64"),
+            (r, "veth-rc", "10.77.1.2/24", "fd77:1::2/64"),
+            (r, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
+            (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
+        ] {
+            sh(&["ip", "-n", ns, "addr", "add", v4, "dev", dev]);
+            sh(&["ip", "-n", ns, "-6", "addr", "add", v6, "dev", dev, "nodad"]);
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        sh(&["ip", "-n", c, "route", "add", "default", "via", "10.77.1.2"]);
+        sh(&[
+            "ip",
+            "-n",
+            c,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "fd77:1::2",
+        ]);
+        sh(&["ip", "-n", s, "route", "add", "default", "via", "10.77.2.1"]);
+        sh(&[
+            "ip",
+            "-n",
+            s,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "fd77:2::1",
+        ]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            r,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=1",
+        ]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            r,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.forwarding=1",
+        ]);
+        topo
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in [&self.client, &self.router, &self.server] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Runs `f` on a new thread that has joined network namespace `ns`.
+fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("netns file");
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+}
+
+/// Echo server in the server namespace; reports each client's address as the server saw it.
+fn start_server(
+    ns: &str,
+    connections: usize,
+) -> (mpsc::Receiver<SocketAddr>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let handle = in_netns(ns, move || {
+        let v4 = TcpListener::bind(("10.77.2.2", SERVER_PORT)).unwrap();
+        let v6 = TcpListener::bind(("fd77:2::2", SERVER_PORT)).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut workers = Vec::new();
+        for i in 0..connections {
+            // Connections alternate: IPv4 first, then IPv6.
+            let listener = if i % 2 == 0 { &v4 } else { &v6 };
+            let (mut stream, peer) = listener.accept().unwrap();
+            tx.send(peer).unwrap();
+            workers.push(std::thread::spawn(move || {
+                stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                let mut copy = stream.try_clone().unwrap();
+                let _ = std::io::copy(&mut stream, &mut copy);
+                let _ = copy.shutdown(Shutdown::Write);
+            }));
+        }
+        for w in workers {
+            let _ = w.join();
+        }
+    });
+    ready_rx.recv_timeout(IO_TIMEOUT).expect("server ready");
+    (rx, handle)
+}
+
+/// Client in the client namespace: sends `len` bytes to `target`, reads the echo, compares.
+fn client_roundtrip(
+    ns: &str,
+    target: SocketAddr,
+    len: usize,
+) -> std::thread::JoinHandle<(SocketAddr, bool)> {
+    in_netns(ns, move || {
+        let mut stream = TcpStream::connect_timeout(&target, IO_TIMEOUT).expect("client connect");
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let local = stream.local_addr().unwrap();
+        let mut reader = stream.try_clone().unwrap();
+        let receiver = std::thread::spawn(move || {
+            let mut hash = Sha256::new();
+            let mut buf = vec![0u8; 65536];
+            let mut total = 0;
+            loop {
+                let n = reader.read(&mut buf).expect("client read");
+                if n == 0 {
+                    break;
+                }
+                total += n;
+                hash.update(&buf[..n]);
+            }
+            (total, hash.finalize())
+        });
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; 65536];
+        let mut sent = 0usize;
+        let mut x: u32 = 12345;
+        while sent < len {
+            let n = (len - sent).min(buf.len());
+            for b in &mut buf[..n] {
+                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                *b = (x >> 24) as u8;
+            }
+            hash.update(&buf[..n]);
+            stream.write_all(&buf[..n]).unwrap();
+            sent += n;
+        }
+        stream.shutdown(Shutdown::Write).unwrap();
+        let (total, received) = receiver.join().unwrap();
+        (local, total == len && received == hash.finalize())
+    })
+}
+
+struct RunningProxy {
+    shutdown: CancellationToken,
+    handle: std::thread::JoinHandle<midway_proxy::ShutdownSummary>,
+}
+
+fn start_proxy(ns: &str, config: String) -> RunningProxy {
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let handle = in_netns(ns, move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let config = midway_proxy::parse_config(&config, "<transparent test>").unwrap();
+            let mut registry = Registry::default();
+            let proxy = midway_proxy::Proxy::bind(config, &mut registry)
+                .await
+                .unwrap_or_else(|e| panic!("bind: {e}: {:?}", std::error::Error::source(&e)));
+            ready_tx.send(()).unwrap();
+            proxy.run(token).await.unwrap()
+        })
+    });
+    ready_rx.recv_timeout(IO_TIMEOUT).expect("proxy ready");
+    RunningProxy { shutdown, handle }
+}
+
+fn config(spoof: bool, spool_dir: &std::path::Path) -> String {
+    format!(
+        r#"
+[proxy]
+allowed_clients = ["10.77.1.0/24", "fd77:1::/64"]
+shutdown_grace = "2s"
+[spool]
+dir = "{spool}"
+[[listeners]]
+name = "tp4"
+mode = "transparent"
+listen = "0.0.0.0:7000"
+relay = "buffer"
+spoof_client_address = {spoof}
+[listeners.nftables]
+interfaces = ["veth-rc"]
+ports = [{SERVER_PORT}]
+[[listeners]]
+name = "tp6"
+mode = "transparent"
+listen = "[::]:7001"
+relay = "spool"
+spoof_client_address = {spoof}
+[listeners.nftables]
+interfaces = ["veth-rc"]
+ports = [{SERVER_PORT}]
+"#,
+        spool = spool_dir.display()
+    )
+}
+
+fn run_case(spoof: bool) {
+    let topo = Topology::new();
+    let spool = tempfile::tempdir().unwrap();
+    let (peers, server) = start_server(&topo.server, 2);
+    let proxy = start_proxy(&topo.router, config(spoof, spool.path()));
+
+    let tables = output(&["ip", "netns", "exec", &topo.router, "nft", "list", "tables"]);
+    assert!(
+        tables.contains("table inet midway"),
+        "table not installed: {tables}"
+    );
+
+    for target in [
+        SocketAddr::from(([10, 77, 2, 2], SERVER_PORT)),
+        SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT),
+    ] {
+        let (client_addr, intact) = client_roundtrip(&topo.client, target, 4 << 20)
+            .join()
+            .unwrap();
+        assert!(intact, "{target}: checksum differs");
+        let seen = peers
+            .recv_timeout(IO_TIMEOUT)
+            .expect("server saw a connection");
+        if spoof {
+            assert_eq!(
+                seen.ip(),
+                client_addr.ip(),
+                "spoofing on: server must see the client"
+            );
+        } else {
+            let router_ip: std::net::IpAddr = if target.is_ipv4() {
+                "10.77.2.1".parse().unwrap()
+            } else {
+                "fd77:2::1".parse().unwrap()
+            };
+            assert_eq!(seen.ip(), router_ip, "spoofing off: server sees the router");
+        }
+    }
+
+    proxy.shutdown.cancel();
+    let summary = proxy.handle.join().expect("proxy thread");
+    assert_eq!(summary.connections_served, 2);
+    server.join().unwrap();
+    let tables = output(&["ip", "netns", "exec", &topo.router, "nft", "list", "tables"]);
+    assert!(!tables.contains("midway"), "table left behind: {tables}");
+    let rules = output(&["ip", "-n", &topo.router, "rule", "show"]);
+    assert!(
+        !rules.contains("fwmark 0x1"),
+        "policy rule left behind: {rules}"
+    );
+}
+
+#[test]
+fn transparent_without_spoofing() {
+    run_case(false);
+}
+
+#[test]
+fn transparent_with_spoofing_server_sees_client() {
+    run_case(true);
+}

@@ -1,0 +1,530 @@
+//! Route-metric knobs (initial window, RTO floor above 200 ms, always-quickack, duplicate-ACK
+//! threshold) on both segments. Each test builds two network namespaces joined by a veth pair
+//! (server 10.231.0.1, client 10.231.0.2), installs RouteKnobs in each, and reads the knobs back
+//! from the live accepted and connected sockets. Needs root.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use midway_tcp::apply::{delack_floor_us, get_int, TCP_DELACK_MAX_US};
+use midway_tcp::{tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError, TcpProfile};
+use nix::sched::{setns, CloneFlags};
+use socket2::{Domain, Protocol, Socket, Type};
+
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 231, 0, 1);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 231, 0, 2);
+const BASE_TABLE: u32 = 100;
+const BASE_MARK: u32 = 0x4d00;
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace removed on drop, even when the test fails.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "midway-tcp-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        ip(&["netns", "add", &name]);
+        let ns = Netns { name };
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Runs `f` on a fresh thread that has entered this namespace (sockets it creates belong to
+    /// it; child processes such as `ip` run in it).
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let file = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
+                    setns(file.as_fd(), CloneFlags::CLONE_NEWNET).expect("setns");
+                    f()
+                })
+                .join()
+                .expect("netns thread panicked")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// Server and client namespaces joined by a veth pair.
+struct Topology {
+    server: Netns,
+    client: Netns,
+}
+
+fn topology() -> Topology {
+    let t = Topology {
+        server: Netns::new(),
+        client: Netns::new(),
+    };
+    let (s, c) = (t.server.name.as_str(), t.client.name.as_str());
+    ip(&[
+        "-n", s, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", c,
+    ]);
+    ip(&["-n", s, "addr", "add", "10.231.0.1/24", "dev", "va"]);
+    ip(&["-n", c, "addr", "add", "10.231.0.2/24", "dev", "vb"]);
+    ip(&["-n", s, "link", "set", "va", "up"]);
+    ip(&["-n", c, "link", "set", "vb", "up"]);
+    t
+}
+
+struct Conn {
+    accepted: Socket,
+    outgoing: Socket,
+}
+
+/// One connection client -> server with `profile` on both ends (listener + accepted in the
+/// server namespace, outgoing in the client namespace).
+fn connect(t: &Topology, server_profile: &TcpProfile, client_profile: &TcpProfile) -> Conn {
+    let listener = t.server.run(|| {
+        let l = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        server_profile.apply_to_listener(&l).unwrap();
+        l.bind(&SocketAddr::from((SERVER, 0)).into()).unwrap();
+        l.listen(8).unwrap();
+        l
+    });
+    let port = listener.local_addr().unwrap().as_socket().unwrap().port();
+    let outgoing = t.client.run(|| {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        client_profile.apply_before_connect(&s).unwrap();
+        s.connect(&SocketAddr::V4(SocketAddrV4::new(SERVER, port)).into())
+            .unwrap();
+        s
+    });
+    client_profile
+        .apply_established(outgoing.as_fd(), Role::Outgoing)
+        .unwrap();
+    let (accepted, peer) = listener.accept().unwrap();
+    assert_eq!(peer.as_socket().unwrap().ip(), std::net::IpAddr::V4(CLIENT));
+    server_profile
+        .apply_established(accepted.as_fd(), Role::Accepted)
+        .unwrap();
+    Conn { accepted, outgoing }
+}
+
+fn install(ns: &Netns, profile: &TcpProfile) -> (RouteKnobs, TcpProfile) {
+    ns.run(|| {
+        let knobs = RouteKnobs::install(&[profile], BASE_TABLE, BASE_MARK).unwrap();
+        let mut marked = profile.clone();
+        knobs.set_marks([&mut marked]);
+        assert_eq!(marked.route_mark, Some(BASE_MARK));
+        (knobs, marked)
+    })
+}
+
+fn route_profile() -> TcpProfile {
+    let mut p = TcpProfile::kernel_default("routed");
+    p.initial_cwnd = Some(7);
+    p.rto_min_ms = Some(300);
+    p.delayed_ack = Some(false);
+    p
+}
+
+#[test]
+fn initcwnd_rto_min_and_quickack_apply_to_both_segments() {
+    let t = topology();
+    let profile = route_profile();
+    assert!(profile.needs_route_knobs());
+    let (server_knobs, server_profile) = install(&t.server, &profile);
+    let (client_knobs, client_profile) = install(&t.client, &profile);
+
+    let conn = connect(&t, &server_profile, &client_profile);
+    for (who, sock) in [("accepted", &conn.accepted), ("outgoing", &conn.outgoing)] {
+        // Read before any data moves: the initial window is still untouched.
+        let stats = tcp_stats(sock.as_fd()).unwrap();
+        assert_eq!(stats.snd_cwnd, 7, "{who}: {stats:?}");
+        assert!(stats.rto_us >= 300_000, "{who}: rto {}", stats.rto_us);
+        assert_eq!(
+            get_int(sock.as_fd(), libc::IPPROTO_TCP, TCP_DELACK_MAX_US).unwrap() as u32,
+            delack_floor_us().unwrap()
+        );
+        assert_eq!(
+            get_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_MARK).unwrap() as u32,
+            BASE_MARK,
+            "{who}"
+        );
+    }
+    // The metrics really are in each namespace's table.
+    for ns in [&t.server, &t.client] {
+        let routes = ip(&[
+            "-n",
+            &ns.name,
+            "-j",
+            "route",
+            "show",
+            "table",
+            &BASE_TABLE.to_string(),
+        ]);
+        let routes: serde_json::Value = serde_json::from_str(&routes).unwrap();
+        let metrics = &routes[0]["metrics"][0];
+        assert_eq!(metrics["initcwnd"], 7, "{routes}");
+        assert_eq!(metrics["rto_min"], 300, "{routes}");
+        assert_eq!(metrics["quickack"], 1, "{routes}");
+    }
+
+    // Control: unmarked sockets in the same namespaces keep the kernel's values, so the checks
+    // above cannot pass by accident.
+    let plain = TcpProfile::kernel_default("plain");
+    let control = connect(&t, &plain, &plain);
+    for sock in [&control.accepted, &control.outgoing] {
+        let stats = tcp_stats(sock.as_fd()).unwrap();
+        assert_eq!(stats.snd_cwnd, 10);
+        assert!(
+            stats.rto_us < 300_000 && stats.rto_us >= 200_000,
+            "{stats:?}"
+        );
+    }
+
+    // Removal leaves no rule and no table behind.
+    t.server.run(|| server_knobs.remove()).unwrap();
+    // From this thread, outside the client namespace: removal still happens in the namespace
+    // the knobs were installed in.
+    client_knobs.remove().unwrap();
+    for ns in [&t.server, &t.client] {
+        let rules = ip(&["-n", &ns.name, "rule", "show"]);
+        assert!(!rules.contains("fwmark"), "{rules}");
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &ns.name,
+                "route",
+                "show",
+                "table",
+                &BASE_TABLE.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    }
+}
+
+fn close_cleanly(conn: Conn) {
+    let mut out = TcpStream::from(conn.outgoing);
+    let mut acc = TcpStream::from(conn.accepted);
+    out.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    acc.read_exact(&mut buf).unwrap();
+    out.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(acc.read(&mut buf).unwrap(), 0);
+    acc.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(out.read(&mut buf).unwrap(), 0);
+}
+
+fn has_metrics_entry(ns: &Netns, peer: Ipv4Addr) -> bool {
+    ip(&["-n", &ns.name, "tcp_metrics", "show", &peer.to_string()]).contains(&peer.to_string())
+}
+
+/// Documents the caveat of `dupack_threshold`: Linux takes the route metric `reordering` only
+/// from the tcp_metrics cache, so the first connection to a peer keeps the default (3) and
+/// connections after one has closed get the profile's value, on both segments.
+#[test]
+fn dupack_threshold_applies_from_the_second_connection_on() {
+    let t = topology();
+    let mut profile = TcpProfile::kernel_default("dupack");
+    profile.dupack_threshold = Some(5);
+    let (_server_knobs, server_profile) = install(&t.server, &profile);
+    let (_client_knobs, client_profile) = install(&t.client, &profile);
+    t.server.run(|| server_profile.check_supported()).unwrap();
+
+    let first = connect(&t, &server_profile, &client_profile);
+    for sock in [&first.accepted, &first.outgoing] {
+        assert_eq!(tcp_stats(sock.as_fd()).unwrap().reordering, 3);
+    }
+    close_cleanly(first);
+    // Wait (bounded) until both ends have written their tcp_metrics entry on close.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER)) {
+        assert!(
+            Instant::now() < deadline,
+            "no tcp_metrics entries after close"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let second = connect(&t, &server_profile, &client_profile);
+    for (who, sock) in [
+        ("accepted", &second.accepted),
+        ("outgoing", &second.outgoing),
+    ] {
+        assert_eq!(tcp_stats(sock.as_fd()).unwrap().reordering, 5, "{who}");
+    }
+    // The cache is per address pair, not per mark: an unmarked connection to the same peer now
+    // gets the value too (documented in midway_tcp::routes).
+    let plain = TcpProfile::kernel_default("plain");
+    let third = connect(&t, &plain, &plain);
+    assert_eq!(tcp_stats(third.outgoing.as_fd()).unwrap().reordering, 5);
+}
+
+#[test]
+fn install_refuses_a_table_in_use_and_leaves_nothing_behind() {
+    let t = topology();
+    let s = t.server.name.as_str();
+    ip(&[
+        "-n",
+        s,
+        "route",
+        "add",
+        "table",
+        "101",
+        "10.231.0.0/24",
+        "dev",
+        "va",
+    ]);
+    let mut other = route_profile();
+    other.name = "other".to_owned();
+    let profiles = [&route_profile(), &other];
+    let err = t
+        .server
+        .run(|| RouteKnobs::install(&profiles, BASE_TABLE, BASE_MARK))
+        .unwrap_err();
+    assert!(
+        matches!(err, RouteKnobsError::TableInUse { table: 101, .. }),
+        "{err}"
+    );
+    // Table 100 (first profile) was installed, then removed on the error.
+    let rules = ip(&["-n", s, "rule", "show"]);
+    assert!(!rules.contains("fwmark"), "{rules}");
+    let out = Command::new("ip")
+        .args(["-n", s, "route", "show", "table", "100"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    // The foreign table is untouched.
+    assert!(ip(&["-n", s, "route", "show", "table", "101"]).contains("10.231.0.0/24"));
+}
+
+#[test]
+fn profiles_without_route_knobs_install_nothing() {
+    let t = topology();
+    let mut p = TcpProfile::kernel_default("socket-only");
+    p.rto_min_ms = Some(100);
+    p.nodelay = Some(true);
+    let knobs = t
+        .server
+        .run(|| RouteKnobs::install(&[&p], BASE_TABLE, BASE_MARK))
+        .unwrap();
+    assert_eq!(knobs.mark_for("socket-only"), None);
+    assert!(!ip(&["-n", &t.server.name, "rule", "show"]).contains("fwmark"));
+}
+
+/// Data segments the receiver got and segments it sent (pure ACKs: it sends no data) while
+/// the sender writes `count` chunks of 1000 bytes back to back and the receiver reads only
+/// afterwards. Reading is what must not happen in between: a segment of exactly the receive
+/// MSS with PSH makes the kernel ACK as soon as the application reads it, delayed ACKs or not.
+/// Without reads, a delayed-ACK receiver ACKs about every second segment; a quick-ACK one
+/// every segment.
+fn acks_for_segments(sender: &Socket, receiver: &Socket, count: usize) -> (u32, u32) {
+    sender.set_nodelay(true).unwrap();
+    let mut tx = TcpStream::from(sender.try_clone().unwrap());
+    let mut rx = TcpStream::from(receiver.try_clone().unwrap());
+    let mut buf = vec![0u8; 1000 * count];
+    // Leave the kernel's initial quick-ACK phase (at most 16 quick ACKs).
+    for _ in 0..40 {
+        tx.write_all(&[1u8; 1000]).unwrap();
+        rx.read_exact(&mut buf[..1000]).unwrap();
+    }
+    let before = tcp_stats(receiver.as_fd()).unwrap();
+    for _ in 0..count {
+        tx.write_all(&[1u8; 1000]).unwrap();
+    }
+    rx.read_exact(&mut buf).unwrap();
+    let after = tcp_stats(receiver.as_fd()).unwrap();
+    (
+        after.segs_in - before.segs_in,
+        after.segs_out - before.segs_out,
+    )
+}
+
+#[test]
+fn delayed_ack_off_acks_every_segment_on_both_segments() {
+    let t = topology();
+    let mut profile = TcpProfile::kernel_default("quickack");
+    profile.delayed_ack = Some(false);
+    let (_server_knobs, server_profile) = install(&t.server, &profile);
+    let (_client_knobs, client_profile) = install(&t.client, &profile);
+    let conn = connect(&t, &server_profile, &client_profile);
+    // Client -> server: the accepted socket receives; server -> client: the outgoing one.
+    for (who, sender, receiver) in [
+        ("accepted", &conn.outgoing, &conn.accepted),
+        ("outgoing", &conn.accepted, &conn.outgoing),
+    ] {
+        let (segs, acks) = acks_for_segments(sender, receiver, 30);
+        // The sender may coalesce some writes; enough separate segments remain to compare.
+        assert!(segs >= 10, "{who}: {segs} segments");
+        assert!(acks >= segs, "{who}: {acks} ACKs for {segs} segments");
+    }
+    // Control: without the profile the same exchange gets fewer ACKs than segments.
+    let plain = TcpProfile::kernel_default("plain");
+    let control = connect(&t, &plain, &plain);
+    let (segs, acks) = acks_for_segments(&control.outgoing, &control.accepted, 30);
+    assert!(
+        segs >= 10 && acks < segs,
+        "control: {acks} ACKs for {segs} segments"
+    );
+}
+
+/// Every preset on both segments, every knob read back with `TcpProfile::read_back`, before
+/// data moves and, for `dupack_threshold`, on a second connection after the first closed.
+#[test]
+fn presets_apply_to_both_segments() {
+    let presets = midway_tcp::resolve_profiles(&Default::default()).unwrap();
+    assert_eq!(presets.len(), 4);
+    for preset in presets.values() {
+        let t = topology();
+        let (_server_knobs, server_profile) = install_any(&t.server, preset);
+        let (_client_knobs, client_profile) = install_any(&t.client, preset);
+        for p in [&server_profile, &client_profile] {
+            p.check_supported()
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        }
+        let fresh = ReadBackWhen {
+            before_data: true,
+            metrics_cached: false,
+        };
+        let first = connect(&t, &server_profile, &client_profile);
+        let check = |conn: &Conn, when: ReadBackWhen| {
+            for (who, sock, p) in [
+                ("accepted", &conn.accepted, &server_profile),
+                ("outgoing", &conn.outgoing, &client_profile),
+            ] {
+                let mismatches = p.read_back(sock.as_fd(), when).unwrap();
+                assert!(
+                    mismatches.is_empty(),
+                    "{} on the {who} socket: {mismatches:?}",
+                    p.name
+                );
+            }
+        };
+        check(&first, fresh);
+        if preset.dupack_threshold.is_none() {
+            continue;
+        }
+        close_cleanly(first);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !(has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER)) {
+            assert!(
+                Instant::now() < deadline,
+                "no tcp_metrics entries after close"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let second = connect(&t, &server_profile, &client_profile);
+        check(
+            &second,
+            ReadBackWhen {
+                before_data: true,
+                metrics_cached: true,
+            },
+        );
+    }
+}
+
+/// Like `install`, for profiles that may need no route table.
+fn install_any(ns: &Netns, profile: &TcpProfile) -> (RouteKnobs, TcpProfile) {
+    ns.run(|| {
+        let knobs = RouteKnobs::install(&[profile], BASE_TABLE, BASE_MARK).unwrap();
+        let mut marked = profile.clone();
+        knobs.set_marks([&mut marked]);
+        assert_eq!(marked.route_mark.is_some(), profile.needs_route_knobs());
+        (knobs, marked)
+    })
+}
+
+#[test]
+fn read_back_reports_what_was_not_applied() {
+    let mut p = TcpProfile::kernel_default("unapplied");
+    p.congestion_control = Some("reno".to_owned());
+    p.nodelay = Some(true);
+    p.user_timeout_ms = Some(5000);
+    let plain = TcpProfile::kernel_default("plain");
+    let t = topology();
+    let conn = connect(&t, &plain, &plain);
+    let when = ReadBackWhen {
+        before_data: true,
+        metrics_cached: false,
+    };
+    let knobs: Vec<_> = p
+        .read_back(conn.outgoing.as_fd(), when)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.knob)
+        .collect();
+    assert_eq!(knobs, ["congestion_control", "nodelay", "user_timeout_ms"]);
+}
+
+#[test]
+fn route_knobs_cover_ipv6_too() {
+    let t = topology();
+    ip(&[
+        "-n",
+        &t.server.name,
+        "addr",
+        "add",
+        "fd00:231::1/64",
+        "dev",
+        "va",
+        "nodad",
+    ]);
+    ip(&[
+        "-n",
+        &t.client.name,
+        "addr",
+        "add",
+        "fd00:231::2/64",
+        "dev",
+        "vb",
+        "nodad",
+    ]);
+    let mut profile = TcpProfile::kernel_default("v6");
+    profile.initial_cwnd = Some(6);
+    let (_server_knobs, server_profile) = install(&t.server, &profile);
+    let (_client_knobs, client_profile) = install(&t.client, &profile);
+    let server: std::net::Ipv6Addr = "fd00:231::1".parse().unwrap();
+    let listener = t.server.run(|| {
+        let l = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        server_profile.apply_to_listener(&l).unwrap();
+        l.bind(&SocketAddr::from((server, 0)).into()).unwrap();
+        l.listen(8).unwrap();
+        l
+    });
+    let addr = listener.local_addr().unwrap();
+    let outgoing = t.client.run(|| {
+        let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        client_profile.apply_before_connect(&s).unwrap();
+        s.connect(&addr).unwrap();
+        s
+    });
+    let (accepted, _) = listener.accept().unwrap();
+    for sock in [&accepted, &outgoing] {
+        assert_eq!(tcp_stats(sock.as_fd()).unwrap().snd_cwnd, 6);
+    }
+}
