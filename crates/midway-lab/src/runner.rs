@@ -504,7 +504,7 @@ fn scrape_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
         Ok(response)
     })??;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
         bail!(
             "metrics endpoint answered: {}",
             head.lines().next().unwrap_or("")

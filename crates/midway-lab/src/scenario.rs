@@ -477,9 +477,16 @@ impl Scenario {
                 if let Some(rate) = d.rate {
                     params.insert(key("rate_bps"), json!(rate.0));
                 }
-                params.insert(key("queue"), json!(d.queue.to_string()));
-                params.insert(key("data_loss"), json!(d.data_loss.mean_rate()));
-                params.insert(key("ack_loss"), json!(d.ack_loss.mean_rate()));
+                // Defaults (no queue limit, no loss) are left out to keep reports short.
+                if d.queue != QueueSpec::Unlimited {
+                    params.insert(key("queue"), json!(d.queue.to_string()));
+                }
+                if d.data_loss != LossSpec::None {
+                    params.insert(key("data_loss"), json!(d.data_loss.mean_rate()));
+                }
+                if d.ack_loss != LossSpec::None {
+                    params.insert(key("ack_loss"), json!(d.ack_loss.mean_rate()));
+                }
                 if d.jitter.0 > std::time::Duration::ZERO {
                     params.insert(key("jitter_ms"), json!(d.jitter.as_millis_f64()));
                 }
@@ -851,6 +858,8 @@ pub fn set_path(root: &mut toml::Table, path: &str, value: toml::Value) -> Resul
 }
 
 type Blame = (Range<usize>, String);
+/// Resolves a host reference (`what` names the referring field in the message).
+type HostCheck<'a> = &'a dyn Fn(&Spanned<String>, &str) -> Result<String, Blame>;
 
 /// Cross-field checks of a parsed file; errors carry the span of the offending field.
 fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
@@ -952,7 +961,7 @@ fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
 
 fn validate_workload(
     workload: &WorkloadFile,
-    host_exists: &dyn Fn(&Spanned<String>, &str) -> Result<String, Blame>,
+    host_exists: HostCheck<'_>,
 ) -> Result<Workload, Blame> {
     let kind_span = workload.kind.span();
     let timeout = workload
@@ -1051,7 +1060,7 @@ fn validate_case(
     name: &str,
     case: &CaseFile,
     scenario: &Scenario,
-    host_exists: &dyn Fn(&Spanned<String>, &str) -> Result<String, Blame>,
+    host_exists: HostCheck<'_>,
 ) -> Result<Case, Blame> {
     let kind = *case.kind.get_ref();
     let host = match &case.host {

@@ -109,7 +109,11 @@ pub(crate) fn release_tag(tag: &str) {
 }
 
 fn live_tags_here() -> Vec<String> {
-    registry().topologies.values().map(|(tag, _)| tag.clone()).collect()
+    registry()
+        .topologies
+        .values()
+        .map(|(tag, _)| tag.clone())
+        .collect()
 }
 
 /// Whether nobody owns `tag` any more: its recorded owner is gone (or is this process, which has
@@ -129,7 +133,10 @@ pub(crate) fn reclaim_abandoned_tag(tag: &str) -> Result<bool, LabNetError> {
     if !tag_abandoned(tag, &live_tags_here()) {
         return Ok(false);
     }
-    let names: Vec<String> = sys::list_netns().into_iter().filter(|n| tag_of_netns_name(n) == Some(tag)).collect();
+    let names: Vec<String> = sys::list_netns()
+        .into_iter()
+        .filter(|n| tag_of_netns_name(n) == Some(tag))
+        .collect();
     tracing::info!(tag, names = ?names, "removing leftovers of an abandoned tag");
     remove_namespaces(&names, std::time::Duration::from_millis(500))?;
     let _ = fs::remove_file(pid_file(tag));

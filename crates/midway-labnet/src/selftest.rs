@@ -5,7 +5,8 @@
 //! the three measurements do not disturb each other:
 //! - RTT: UDP echo a->b->a with 98-byte frames (like `ping`), spaced so that they never queue;
 //!   expected = 2 x (delay + serialisation of one frame). Median compared, goal 0.5 ms.
-//! - Rate: TCP bulk b->a (the lossless direction; a's pure ACKs are not subject to data loss),
+//! - Rate: TCP bulk b->a (the lossless direction; a's pure ACKs are not subject to data loss) with
+//!   CUBIC and a bounded send buffer, so the emulator's queue never empties and never overflows;
 //!   goodput after a warm-up vs rate x MSS / (MTU + 14), goal 3 %.
 //! - Loss: UDP a->b paced at half the rate; lost count within 4 standard deviations of the
 //!   binomial expectation (exactly zero when no loss is configured).
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::LabNetError;
-use crate::probe::{tcp_connect_from, tcp_info, tcp_listener_in, udp_socket_in};
+use crate::probe::{tcp_info, tcp_listener_in, udp_socket_in};
 use crate::spec::{HostSpec, LinkSpec, StackProfile, TopologySpec};
 use crate::topology::{fresh_tag, Topology, MTU};
 use midway_linkemu::{DirectionConfig, LossModel, QueueLimit};
@@ -149,6 +150,11 @@ pub struct SelftestRow {
     pub loss_bounds: (u64, u64),
     /// Frames the kernel dropped before the emulator read them, both directions.
     pub emulator_kernel_drops: u64,
+    /// During the loss measurement: frames the emulator's loss model dropped (a->b), and frames
+    /// dropped anywhere else in the emulator (queue, kernel, memory, I/O; both directions). Lost
+    /// probes beyond these two were lost outside the emulator (veth backlog, sockets).
+    pub emulator_loss_drops: u64,
+    pub emulator_other_drops: u64,
     pub rtt_ok: bool,
     pub rate_ok: bool,
     pub loss_ok: bool,
@@ -223,6 +229,22 @@ impl fmt::Display for SelftestReport {
                 ok(r.loss_ok),
             )?;
         }
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| !r.loss_ok || r.emulator_other_drops > 0)
+        {
+            let lost = r.loss_sent - r.loss_received;
+            writeln!(
+                f,
+                "{:.1} Mbit/s: of {lost} lost probes the loss model dropped {}, other emulator drops \
+                 (queue/kernel/memory/io) {}, the rest ({}) were lost outside the emulator",
+                r.rate_bps as f64 / 1e6,
+                r.emulator_loss_drops,
+                r.emulator_other_drops,
+                lost.saturating_sub(r.emulator_loss_drops + r.emulator_other_drops),
+            )?;
+        }
         match self.highest_passing_rate_bps {
             Some(rate) => writeln!(
                 f,
@@ -278,15 +300,19 @@ pub fn loss_bounds(n: u64, p: f64) -> (u64, u64) {
     )
 }
 
-fn link_config(opts: &SelftestOptions, rate: u64, loss: f64) -> DirectionConfig {
-    // Room for twice the bandwidth-delay product, at least 100 full frames: the bulk test must be
-    // limited by the rate, never by tail drops.
-    let bdp = rate as f64 / 8.0 * (2.0 * opts.delay.as_secs_f64());
-    let queue = (2.0 * bdp).max(100.0 * (MTU as f64 + 14.0)) as u64;
+/// Data the bulk sender keeps queued in the emulator beyond the bandwidth-delay product, so that
+/// a stall of the sender shorter than this (CPU contention) never leaves the link idle.
+const BULK_BACKLOG: Duration = Duration::from_millis(300);
+
+fn bdp_bytes(opts: &SelftestOptions, rate: u64) -> f64 {
+    rate as f64 / 8.0 * (2.0 * opts.delay.as_secs_f64())
+}
+
+fn link_config(opts: &SelftestOptions, rate: u64, loss: f64, queue: QueueLimit) -> DirectionConfig {
     DirectionConfig {
         delay: opts.delay,
         rate_bps: Some(rate),
-        queue: QueueLimit::Bytes(queue),
+        queue,
         data_loss: if loss > 0.0 {
             LossModel::Bernoulli { p: loss }
         } else {
@@ -311,16 +337,40 @@ fn run_rate(opts: &SelftestOptions, rate: u64, seed: u64) -> Result<SelftestRow,
         links: vec![LinkSpec {
             a: "a".into(),
             b: "b".into(),
-            a_to_b: link_config(opts, rate, opts.loss),
-            b_to_a: link_config(opts, rate, 0.0),
+            // a->b carries probes and ACKs only: twice the BDP, at least 100 full frames.
+            a_to_b: link_config(
+                opts,
+                rate,
+                opts.loss,
+                QueueLimit::Bytes(
+                    (2.0 * bdp_bytes(opts, rate)).max(100.0 * (MTU as f64 + 14.0)) as u64,
+                ),
+            ),
+            // b->a carries the bulk transfer, whose sender buffer bounds what can queue: no tail
+            // drops, so goodput measures the rate alone.
+            b_to_a: link_config(opts, rate, 0.0, QueueLimit::Unlimited),
         }],
     };
     let topology = Topology::build(&spec, &fresh_tag(), seed)?;
     let expected_rtt = 2 * (opts.delay + serialisation(RTT_FRAME_BYTES, rate));
     let (measured_rtt, rtt_samples) = measure_rtt(&topology, opts, rate)?;
-    let (measured_goodput_bps, mss, bulk_retransmits) = measure_goodput(&topology, opts)?;
+    let (measured_goodput_bps, mss, bulk_retransmits) = measure_goodput(&topology, opts, rate)?;
     let expected_goodput_bps = rate as f64 * mss as f64 / (MTU as u64 + ETH_HEADER) as f64;
+    let before = topology.link_stats();
     let (loss_sent, loss_received) = measure_loss(&topology, opts, rate)?;
+    let after = topology.link_stats();
+    let (emulator_loss_drops, other_drops) = match (before.first(), after.first()) {
+        (Some((_, b_ab, b_ba)), Some((_, a_ab, a_ba))) => {
+            let other = |s: &midway_linkemu::DirectionStats| {
+                s.dropped_queue_frames + s.kernel_drops + s.dropped_memory_frames + s.io_errors
+            };
+            (
+                a_ab.dropped_loss_frames - b_ab.dropped_loss_frames,
+                other(a_ab) + other(a_ba) - other(b_ab) - other(b_ba),
+            )
+        }
+        _ => (0, 0),
+    };
     let loss_bounds = loss_bounds(loss_sent, opts.loss);
     let lost = loss_sent - loss_received;
     let emulator_kernel_drops = topology
@@ -344,6 +394,8 @@ fn run_rate(opts: &SelftestOptions, rate: u64, seed: u64) -> Result<SelftestRow,
         loss_received,
         loss_bounds,
         emulator_kernel_drops,
+        emulator_loss_drops,
+        emulator_other_drops: other_drops,
         rtt_ok: rtt_samples > 0 && rtt_error <= RTT_TOLERANCE,
         rate_ok: (measured_goodput_bps / expected_goodput_bps - 1.0).abs() <= RATE_TOLERANCE,
         loss_ok: loss_sent > 0 && (loss_bounds.0..=loss_bounds.1).contains(&lost),
@@ -455,6 +507,7 @@ fn measure_rtt(
 fn measure_goodput(
     topology: &Topology,
     opts: &SelftestOptions,
+    rate: u64,
 ) -> Result<(f64, u32, u32), LabNetError> {
     let listener = tcp_listener_in(
         topology,
@@ -462,7 +515,22 @@ fn measure_goodput(
         SocketAddr::new(topology.try_addr("a", "b")?, 0),
     )?;
     let to = listener.local_addr().map_err(measure_err("a"))?;
-    let mut sender = tcp_connect_from(topology, "b", to, Duration::from_secs(5))?;
+    // CUBIC keeps the emulator's queue full (BBR keeps it nearly empty, so any stall of the
+    // sender would idle the link); the send buffer bounds that queue to BDP + BULK_BACKLOG.
+    let sndbuf =
+        (bdp_bytes(opts, rate) + rate as f64 / 8.0 * BULK_BACKLOG.as_secs_f64()).max(65536.0);
+    let socket = topology
+        .try_in_host("b", move || -> std::io::Result<socket2::Socket> {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            socket.set_tcp_congestion(b"cubic")?;
+            socket.set_send_buffer_size(sndbuf as usize)?;
+            Ok(socket)
+        })?
+        .map_err(measure_err("b"))?;
+    socket
+        .connect_timeout(&to.into(), Duration::from_secs(5))
+        .map_err(measure_err("b"))?;
+    let mut sender: std::net::TcpStream = socket.into();
     let (mut receiver, _) = listener.accept().map_err(measure_err("a"))?;
     let duration = opts.bulk_duration;
     let warmup = opts.warmup;
@@ -550,6 +618,10 @@ fn measure_loss(
     let interval = Duration::from_secs_f64(1.0 / pps);
     let stop = Arc::new(AtomicBool::new(false));
     let stop_reader = stop.clone();
+    // Room for a few hundred milliseconds of probes if the reader is descheduled.
+    socket2::SockRef::from(&receiver)
+        .set_recv_buffer_size(4 << 20)
+        .map_err(measure_err("b"))?;
     let reader = std::thread::spawn(move || -> std::io::Result<u64> {
         receiver.set_read_timeout(Some(Duration::from_millis(20)))?;
         let mut seen = vec![false; count as usize];
@@ -580,11 +652,15 @@ fn measure_loss(
     let result = (|| {
         let mut probe = vec![0u8; (LOSS_FRAME_BYTES - ETH_HEADER - IP_UDP_HEADERS) as usize];
         let start = Instant::now();
+        let mut due = start;
         for seq in 0..count {
             probe[..8].copy_from_slice(&seq.to_be_bytes());
-            let due = start + interval.mul_f64(seq as f64);
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
             sender.send_to(&probe, to).map_err(measure_err("a"))?;
+            // After a late wake-up the schedule slips instead of catching up with a burst: a burst
+            // of thousands of frames would overflow the kernel's per-CPU backlog between the veths
+            // and count as link loss.
+            due = due.max(Instant::now()) + interval;
         }
         Ok(count)
     })();

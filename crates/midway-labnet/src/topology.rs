@@ -58,12 +58,22 @@ pub fn link_seed(seed: u64, index: usize) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A tag unique within this machine for the life of this process: the pid in base 36 and a counter.
+/// A tag for a new topology: this process's pid in base 36, then a per-process counter in base 36.
+/// The concatenation can repeat another live process's tag (pid "ab" with counter "10" and pid
+/// "ab1" with counter "0"), so tags whose pid file exists are skipped; `build` still refuses a tag
+/// that another live process owns.
 pub fn fresh_tag() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{}{}", base36(std::process::id()), base36(n))
+    let pid = base36(std::process::id());
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{pid}{}", base36(n));
+        let pid_file = std::path::Path::new(cleanup::PID_DIR).join(format!("{tag}.pid"));
+        if !pid_file.exists() || tag.len() >= crate::spec::MAX_TAG {
+            return tag;
+        }
+    }
 }
 
 fn base36(mut n: u32) -> String {

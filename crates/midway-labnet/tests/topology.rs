@@ -354,9 +354,17 @@ fn build_reclaims_names_of_a_dead_run_with_the_same_tag() {
     dead.wait().unwrap();
     let tag = fresh_tag();
     std::fs::create_dir_all(midway_labnet::PID_DIR).unwrap();
-    std::fs::write(format!("{}/{tag}.pid", midway_labnet::PID_DIR), format!("{dead_pid} 1\n")).unwrap();
+    std::fs::write(
+        format!("{}/{tag}.pid", midway_labnet::PID_DIR),
+        format!("{dead_pid} 1\n"),
+    )
+    .unwrap();
     let leftover = midway_labnet::host_netns_name(&tag, "client");
-    assert!(Command::new("ip").args(["netns", "add", &leftover]).status().unwrap().success());
+    assert!(Command::new("ip")
+        .args(["netns", "add", &leftover])
+        .status()
+        .unwrap()
+        .success());
     let topology = Topology::build(&chain(), &tag, 1).expect("builds over a dead run's leftovers");
     assert_eq!(ours(&tag).len(), 5);
     drop(topology);

@@ -146,6 +146,7 @@ pub struct FileListener {
     pub target: Option<String>,
     pub relay: Option<RelayName>,
     pub buffer_bytes: Option<usize>,
+    pub splice: Option<bool>,
     pub spool_memory_bytes: Option<usize>,
     pub spool_max_bytes: Option<u64>,
     pub local_profile: Option<String>,
@@ -869,10 +870,13 @@ fn validate_listener(
             "spool_memory_bytes / spool_max_bytes only apply with relay = \"spool\"",
         ));
     }
+    if relay_name == RelayName::Spool && file.splice.is_some() {
+        return Err(v.invalid(key("splice"), "only applies with relay = \"buffer\""));
+    }
     let relay = match relay_name {
         RelayName::Buffer => RelayModel::Buffer(BufferConfig {
             buffer_bytes,
-            splice: true,
+            splice: file.splice.unwrap_or(true),
         }),
         RelayName::Spool => {
             let memory_bytes = file

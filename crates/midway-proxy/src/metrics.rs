@@ -5,7 +5,6 @@
 //! config. Names are what the lab scrapes; keep them stable.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -124,7 +123,7 @@ impl Metrics {
         );
         registry.register(
             "midway_spool_bytes",
-            "Bytes held by spool-mode relays (memory and disk)",
+            "Bytes held in spool files on disk by spool-mode relays",
             self.spool_bytes.clone(),
         );
         registry.register(
@@ -139,12 +138,12 @@ impl Metrics {
         );
         registry.register(
             "midway_segment_srtt_seconds",
-            "Smoothed RTT per segment, sampled from tcp_info at connection end",
+            "Smoothed RTT per segment from tcp_info: every 2 s of a busy connection and at its end",
             self.srtt.clone(),
         );
         registry.register(
             "midway_segment_cwnd_segments",
-            "Congestion window per segment in MSS, sampled from tcp_info at connection end",
+            "Congestion window per segment in MSS from tcp_info: every 2 s of a busy connection and at its end",
             self.cwnd.clone(),
         );
     }
@@ -247,11 +246,6 @@ fn respond(
         hyper::header::HeaderValue::from_static(content_type),
     );
     response
-}
-
-/// Address a bound metrics listener reports (for tests binding port 0).
-pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
-    listener.local_addr().ok()
 }
 
 #[cfg(test)]

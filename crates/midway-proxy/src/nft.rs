@@ -79,7 +79,7 @@ fn set_of<T: ToString>(items: &[T], quote: bool) -> String {
 pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
     // table -> (managed, marks, rule lines)
     let mut tables: BTreeMap<&str, (bool, BTreeSet<u32>, Vec<String>)> = BTreeMap::new();
-    let mut routes: BTreeMap<(u32, u32), bool> = BTreeMap::new();
+    let mut routes: BTreeMap<(u32, u32), (bool, bool, bool)> = BTreeMap::new();
     for listener in &config.listeners {
         let Intercept::Transparent { nftables, .. } = &listener.intercept else {
             continue;
@@ -111,8 +111,14 @@ pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
             listener.name.replace('"', "'")
         );
         entry.2.push(rule);
-        let managed = routes.entry((*mark, *route_table)).or_insert(false);
+        // Policy routing only for the address families that have a listener: an IPv4-only
+        // host (IPv6 disabled) must not need IPv6 routes.
+        let (managed, v4, v6) = routes
+            .entry((*mark, *route_table))
+            .or_insert((false, false, false));
         *managed |= *manage;
+        *v4 |= listener.listen.is_ipv4();
+        *v6 |= listener.listen.is_ipv6();
     }
 
     let tables = tables
@@ -144,10 +150,11 @@ pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
         .collect();
 
     let mut route_cmds = Vec::new();
-    for ((mark, table), manage) in routes {
+    for ((mark, table), (manage, v4, v6)) in routes {
         let mark = mark.to_string();
         let table = table.to_string();
-        for (fam, default) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
+        let families = [(v4, "-4", "0.0.0.0/0"), (v6, "-6", "::/0")];
+        for (_, fam, default) in families.into_iter().filter(|f| f.0) {
             route_cmds.push((
                 RouteCommand::new(
                     &[fam, "rule", "add", "fwmark", &mark, "lookup", &table],

@@ -215,6 +215,22 @@ fn bind_listener(
     Ok((tokio_listener, local))
 }
 
+/// Checks that the running kernel can honour every profile a listener uses (for
+/// `midway check-config`; [`Proxy::bind`] does the same after installing route knobs).
+pub fn check_profiles(config: &RuntimeConfig) -> Result<(), ProxyError> {
+    for name in referenced_profiles(config) {
+        if let Some(profile) = config.profiles.get(&name) {
+            profile
+                .check_supported()
+                .map_err(|source| ProxyError::ProfileUnsupported {
+                    profile: name.clone(),
+                    source: Box::new(source),
+                })?;
+        }
+    }
+    Ok(())
+}
+
 impl Proxy {
     /// Checks every referenced profile against the kernel, installs route-metric knobs, cleans
     /// the spool directory, binds every listener and the metrics endpoint, and finally installs
@@ -612,6 +628,17 @@ impl SetupError {
         }
     }
 
+    /// The target could not be reached (as opposed to a problem with the client).
+    fn is_target_failure(&self) -> bool {
+        matches!(
+            self,
+            SetupError::Resolve { .. }
+                | SetupError::NoAddress { .. }
+                | SetupError::ConnectTimeout { .. }
+                | SetupError::Connect { .. }
+        )
+    }
+
     fn socks_reply(&self) -> Option<ReplyCode> {
         match self {
             SetupError::Resolve { .. } | SetupError::NoAddress { .. } => {
@@ -669,12 +696,16 @@ impl Connection {
                 self.shared
                     .metrics
                     .refuse(&self.listener.name, err.reason());
-                if let (Intercept::Socks5 { .. }, Some(code)) =
-                    (&self.listener.intercept, err.socks_reply())
-                {
-                    let _ = socks5::send_reply(&mut client, code, None).await;
-                }
                 tracing::info!(error = %ErrorChain(&err), reason = err.reason(), "connection not relayed");
+                if let Intercept::Socks5 { .. } = &self.listener.intercept {
+                    if let Some(code) = err.socks_reply() {
+                        let _ = socks5::send_reply(&mut client, code, None).await;
+                    }
+                } else if err.is_target_failure() {
+                    // The client believes it talks to the server (transparent) or to a fixed
+                    // service (forward): a reset is the closest thing to the server's refusal.
+                    close_now(client);
+                }
                 return;
             }
         };
@@ -768,7 +799,7 @@ impl Connection {
                     if moved != bytes.reported {
                         // The relay future owns both sockets and is alive here, so their fds
                         // are open (and Segment checks the inode anyway).
-                        sampler.sample(metrics);
+                        sampler.sample_live(metrics);
                         bytes.report(metrics, moved.0, moved.1);
                     }
                 }
@@ -953,11 +984,13 @@ impl Segment {
     }
 }
 
-/// Samples both segments every few seconds while the relay runs.
+/// Samples both segments right after connect and every few seconds while bytes move.
 struct SegmentSampler {
     local: Segment,
     remote: Segment,
     last_sample: Instant,
+    /// The current `last` values are already in the histograms.
+    last_observed: bool,
 }
 
 impl SegmentSampler {
@@ -966,21 +999,38 @@ impl SegmentSampler {
             local: Segment::new(listener, "local", client),
             remote: Segment::new(listener, "remote", server),
             last_sample: Instant::now(),
+            last_observed: false,
         }
     }
 
+    /// Reads both sockets' tcp_info (retransmit counter updated at once).
     fn sample(&mut self, metrics: &Metrics) {
         let a = self.local.sample(metrics);
         let b = self.remote.sample(metrics);
         if a || b {
             self.last_sample = Instant::now();
+            self.last_observed = false;
         }
     }
 
-    /// The relay consumed the sockets, so the last periodic sample stands for the end.
-    fn finish(&self, metrics: &Metrics) {
-        self.local.observe(metrics);
-        self.remote.observe(metrics);
+    /// A periodic sample of a live connection: also goes into the srtt / cwnd histograms.
+    fn sample_live(&mut self, metrics: &Metrics) {
+        self.sample(metrics);
+        if !self.last_observed {
+            self.local.observe(metrics);
+            self.remote.observe(metrics);
+            self.last_observed = true;
+        }
+    }
+
+    /// The relay consumed the sockets, so the last sample stands for the end; it is observed
+    /// unless a live sample already put these very values into the histograms.
+    fn finish(&mut self, metrics: &Metrics) {
+        if !self.last_observed {
+            self.local.observe(metrics);
+            self.remote.observe(metrics);
+            self.last_observed = true;
+        }
     }
 
     fn last_sample_age(&self) -> Duration {

@@ -32,9 +32,14 @@ relay = "{relay}"
     )
 }
 
-async fn bulk_through(relay: &str) {
+/// `relay` is the value of the listener's `relay` key; `splice = false` forces the copy path.
+async fn bulk_through(relay: &str, splice: bool) {
     let (echo, _server) = echo_server().await;
-    let proxy = start(&forward_config(echo, relay, "")).await;
+    let mut config = forward_config(echo, relay, "");
+    if !splice {
+        config.push_str("splice = false\n");
+    }
+    let proxy = start(&config).await;
     let stream = TcpStream::connect(proxy.addr("fwd")).await.unwrap();
     let len = bulk_bytes();
     let (sent, received) = echo_roundtrip(stream, len, 7).await;
@@ -74,13 +79,12 @@ async fn bulk_through(relay: &str) {
         metric(&text, "midway_connections_active{listener=\"fwd\"}"),
         Some(0.0)
     );
-    assert_eq!(
-        metric(
-            &text,
-            "midway_segment_srtt_seconds_count{listener=\"fwd\",segment=\"local\"}"
-        ),
-        Some(1.0)
+    // At least the end-of-connection observation, plus one per 2 s of transfer.
+    let srtt_count = metric(
+        &text,
+        "midway_segment_srtt_seconds_count{listener=\"fwd\",segment=\"remote\"}",
     );
+    assert!(srtt_count.unwrap_or(0.0) >= 1.0, "{text}");
     assert!(
         text.contains("midway_segment_cwnd_segments_bucket{"),
         "{text}"
@@ -94,12 +98,17 @@ async fn bulk_through(relay: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_checksums_buffer() {
-    bulk_through("buffer").await;
+    bulk_through("buffer", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_checksums_buffer_copy_without_splice() {
+    bulk_through("buffer", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_checksums_spool() {
-    bulk_through("spool").await;
+    bulk_through("spool", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +354,8 @@ async fn graceful_shutdown_drains_in_flight_transfer() {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert_eq!(summary.open_at_shutdown, 1);
+    // Probe connections made while the listener was closing may have been accepted too.
+    assert!(summary.open_at_shutdown >= 1, "{summary:?}");
     assert_eq!(summary.cancelled_after_grace, 0);
 }
 

@@ -23,15 +23,16 @@ const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-fn sh(args: &[&str]) {
+/// Runs a command given as one whitespace-separated string; panics with its stderr on failure.
+fn run(command: &str) {
+    let args: Vec<&str> = command.split_whitespace().collect();
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
         .expect("spawn");
     assert!(
         out.status.success(),
-        "{} failed: {}",
-        args.join(" "),
+        "{command} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -52,7 +53,8 @@ struct Topology {
 }
 
 impl Topology {
-    fn new() -> Topology {
+    /// `ipv6_router = false` disables IPv6 in the router namespace.
+    fn new(ipv6_router: bool) -> Topology {
         let id = format!(
             "{}-{}",
             std::process::id(),
@@ -63,77 +65,51 @@ impl Topology {
             router: format!("mwt-r-{id}"),
             server: format!("mwt-s-{id}"),
         };
-        // The guard exists before the first command, so a failure below still cleans up.
-        for ns in [&topo.client, &topo.router, &topo.server] {
-            sh(&["ip", "netns", "add", ns]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        // `topo` exists before the first command, so a failure below still deletes the
+        // namespaces made so far (deleting a missing one is ignored).
+        let (c, r, s) = (&topo.client, &topo.router, &topo.server);
+        for ns in [c, r, s] {
+            run(&format!("ip netns add {ns}"));
+            run(&format!("ip -n {ns} link set lo up"));
         }
-        let (c, r, s) = (
-            topo.client.as_str(),
-            topo.router.as_str(),
-            topo.server.as_str(),
-        );
         // veth pairs created directly inside the namespaces: no names in the root namespace.
-        sh(&[
-            "ip", "-n", c, "link", "add", "veth-c", "type", "veth", "peer", "name", "veth-rc",
-            "netns", r,
-        ]);
-        sh(&[
-            "ip", "-n", s, "link", "add", "veth-s", "type", "veth", "peer", "name", "veth-rs",
-            "netns", r,
-        ]);
+        run(&format!(
+            "ip -n {c} link add veth-c type veth peer name veth-rc netns {r}"
+        ));
+        run(&format!(
+            "ip -n {s} link add veth-s type veth peer name veth-rs netns {r}"
+        ));
         for (ns, dev, v4, v6) in [
             (c, "veth-c", "10.77.1.1/24", "fd77:1::1/64"),
             (r, "veth-rc", "10.77.1.2/24", "fd77:1::2/64"),
             (r, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
             (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
         ] {
-            sh(&["ip", "-n", ns, "addr", "add", v4, "dev", dev]);
-            sh(&["ip", "-n", ns, "-6", "addr", "add", v6, "dev", dev, "nodad"]);
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            run(&format!("ip -n {ns} addr add {v4} dev {dev}"));
+            if ipv6_router || ns != r {
+                run(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
+            }
+            run(&format!("ip -n {ns} link set {dev} up"));
         }
-        sh(&["ip", "-n", c, "route", "add", "default", "via", "10.77.1.2"]);
-        sh(&[
-            "ip",
-            "-n",
-            c,
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            "fd77:1::2",
-        ]);
-        sh(&["ip", "-n", s, "route", "add", "default", "via", "10.77.2.1"]);
-        sh(&[
-            "ip",
-            "-n",
-            s,
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            "fd77:2::1",
-        ]);
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            r,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_forward=1",
-        ]);
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            r,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.forwarding=1",
-        ]);
+        run(&format!("ip -n {c} route add default via 10.77.1.2"));
+        run(&format!("ip -n {s} route add default via 10.77.2.1"));
+        run(&format!(
+            "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
+        ));
+        if ipv6_router {
+            run(&format!("ip -n {c} -6 route add default via fd77:1::2"));
+            run(&format!("ip -n {s} -6 route add default via fd77:2::1"));
+            run(&format!(
+                "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
+            ));
+        } else {
+            // midway-tcp's RouteKnobs copies the main table's IPv6 routes too, and a router with
+            // two interfaces has two `fe80::/64` routes that collide in the copy ("File
+            // exists"; reported to its owner). So the route-knob case runs on an IPv4 router.
+            run(&format!(
+                "ip netns exec {r} sysctl -qw net.ipv6.conf.all.disable_ipv6=1"
+            ));
+        }
         topo
     }
 }
@@ -242,6 +218,11 @@ struct RunningProxy {
 }
 
 fn start_proxy(ns: &str, config: String) -> RunningProxy {
+    // RUST_LOG=midway_proxy=debug shows the proxy's logs in a failing test's output.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -264,8 +245,10 @@ fn start_proxy(ns: &str, config: String) -> RunningProxy {
     RunningProxy { shutdown, handle }
 }
 
-fn config(spoof: bool, spool_dir: &std::path::Path) -> String {
-    format!(
+/// `knobs`: the IPv4 listener uses the presets that need route-metric knobs (hfc-local, wan),
+/// and there is no IPv6 listener.
+fn config(spoof: bool, knobs: bool, spool_dir: &std::path::Path) -> String {
+    let mut text = format!(
         r#"
 [proxy]
 allowed_clients = ["10.77.1.0/24", "fd77:1::/64"]
@@ -278,9 +261,21 @@ mode = "transparent"
 listen = "0.0.0.0:7000"
 relay = "buffer"
 spoof_client_address = {spoof}
+{profiles}
 [listeners.nftables]
 interfaces = ["veth-rc"]
 ports = [{SERVER_PORT}]
+"#,
+        spool = spool_dir.display(),
+        profiles = if knobs {
+            "local_profile = \"hfc-local\"\nremote_profile = \"wan\""
+        } else {
+            ""
+        }
+    );
+    if !knobs {
+        text.push_str(&format!(
+            r#"
 [[listeners]]
 name = "tp6"
 mode = "transparent"
@@ -290,27 +285,45 @@ spoof_client_address = {spoof}
 [listeners.nftables]
 interfaces = ["veth-rc"]
 ports = [{SERVER_PORT}]
-"#,
-        spool = spool_dir.display()
-    )
+"#
+        ));
+    }
+    text
 }
 
-fn run_case(spoof: bool) {
-    let topo = Topology::new();
+fn run_case(spoof: bool, knobs: bool) {
+    let topo = Topology::new(!knobs);
+    let mut targets = vec![SocketAddr::from(([10, 77, 2, 2], SERVER_PORT))];
+    if !knobs {
+        targets.push(SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT));
+    }
     let spool = tempfile::tempdir().unwrap();
-    let (peers, server) = start_server(&topo.server, 2);
-    let proxy = start_proxy(&topo.router, config(spoof, spool.path()));
+    let (peers, server) = start_server(&topo.server, targets.len());
+    let proxy = start_proxy(&topo.router, config(spoof, knobs, spool.path()));
 
     let tables = output(&["ip", "netns", "exec", &topo.router, "nft", "list", "tables"]);
     assert!(
         tables.contains("table inet midway"),
         "table not installed: {tables}"
     );
+    if knobs {
+        let rules = output(&["ip", "-n", &topo.router, "rule", "show"]);
+        assert!(
+            rules.contains("fwmark 0x6d770000"),
+            "route-knob rule missing: {rules}"
+        );
+        let table = output(&["ip", "-n", &topo.router, "route", "show", "table", "1000"]);
+        let presets = midway_tcp::resolve_profiles(&Default::default()).unwrap();
+        let initcwnd = presets["hfc-local"]
+            .initial_cwnd
+            .expect("hfc-local sets initial_cwnd");
+        assert!(
+            table.contains(&format!("initcwnd {initcwnd}")),
+            "hfc-local initcwnd missing: {table}"
+        );
+    }
 
-    for target in [
-        SocketAddr::from(([10, 77, 2, 2], SERVER_PORT)),
-        SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT),
-    ] {
+    for &target in &targets {
         let (client_addr, intact) = client_roundtrip(&topo.client, target, 4 << 20)
             .join()
             .unwrap();
@@ -336,23 +349,39 @@ fn run_case(spoof: bool) {
 
     proxy.shutdown.cancel();
     let summary = proxy.handle.join().expect("proxy thread");
-    assert_eq!(summary.connections_served, 2);
+    assert_eq!(summary.connections_served, targets.len() as u64);
     server.join().unwrap();
     let tables = output(&["ip", "netns", "exec", &topo.router, "nft", "list", "tables"]);
     assert!(!tables.contains("midway"), "table left behind: {tables}");
     let rules = output(&["ip", "-n", &topo.router, "rule", "show"]);
     assert!(
-        !rules.contains("fwmark 0x1"),
+        !rules.contains("fwmark 0x1 "),
         "policy rule left behind: {rules}"
+    );
+    assert!(
+        !rules.contains("fwmark 0x6d77"),
+        "route-knob rule left behind: {rules}"
+    );
+    let knob_table = output(&["ip", "-n", &topo.router, "route", "show", "table", "1000"]);
+    assert!(
+        knob_table.trim().is_empty(),
+        "route-knob table left behind: {knob_table}"
     );
 }
 
 #[test]
 fn transparent_without_spoofing() {
-    run_case(false);
+    run_case(false, false);
 }
 
 #[test]
 fn transparent_with_spoofing_server_sees_client() {
-    run_case(true);
+    run_case(true, false);
+}
+
+/// hfc-local / wan on an IPv4 router: midway installs its route-metric tables and rules at
+/// start (checked while running) and removes them at stop.
+#[test]
+fn transparent_with_route_knob_profiles() {
+    run_case(true, true);
 }

@@ -467,6 +467,20 @@ fn try_drain(dst: &TcpStream, carrier: &mut Carrier<'_>) -> io::Result<Option<us
     }
 }
 
+/// Returns the pending socket error (SO_ERROR, e.g. ECONNRESET after a RST) as a pump error;
+/// without one, clears the ERROR readiness so the caller does not wake again for nothing.
+fn check_socket_error(stream: &TcpStream, side: Side) -> Result<(), PumpError> {
+    match stream.take_error() {
+        Ok(Some(e)) | Err(e) => Err(PumpError::new(side, "reading", true, e)),
+        Ok(None) => {
+            let _ = stream.try_io(Interest::ERROR, || {
+                Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+            });
+            Ok(())
+        }
+    }
+}
+
 /// Buffer-and-forward for one direction: holds at most `capacity` bytes, carries EOF as a FIN.
 async fn forward(
     src: &TcpStream,
@@ -543,6 +557,12 @@ async fn forward(
                     .map_err(|e| PumpError::new(src_side, "waiting to read", true, e))?,
                 result = dst.writable() => result
                     .map_err(|e| PumpError::new(dst_side, "waiting to write", true, e))?,
+                // A reset from the source while we cannot read it (destination stalled) must
+                // still reach the destination, not wait until the destination drains.
+                result = src.ready(Interest::ERROR), if !eof => {
+                    result.map_err(|e| PumpError::new(src_side, "waiting to read", true, e))?;
+                    check_socket_error(src, src_side)?;
+                }
             }
         } else {
             // Busy transfers never return Pending on their own; let other tasks (and this
@@ -734,7 +754,14 @@ async fn spool_reader(
             .read_allowance(global_disk_room(resources), SPOOL_CHUNK);
         if allowance == 0 {
             read_buffer = None;
-            spool.room_freed.notified().await;
+            // Caps reached: stop reading, but still notice a reset from the server.
+            tokio::select! {
+                () = spool.room_freed.notified() => {}
+                result = server.ready(Interest::ERROR) => {
+                    result.map_err(|e| PumpError::new(Side::Server, "waiting to read", false, e))?;
+                    check_socket_error(server, Side::Server)?;
+                }
+            }
             continue;
         }
         if read_buffer.is_none() {

@@ -156,3 +156,55 @@ async fn reset_after_half_close_keeps_the_finished_direction() {
     assert_eq!(report.client_to_server_end, DirectionEnd::Fin);
     assert_eq!(report.server_to_client_end, DirectionEnd::ResetByPeer);
 }
+
+/// The client stopped reading and the relay is stalled writing to it: a reset from the server
+/// must still reach the client (not wait for the client to drain). Both models.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_reset_reaches_a_stalled_client() {
+    for model in models() {
+        let res = resources(64 << 20, 4);
+        // Spool with a small disk cap so the spool also stalls.
+        let model = match model {
+            midway_relay::RelayModel::Spool(mut config) => {
+                config.max_spool_bytes = 1 << 20;
+                midway_relay::RelayModel::Spool(config)
+            }
+            other => other,
+        };
+        let relayed = relayed(model.clone(), &res.resources, None, Some(64 * 1024)).await;
+        let mut server = relayed.server;
+        // Linger 0 now, so dropping the stream (aborting the writer) sends a RST.
+        socket2::SockRef::from(&server)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        let writer = tokio::spawn(async move { send_pattern(&mut server, 64 << 20, 70).await });
+        let counters = relayed.counters.clone();
+        wait_until_stable(
+            || {
+                counters
+                    .server_to_client
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    + counters
+                        .spooled_now
+                        .load(std::sync::atomic::Ordering::Relaxed)
+            },
+            25,
+        )
+        .await;
+        assert!(
+            !writer.is_finished(),
+            "{model:?}: the server must be stalled"
+        );
+        writer.abort();
+        assert!(writer.await.unwrap_err().is_cancelled());
+        // The relay ends on its own, before the client read anything.
+        let report = within(relayed.relay).await.unwrap().unwrap();
+        assert_eq!(
+            report.server_to_client_end,
+            DirectionEnd::ResetByPeer,
+            "{model:?}"
+        );
+        let mut client = relayed.client;
+        expect_reset(&mut client).await;
+    }
+}

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Upper bound for any single wait in these tests; a hang fails instead of blocking CI.
-pub const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub struct Relayed {
     /// The test's client end (talks to midway's local segment).

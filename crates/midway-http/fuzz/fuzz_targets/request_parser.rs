@@ -1,0 +1,23 @@
+//! Fuzzes the client-facing parser: request head, then the body framing it selects.
+//! Run: `cargo fuzz run request_parser` from crates/midway-http.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use midway_http::framing::BodyDecoder;
+use midway_http::head::{parse_request, Parsed};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(Parsed::Complete(head, len)) = parse_request(data, 8192) {
+        assert!(len <= data.len());
+        let mut decoder = BodyDecoder::new(head.body);
+        let mut rest = &data[len..];
+        for _ in 0..=rest.len() {
+            let Ok(step) = decoder.step(rest) else { break };
+            assert!(step.consumed <= rest.len() && step.payload.end <= step.consumed);
+            if step.consumed == 0 {
+                break;
+            }
+            rest = &rest[step.consumed..];
+        }
+    }
+});

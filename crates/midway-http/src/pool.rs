@@ -1,0 +1,125 @@
+//! Upstream connection pool: idle connections per origin (`host:port`), shared by all clients.
+//!
+//! Connections stay open across idle periods (TCP keepalive probes keep middleboxes' state
+//! alive) so a request after a pause reuses an established connection instead of paying a
+//! handshake. Whether the kernel also keeps the congestion window after idle is decided by
+//! `net.ipv4.tcp_slow_start_after_idle`, which the upstream TCP profile sets.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use crate::config::{KeepaliveProbes, UpstreamPoolConfig};
+use crate::metrics::HttpMetrics;
+
+struct IdleConnection {
+    stream: TcpStream,
+    since: Instant,
+}
+
+/// Idle upstream connections, keyed by origin authority.
+pub struct UpstreamPool {
+    config: UpstreamPoolConfig,
+    idle: Mutex<HashMap<String, Vec<IdleConnection>>>,
+    metrics: HttpMetrics,
+}
+
+/// Whether a pooled socket is still usable: no EOF and no unexpected bytes pending.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+impl UpstreamPool {
+    pub fn new(config: UpstreamPoolConfig, metrics: HttpMetrics) -> Self {
+        Self {
+            config,
+            idle: Mutex::new(HashMap::new()),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<IdleConnection>>> {
+        // A panic while holding the lock cannot leave the map inconsistent; keep going.
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn expire(&self, map: &mut HashMap<String, Vec<IdleConnection>>, now: Instant) {
+        let keep = self.config.idle_keep;
+        map.retain(|_, conns| {
+            conns.retain(|c| now.saturating_duration_since(c.since) < keep);
+            !conns.is_empty()
+        });
+        let total: usize = map.values().map(Vec::len).sum();
+        self.metrics.upstream_idle_connections.set(total as i64);
+    }
+
+    /// Takes the most recently used live idle connection to `origin`.
+    pub fn checkout(&self, origin: &str) -> Option<TcpStream> {
+        let mut map = self.lock();
+        self.expire(&mut map, Instant::now());
+        let mut found = None;
+        if let Some(conns) = map.get_mut(origin) {
+            while let Some(conn) = conns.pop() {
+                if still_open(&conn.stream) {
+                    found = Some(conn.stream);
+                    break;
+                }
+            }
+        }
+        self.expire(&mut map, Instant::now());
+        if found.is_some() {
+            self.metrics.upstream_reuses.inc();
+        }
+        found
+    }
+
+    /// Returns a connection whose last exchange ended cleanly.
+    pub fn checkin(&self, origin: &str, stream: TcpStream) {
+        if self.config.max_idle_per_origin == 0 {
+            return;
+        }
+        let mut map = self.lock();
+        let conns = map.entry(origin.to_string()).or_default();
+        if conns.len() >= self.config.max_idle_per_origin {
+            // Drop the oldest: the newest has the freshest congestion state.
+            conns.remove(0);
+        }
+        conns.push(IdleConnection {
+            stream,
+            since: Instant::now(),
+        });
+        self.expire(&mut map, Instant::now());
+    }
+
+    /// Idle connections currently held for `origin`.
+    pub fn idle_count(&self, origin: &str) -> usize {
+        self.lock().get(origin).map_or(0, Vec::len)
+    }
+
+    /// Applies keepalive probes to a fresh upstream socket.
+    pub fn prepare_new(&self, stream: &TcpStream) -> std::io::Result<()> {
+        self.metrics.upstream_connects.inc();
+        stream.set_nodelay(true)?;
+        if let Some(probes) = self.config.keepalive {
+            apply_keepalive(stream, probes)?;
+        }
+        Ok(())
+    }
+
+    pub fn response_timeout(&self) -> Duration {
+        self.config.response_timeout
+    }
+}
+
+fn apply_keepalive(stream: &TcpStream, probes: KeepaliveProbes) -> std::io::Result<()> {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(probes.idle)
+        .with_interval(probes.interval)
+        .with_retries(probes.retries);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
+}
