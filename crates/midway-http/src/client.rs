@@ -21,6 +21,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
 use crate::cache::{FillTicket, Lookup};
@@ -264,6 +265,7 @@ impl HttpProxy {
             let counters = Arc::new(Counters::default());
             let outstanding = Arc::new(AtomicUsize::new(0));
             let stop = cancel.child_token();
+            let fetches = TaskTracker::new();
             let reader = self.read_requests(
                 read_half,
                 slot_tx,
@@ -271,6 +273,7 @@ impl HttpProxy {
                 outstanding.clone(),
                 connect_upstream.clone(),
                 stop.clone(),
+                fetches.clone(),
             );
             let writer = self.write_responses(
                 write_half,
@@ -286,6 +289,9 @@ impl HttpProxy {
                 stop.cancel();
                 result
             });
+            // Fetch tasks end with their response or when `stop` fires; none outlives the client.
+            fetches.close();
+            fetches.wait().await;
             read_result?;
             write_result?;
             Ok(ClientReport {
@@ -340,6 +346,7 @@ impl HttpProxy {
         outstanding: Arc<AtomicUsize>,
         connect: ConnectUpstream,
         stop: CancellationToken,
+        fetches: TaskTracker,
     ) -> Result<(), HttpError> {
         let limits = &self.config.client;
         let mut buf = BytesMut::with_capacity(self.config.chunk_bytes);
@@ -383,7 +390,6 @@ impl HttpProxy {
                                 &counters,
                                 &outstanding,
                                 read_half,
-                                &stop,
                             )
                             .await;
                     }
@@ -399,7 +405,6 @@ impl HttpProxy {
                         &counters,
                         &outstanding,
                         read_half,
-                        &stop,
                     )
                     .await;
             }
@@ -448,11 +453,13 @@ impl HttpProxy {
                 head_sent: false,
             };
             let connect_for_fetch = connect.clone();
-            tokio::spawn(
+            let fetch_stop = stop.clone();
+            fetches.spawn(
                 async move {
-                    proxy
-                        .fetch(head, body_rx, sink, wait_for, connect_for_fetch)
-                        .await
+                    tokio::select! {
+                        _ = fetch_stop.cancelled() => {}
+                        _ = proxy.fetch(head, body_rx, sink, wait_for, connect_for_fetch) => {}
+                    }
                 }
                 .in_current_span(),
             );
@@ -487,7 +494,6 @@ impl HttpProxy {
         counters: &Counters,
         outstanding: &AtomicUsize,
         mut read_half: OwnedReadHalf,
-        stop: &CancellationToken,
     ) -> Result<(), HttpError> {
         counters.rejected.fetch_add(1, Ordering::Relaxed);
         self.metrics.bad_requests.inc();
@@ -513,7 +519,9 @@ impl HttpProxy {
             .await;
         let _ = parts_tx.send(Part::End { close: true }).await;
         let mut sink = vec![0u8; 4096];
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+        // At most 256 KiB or one second: enough for what a client sent before seeing the error,
+        // and independent of the writer, which has already shut its side down.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
         for _ in 0..64 {
             tokio::select! {
                 result = read_half.read(&mut sink) => match result {
@@ -521,10 +529,6 @@ impl HttpProxy {
                     Ok(_) => {}
                 },
                 _ = tokio::time::sleep_until(deadline) => break,
-                _ = stop.cancelled() => {
-                    // The writer has sent the error and closed its side; keep draining briefly.
-                    if tokio::time::Instant::now() >= deadline { break; }
-                }
             }
         }
         Ok(())
@@ -940,7 +944,7 @@ impl HttpProxy {
                         buf,
                     });
                 }
-                Err(error) if reused && body.is_none() && error.is_retryable_upstream() => {
+                Err(error) if reused && head.is_idempotent() && error.is_retryable_upstream() => {
                     debug!(%error, "pooled upstream connection failed; retrying on a fresh one");
                 }
                 Err(error) => return Err(error),

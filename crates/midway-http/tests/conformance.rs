@@ -13,7 +13,7 @@ fn config() -> HttpProxyConfig {
     HttpProxyConfig::default()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_fetched_in_parallel_and_answered_in_order() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -43,7 +43,41 @@ async fn pipelined_requests_are_fetched_in_parallel_and_answered_in_order() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_idempotent_request_waits_for_earlier_responses() {
+    let origin = start_origin(false).await;
+    let proxy = start_proxy(config()).await;
+    let o = origin.addr;
+    let mut client = Client::connect(proxy.addr).await;
+    client
+        .send(&format!(
+            "{}POST http://{o}/echo-body HTTP/1.1\r\nHost: {o}\r\nContent-Length: 2\r\n\r\nhi",
+            get(o, "/gated")
+        ))
+        .await;
+    for _ in 0..500 {
+        if origin.state.hits("/gated") == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(origin.state.hits("/gated"), 1);
+    // While the GET is unanswered the POST must not reach the origin.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        origin.state.hits("/echo-body"),
+        0,
+        "POST overtook an unanswered request"
+    );
+    origin.state.gate.notify_one();
+    assert_eq!(client.read_response(&Method::GET).await.text(), "gated 1");
+    assert_eq!(
+        client.read_response(&Method::POST).await.text(),
+        "2 bytes, sum 209"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_length_chunked_and_close_delimited_bodies() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -81,7 +115,7 @@ async fn content_length_chunked_and_close_delimited_bodies() {
     assert!(old.closed_cleanly().await);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_content_length_and_chunked() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -108,7 +142,7 @@ async fn request_bodies_content_length_and_chunked() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_request_keeps_length_and_has_no_body() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -127,7 +161,7 @@ async fn head_request_keeps_length_and_has_no_body() {
     assert_eq!(client.read_response(&Method::GET).await.body, vec![0, 1, 2]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_by_hop_headers_stripped_and_via_added() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -156,7 +190,7 @@ async fn hop_by_hop_headers_stripped_and_via_added() {
     assert_eq!(response.header("via"), Some("1.1 midway"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_freshness_cases() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -205,7 +239,7 @@ async fn cache_freshness_cases() {
     assert_eq!(fetch(p, o, "/max-age/0", "").await.text(), "max-age body 2");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revalidation_with_etag_and_last_modified() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -245,7 +279,7 @@ async fn revalidation_with_etag_and_last_modified() {
     assert_eq!(client.read_response(&Method::GET).await.body.len(), 4);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_misses_make_one_upstream_fetch() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -277,7 +311,7 @@ async fn concurrent_misses_make_one_upstream_fetch() {
     assert_eq!(proxy.metric("http_cache_misses_total"), 1.0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_connection_is_reused_across_clients_after_idle_pause() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -300,7 +334,7 @@ async fn upstream_connection_is_reused_across_clients_after_idle_pause() {
     assert_eq!(proxy.metric("http_upstream_reuses_total"), 1.0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooled_connection_closed_by_origin_is_replaced_transparently() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -312,7 +346,7 @@ async fn pooled_connection_closed_by_origin_is_replaced_transparently() {
     assert_eq!(response.head.status, 200);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_tunnel_relays_both_ways() {
     let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let echo_addr = echo.local_addr().unwrap();
@@ -346,7 +380,7 @@ async fn connect_tunnel_relays_both_ways() {
     assert_eq!(proxy.metric("http_tunnels_total"), 1.0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_gets_400_and_a_clean_close() {
     let proxy = start_proxy(config()).await;
     let inputs: &[&[u8]] = &[
@@ -383,7 +417,7 @@ async fn garbage_gets_400_and_a_clean_close() {
     assert_eq!(proxy.metric("http_bad_requests_total"), 5.0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_rate_and_idle_limits() {
     let origin = start_origin(false).await;
     let mut config = config();
@@ -411,7 +445,7 @@ async fn request_rate_and_idle_limits() {
     assert!(idle.closed_cleanly().await);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http10_client_without_keep_alive_is_closed_after_response() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -437,7 +471,7 @@ async fn http10_client_without_keep_alive_is_closed_after_response() {
     assert_eq!(client.read_response(&Method::GET).await.body.len(), 6);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_origin_gets_502() {
     let unused = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead = unused.local_addr().unwrap();
@@ -447,7 +481,7 @@ async fn unreachable_origin_gets_502() {
     assert_eq!(response.head.status, 502);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_client_cannot_make_the_proxy_buffer_without_bound() {
     let origin = start_origin(true).await;
     let mut config = config();
@@ -506,7 +540,7 @@ async fn slow_client_cannot_make_the_proxy_buffer_without_bound() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_tier_serves_objects_evicted_from_memory() {
     let origin = start_origin(false).await;
     let dir = tempfile::tempdir().unwrap();
@@ -533,7 +567,7 @@ async fn disk_tier_serves_objects_evicted_from_memory() {
     assert_eq!(proxy.metric("http_cache_hits_total"), 5.0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_curl_through_the_proxy() {
     let origin = start_origin(false).await;
     let proxy = start_proxy(config()).await;
@@ -571,4 +605,38 @@ async fn real_curl_through_the_proxy() {
         "second answer is a cache hit: {text}"
     );
     assert_eq!(origin.state.hits("/max-age/60"), 1);
+
+    // A POST with a body large enough for curl to send `Expect: 100-continue`.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upload");
+    std::fs::write(&file, vec![1u8; 200_000]).unwrap();
+    let url = format!("http://{}/echo-body", origin.addr);
+    let proxy_url = format!("http://{}", proxy.addr);
+    let data = format!("@{}", file.display());
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-x",
+                &proxy_url,
+                "--data-binary",
+                &data,
+                &url,
+            ])
+            .output()
+            .expect("curl is installed")
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "200000 bytes, sum 200000"
+    );
 }

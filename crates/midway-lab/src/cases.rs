@@ -23,8 +23,10 @@ pub struct Placement {
     pub server: SocketAddr,
     /// The proxy host's address on its link toward the client.
     pub proxy_addr: IpAddr,
-    /// Prefix of the client's link to the proxy host (the route route-tuning changes).
+    /// Prefix of the client's own link (the clients midway must allow).
     pub client_prefix: String,
+    /// Prefix of the proxy host's link toward the client (the route route tuning changes).
+    pub route_prefix: String,
     /// The proxy host's interface toward the client.
     pub client_iface: String,
     /// Spool folder for midway's store-and-forward relay.
@@ -190,7 +192,7 @@ pub fn route_tuning_args(tuning: &RouteTuning, placement: &Placement) -> Option<
         family,
         "route",
         "replace",
-        &placement.client_prefix,
+        &placement.route_prefix,
         "dev",
         &placement.client_iface,
         "proto",
@@ -207,29 +209,58 @@ pub fn route_tuning_args(tuning: &RouteTuning, placement: &Placement) -> Option<
     Some(args)
 }
 
+/// Samples of metric family `name` (matched by suffix, so a registry prefix does not matter):
+/// (labels text, value).
+fn samples<'a>(exposition: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    exposition.lines().filter_map(move |line| {
+        if line.starts_with('#') {
+            return None;
+        }
+        let (metric, rest) = line.split_once(' ')?;
+        let (metric_name, labels) = match metric.split_once('{') {
+            Some((metric_name, _)) => {
+                let (labels, _) = line.split_once('{')?.1.split_once('}')?;
+                (metric_name, labels)
+            }
+            None => (metric, ""),
+        };
+        if !(metric_name == name || metric_name.ends_with(&format!("_{name}"))) {
+            return None;
+        }
+        let value_text = if labels.is_empty() {
+            rest
+        } else {
+            line.rsplit_once('}')?.1
+        };
+        let value = value_text.split_whitespace().next()?.parse().ok()?;
+        Some((labels, value))
+    })
+}
+
+/// Sum of the gauge `connections_active` (None when midway does not export it).
+pub fn active_connections(exposition: &str) -> Option<f64> {
+    let mut found = false;
+    let total = samples(exposition, "connections_active")
+        .map(|(_, value)| {
+            found = true;
+            value
+        })
+        .sum();
+    found.then_some(total)
+}
+
 /// Sums `midway_segment_retransmits_total` by segment from a Prometheus text exposition:
 /// `{"local": n, "remote": m}`.
 pub fn parse_segment_retransmits(exposition: &str) -> BTreeMap<String, u64> {
     let mut sums = BTreeMap::new();
-    for line in exposition.lines() {
-        let Some(rest) = line.strip_prefix("midway_segment_retransmits_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once('}') else {
-            continue;
-        };
+    for (labels, value) in samples(exposition, "segment_retransmits_total") {
         let Some(segment) = labels.split(',').find_map(|label| {
             let (key, value) = label.split_once('=')?;
             (key.trim() == "segment").then(|| value.trim().trim_matches('"').to_string())
         }) else {
             continue;
         };
-        let Some(number) = value.split_whitespace().next() else {
-            continue;
-        };
-        if let Ok(number) = number.parse::<f64>() {
-            *sums.entry(segment).or_insert(0) += number as u64;
-        }
+        *sums.entry(segment).or_insert(0) += value as u64;
     }
     sums
 }
@@ -262,6 +293,7 @@ mod tests {
             server: "10.0.2.2:5001".parse().unwrap(),
             proxy_addr: "10.0.1.2".parse().unwrap(),
             client_prefix: "10.0.1.0/24".into(),
+            route_prefix: "10.0.1.0/24".into(),
             client_iface: "e-client".into(),
             spool_dir: "/tmp/spool".into(),
         }
@@ -358,6 +390,12 @@ mod tests {
         assert_eq!(sums.get("local"), Some(&15));
         assert_eq!(sums.get("remote"), Some(&0));
         assert_eq!(sums.len(), 2);
+        // A registry prefix in front of the name does not matter.
+        let prefixed = "midway_midway_segment_retransmits_total{segment=\"local\"} 4\n\
+            midway_midway_connections_active{listener=\"lab\"} 1\n";
+        assert_eq!(parse_segment_retransmits(prefixed).get("local"), Some(&4));
+        assert_eq!(active_connections(prefixed), Some(1.0));
+        assert_eq!(active_connections(text), None);
     }
 
     #[test]

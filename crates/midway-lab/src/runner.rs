@@ -167,7 +167,8 @@ fn addresses(
             Some(Placement {
                 server,
                 proxy_addr: topology.try_addr(proxy_host, toward_client)?,
-                client_prefix: topology.link_prefix(proxy_host, toward_client).to_string(),
+                client_prefix: topology.link_prefix(&path[0], &path[1]).to_string(),
+                route_prefix: topology.link_prefix(proxy_host, toward_client).to_string(),
                 client_iface: topology.iface(proxy_host, toward_client).to_string(),
                 spool_dir: point_dir.join("spool"),
             })
@@ -297,8 +298,10 @@ fn measure_in(
 
     if let Some(child) = proxy.take() {
         if case.kind == CaseKind::Midway {
-            match scrape_metrics(topology, &case.host) {
+            match settled_metrics(topology, &case.host) {
                 Ok(text) => {
+                    // Kept with the point's folder (--keep-point-dirs) for a closer look.
+                    let _ = fs::write(point_dir.join("metrics.prom"), &text);
                     for (segment, count) in cases::parse_segment_retransmits(&text) {
                         measurement
                             .retransmits
@@ -490,6 +493,20 @@ fn listening_ports(
     let mut ports = cases::listening_ports(&text.0);
     ports.extend(cases::listening_ports(&text.1));
     Ok(ports)
+}
+
+/// midway's metrics once its connections have ended (it records a connection's retransmits when
+/// the connection closes, which may be a moment after the client saw the last byte).
+fn settled_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
+    let mut text = scrape_metrics(topology, host)?;
+    for _ in 0..READY_POLL_TRIES {
+        if cases::active_connections(&text).is_none_or(|active| active == 0.0) {
+            return Ok(text);
+        }
+        std::thread::sleep(READY_POLL_INTERVAL);
+        text = scrape_metrics(topology, host)?;
+    }
+    bail!("midway still reports active connections after the transfer ended")
 }
 
 /// GET /metrics from midway's endpoint inside `host`.

@@ -44,12 +44,24 @@ fn registry() -> MutexGuard<'static, Registry> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-pub(crate) fn register_topology(tag: &str, netns: Vec<String>) -> u64 {
+/// Set once the signal cleanup has started: no new topology may be built after it.
+static SHUTTING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) fn register_topology(tag: &str, netns: Vec<String>) -> Result<u64, LabNetError> {
     let mut reg = registry();
+    // Checked under the registry lock, which the cleanup also takes: a topology is either seen
+    // by the cleanup or never built.
+    if SHUTTING_DOWN.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(LabNetError::ShuttingDown);
+    }
+    // Two live topologies of one process with one tag would tear down each other's namespaces.
+    if reg.topologies.values().any(|(t, _)| t == tag) {
+        return Err(LabNetError::TagInUse { tag: tag.to_owned(), pid: std::process::id() as i32 });
+    }
     reg.next_id += 1;
     let id = reg.next_id;
     reg.topologies.insert(id, (tag.to_owned(), netns));
-    id
+    Ok(id)
 }
 
 pub(crate) fn unregister_topology(id: u64) {
@@ -220,10 +232,12 @@ pub(crate) fn remove_namespaces(
 }
 
 /// Tears down every live topology of this process as fast as possible (children killed, namespace
-/// handles removed, pid files released). For signal handlers; returns how many topologies there were.
+/// handles removed, pid files released), and refuses to build new ones from then on. For signal
+/// handlers (the process is expected to exit); returns how many topologies there were.
 pub fn cleanup_live_topologies() -> usize {
     let (topologies, children) = {
         let mut reg = registry();
+        SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
         (
             std::mem::take(&mut reg.topologies),
             std::mem::take(&mut reg.children),

@@ -82,6 +82,8 @@ pub enum LabNetError {
     },
     #[error("could not install the signal handlers")]
     Signals(#[source] std::io::Error),
+    #[error("the lab is shutting down after a signal; no new topology is built")]
+    ShuttingDown,
     #[error("teardown left things behind: {0}")]
     Teardown(String),
     #[error("selftest: {0}")]

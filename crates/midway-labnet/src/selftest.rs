@@ -65,7 +65,7 @@ impl SelftestOptions {
     pub fn full() -> Self {
         SelftestOptions {
             quick: false,
-            rates_bps: [1, 2, 5, 10, 20, 50, 100]
+            rates_bps: [1, 2, 5, 10, 20, 50, 100, 200, 500]
                 .iter()
                 .map(|m| m * 1_000_000)
                 .collect(),

@@ -116,7 +116,15 @@ impl Topology {
         }
         cleanup::claim_tag(tag)?;
         // Registered before anything exists, so a signal during the build removes partial state.
-        let id = cleanup::register_topology(tag, names);
+        let id = match cleanup::register_topology(tag, names) {
+            Ok(id) => id,
+            Err(e @ LabNetError::ShuttingDown) => {
+                cleanup::release_tag(tag);
+                return Err(e);
+            }
+            // The tag belongs to a live topology of this process, which keeps its pid file.
+            Err(e) => return Err(e),
+        };
         let mut topology = Topology {
             id,
             tag: tag.to_owned(),

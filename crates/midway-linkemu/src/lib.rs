@@ -17,6 +17,17 @@
 //!
 //! [`classify`] tells pure TCP ACKs from everything else, and [`trace`] parses mahimahi traces.
 //!
+//! Accuracy measured through the driver (veth pairs, offloads off, 2 cores shared with other
+//! builds at load 3-8): goodput of a bulk TCP transfer within 0.1 % of the configured rate at 20
+//! and 100 Mbit/s (also with 8 links side by side); ping RTT on a 2 x 10 ms link 0.03-0.3 ms above
+//! the configured value on average (part of it is the hosts' own stack); Bernoulli loss counts
+//! within statistical bounds and every datagram accounted for. Rare stalls of the whole machine
+//! (tens of ms) show up as outliers in `send_lateness_max_ns`.
+//!
+//! Reproducibility: every random draw comes from ChaCha8 streams seeded by the link's seed (see
+//! [`driver::direction_seeds`]); with the same seed and the same arrival sequence the engine makes
+//! the same decisions. Real runs differ only in arrival timing.
+//!
 //! Frame size convention: the length that counts for rate, queue limits and traces is the whole
 //! Ethernet frame as the raw socket sees it (14-byte header + IP packet), without preamble,
 //! inter-frame gap or FCS. A "20 Mbit/s" link thus carries 20 Mbit/s of Ethernet frames, and a bulk
@@ -31,7 +42,7 @@ pub mod driver;
 pub mod engine;
 pub mod trace;
 
-pub use driver::{spawn_link, DriverError, LinkHandle};
+pub use driver::{spawn_link, spawn_link_with_options, DriverError, DriverOptions, LinkHandle};
 pub use engine::{Direction, DirectionStats, DropReason, Verdict};
 pub use trace::{CapacityTrace, TraceError};
 

@@ -11,6 +11,25 @@
 //! intercept (forward target / SOCKS5 request / original destination) -> connect (remote
 //! segment, remote profile, optionally from the client's address) -> relay (midway-relay)
 //! -> log and metrics.
+//!
+//! How a binary runs it (`midway proxy --config FILE`):
+//!
+//! ```no_run
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = midway_proxy::load_config(std::path::Path::new("midway.toml"))?;
+//! let mut registry = prometheus_client::registry::Registry::default();
+//! let proxy = midway_proxy::Proxy::bind(config, &mut registry).await?;
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! let on_signal = shutdown.clone();
+//! tokio::spawn(async move {
+//!     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+//!     tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+//!     on_signal.cancel();
+//! });
+//! let summary = proxy.run(shutdown).await?;
+//! println!("{summary:?}");
+//! # Ok(()) }
+//! ```
 
 pub mod access;
 pub mod config;
