@@ -23,9 +23,6 @@ pub enum HttpError {
     /// Reading from or writing to the client failed.
     #[error("client connection I/O failed")]
     ClientIo(#[source] io::Error),
-    /// The client sent a request head that cannot be parsed.
-    #[error("bad request head from the client")]
-    ClientHead(#[source] HeadError),
     /// The client sent a body that violates its framing.
     #[error("bad request body framing from the client")]
     ClientBody(#[source] FramingError),

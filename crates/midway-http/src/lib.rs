@@ -96,6 +96,22 @@ impl HttpProxy {
         self.cache.stored_bytes()
     }
 
+    /// Closes expired idle upstream connections periodically until `cancel` fires.
+    /// Spawn once next to the listener.
+    pub async fn run_pool_maintenance(
+        self: Arc<Self>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(self.pool.maintenance_interval());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => self.pool.expire_idle(),
+            }
+        }
+    }
+
     /// A [`ConnectUpstream`] that makes a plain TCP connection (tests and defaults).
     pub fn plain_connector() -> ConnectUpstream {
         Arc::new(|addr| Box::pin(TcpStream::connect(addr)))

@@ -96,6 +96,18 @@ impl UpstreamPool {
         self.expire(&mut map, Instant::now());
     }
 
+    /// Closes idle connections older than the keep time (also done on every checkout and
+    /// checkin; call this periodically so a quiet pool does not hold sockets forever).
+    pub fn expire_idle(&self) {
+        let mut map = self.lock();
+        self.expire(&mut map, Instant::now());
+    }
+
+    /// How often [`UpstreamPool::expire_idle`] is worth calling.
+    pub fn maintenance_interval(&self) -> Duration {
+        (self.config.idle_keep / 4).max(Duration::from_millis(100))
+    }
+
     /// Idle connections currently held for `origin`.
     pub fn idle_count(&self, origin: &str) -> usize {
         self.lock().get(origin).map_or(0, Vec::len)

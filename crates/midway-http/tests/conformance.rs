@@ -640,3 +640,27 @@ async fn real_curl_through_the_proxy() {
         "200000 bytes, sum 200000"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_expire_after_keep_time() {
+    let origin = start_origin(false).await;
+    let mut config = config();
+    config.upstream.idle_keep = Duration::from_millis(200);
+    let proxy = start_proxy(config).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(proxy.proxy.clone().run_pool_maintenance(cancel.clone()));
+    let authority = format!("127.0.0.1:{}", origin.addr.port());
+    fetch(proxy.addr, origin.addr, "/conn-id", "").await;
+    assert_eq!(proxy.proxy.idle_upstream_connections(&authority), 1);
+    for _ in 0..300 {
+        if proxy.proxy.idle_upstream_connections(&authority) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(proxy.proxy.idle_upstream_connections(&authority), 0);
+    assert_eq!(proxy.metric("http_upstream_idle_connections"), 0.0);
+    fetch(proxy.addr, origin.addr, "/conn-id", "").await;
+    assert_eq!(origin.state.connections.load(Ordering::SeqCst), 2);
+    cancel.cancel();
+}

@@ -821,8 +821,12 @@ fn to_override((path, value): (&Spanned<String>, &Spanned<toml::Value>)) -> Over
     }
 }
 
-/// Sets `path` (dotted) in a TOML tree. Every table on the way must exist (so a typo in a link
-/// or case name is an error); the last key may be new.
+/// Top-level tables whose keys are names the user chose.
+const USER_NAMED_MAPS: [&str; 3] = ["hosts", "links", "cases"];
+
+/// Sets `path` (dotted) in a TOML tree. Top-level tables and the named entries of `hosts`,
+/// `links` and `cases` must exist (so a typo in a link or case name is an error); deeper tables
+/// and the last key may be new (a misspelt field is then rejected as an unknown key).
 pub fn set_path(root: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
     let keys: Vec<&str> = path.split('.').collect();
     if keys.iter().any(|k| k.is_empty()) {
@@ -835,6 +839,13 @@ pub fn set_path(root: &mut toml::Table, path: &str, value: toml::Value) -> Resul
     let mut walked = Vec::new();
     for key in parents {
         walked.push(*key);
+        // Entries of the maps named by the user (a link, a host, a case) must exist, so a typo
+        // in their name is reported as such; optional tables below them (a link direction left
+        // at its defaults) are created.
+        let user_named = walked.len() == 2 && USER_NAMED_MAPS.contains(&walked[0]);
+        if !table.contains_key(*key) && !user_named && walked.len() > 1 {
+            table.insert(key.to_string(), toml::Value::Table(toml::Table::new()));
+        }
         if !table.contains_key(*key) {
             let known: Vec<_> = table.keys().cloned().collect();
             return Err(format!(
@@ -1200,6 +1211,9 @@ mod tests {
             toml::from_str("[links.access.b_to_a]\ndelay = \"10ms\"").unwrap();
         set_path(&mut doc, "links.access.b_to_a.delay", "20ms".into()).unwrap();
         set_path(&mut doc, "links.access.b_to_a.rate", "1Mbit".into()).unwrap();
+        set_path(&mut doc, "links.access.a_to_b.delay", "5ms".into()).unwrap();
+        assert_eq!(doc["links"]["access"]["a_to_b"]["delay"].as_str(), Some("5ms"));
+        assert!(set_path(&mut doc, "nosuch.x", "1ms".into()).is_err());
         assert_eq!(
             doc["links"]["access"]["b_to_a"]["delay"].as_str(),
             Some("20ms")

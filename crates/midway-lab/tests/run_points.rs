@@ -158,3 +158,75 @@ fn namespaces_of_pid(pid: u32) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+const COMMAND_SCENARIO: &str = r#"
+name = "command-test"
+description = "iperf3 as an external workload"
+source = "test"
+[hosts.client]
+[hosts.proxy]
+[hosts.server]
+[roles]
+client = "client"
+proxy = "proxy"
+server = "server"
+[links.access]
+a = "client"
+b = "proxy"
+[links.access.b_to_a]
+delay = "2ms"
+rate = "20Mbit"
+[links.internet]
+a = "proxy"
+b = "server"
+[workload]
+kind = "command"
+bytes = "500KB"
+port = 5201
+timeout = "60s"
+[workload.server]
+host = "server"
+argv = ["iperf3", "--server", "--one-off", "--port", "{port}"]
+listen_port = 5201
+[workload.client]
+host = "client"
+argv = ["sh", "-c", "iperf3 --client {target} --port {target_port} --bytes {bytes} --reverse >/dev/null && echo MIDWAY_METRIC done 1"]
+[cases.direct]
+kind = "direct"
+[cases.haproxy]
+kind = "haproxy"
+[[experiments]]
+name = "main"
+cases = ["direct", "haproxy"]
+"#;
+
+#[test]
+fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    if std::process::Command::new("iperf3").arg("--version").output().is_err() {
+        eprintln!("skipped: iperf3 is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("command-test.toml");
+    std::fs::write(&scenario, COMMAND_SCENARIO).unwrap();
+    let summary = run(&RunOptions {
+        scenario,
+        out: Some(dir.path().join("out")),
+        plan: PlanOptions::default(),
+        jobs: 2,
+        resume: false,
+        keep_point_dirs: false,
+        progress: false,
+    })
+    .unwrap();
+    assert_eq!(summary.records, 2);
+    for record in &summary.records_written {
+        assert!(record.ok, "{} failed: {:?}", record.case, record.error);
+        assert_eq!(record.extra.get("done"), Some(&1.0), "{:?}", record.extra);
+        assert!(record.seconds > 0.0);
+    }
+}

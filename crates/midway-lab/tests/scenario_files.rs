@@ -115,3 +115,13 @@ fn every_bad_fixture_fails_with_its_expected_message() {
         }
     }
 }
+
+#[test]
+fn the_format_example_in_the_scenarios_readme_is_valid() {
+    let readme = std::fs::read_to_string(repo_root().join("scenarios/README.md")).unwrap();
+    let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + readme[start..].find("```").expect("closed block");
+    let loaded = LoadedScenario::from_text(Path::new("README.md"), readme[start..end].to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.base.cases.len(), 3);
+}

@@ -56,7 +56,10 @@ pub(crate) fn register_topology(tag: &str, netns: Vec<String>) -> Result<u64, La
     }
     // Two live topologies of one process with one tag would tear down each other's namespaces.
     if reg.topologies.values().any(|(t, _)| t == tag) {
-        return Err(LabNetError::TagInUse { tag: tag.to_owned(), pid: std::process::id() as i32 });
+        return Err(LabNetError::TagInUse {
+            tag: tag.to_owned(),
+            pid: std::process::id() as i32,
+        });
     }
     reg.next_id += 1;
     let id = reg.next_id;

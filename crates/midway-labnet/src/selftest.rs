@@ -36,6 +36,8 @@ pub const LOSS_SIGMAS: f64 = 4.0;
 /// Goals from the lab issue.
 pub const RTT_TOLERANCE: Duration = Duration::from_micros(500);
 pub const RATE_TOLERANCE: f64 = 0.03;
+/// The emulator must hold its configuration at every rate up to this one.
+pub const GOAL_RATE_BPS: u64 = 100_000_000;
 /// Loss probes are paced at this share of the link rate, and at most this many per second.
 const LOSS_PROBE_LOAD: f64 = 0.5;
 const LOSS_PROBE_MAX_PPS: f64 = 5000.0;
@@ -189,6 +191,17 @@ pub struct SelftestReport {
 impl SelftestReport {
     pub fn all_passed(&self) -> bool {
         self.rows.iter().all(SelftestRow::passed)
+    }
+
+    /// The issue's goal: every tested rate up to [`GOAL_RATE_BPS`] passes (rows above it only
+    /// find the limit).
+    pub fn goal_met(&self) -> bool {
+        self.rows.iter().any(|r| r.rate_bps <= GOAL_RATE_BPS)
+            && self
+                .rows
+                .iter()
+                .filter(|r| r.rate_bps <= GOAL_RATE_BPS)
+                .all(SelftestRow::passed)
     }
 }
 

@@ -38,7 +38,8 @@ pub struct HostSpec {
     pub stack: StackProfile,
 }
 
-/// The TCP stack a host runs (see [`crate::stack`] for what each one sets).
+/// The TCP stack a host runs (see [`crate::sysctls`], [`crate::route_metrics`] and
+/// [`crate::stack_notes`] for what each one sets).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StackProfile {

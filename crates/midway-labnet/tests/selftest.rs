@@ -41,4 +41,5 @@ fn quick_selftest_matches_the_configuration() {
     );
     assert!(lost > 0, "2 % loss configured but nothing lost");
     assert_eq!(report.highest_passing_rate_bps, Some(opts.rates_bps[0]));
+    assert!(report.goal_met() && report.all_passed());
 }

@@ -114,6 +114,29 @@ fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
         (30.0..31.0).contains(&rtt6),
         "IPv6 RTT {rtt6} ms, expected 30 ms"
     );
+    // Offloads are off on the host ends (one frame per packet) and the link ends have no IPv6.
+    let features = topology
+        .command("client", "ethtool")
+        .args(["-k", "to-proxy"])
+        .output()
+        .expect("ethtool runs");
+    let features = String::from_utf8_lossy(&features.stdout);
+    for off in [
+        "tcp-segmentation-offload: off",
+        "generic-segmentation-offload: off",
+        "tx-checksumming: off",
+    ] {
+        assert!(features.contains(off), "{off:?} not in:\n{features}");
+    }
+    let link_ns = midway_labnet::link_netns_name(&tag, 0);
+    let out = Command::new("ip")
+        .args(["-n", &link_ns, "-6", "addr", "show"])
+        .output()
+        .expect("ip runs");
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "IPv6 in the link namespace: {out:?}"
+    );
     let stats = topology.link_stats();
     assert_eq!(stats.len(), 2);
     assert_eq!(stats[0].0, "client-proxy");

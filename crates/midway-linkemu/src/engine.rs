@@ -72,7 +72,8 @@ pub struct DirectionStats {
     pub max_queue_bytes: u64,
     /// Driver: frames the kernel dropped before the emulator read them (PACKET_STATISTICS).
     pub kernel_drops: u64,
-    /// Driver: frames dropped because the emulator's memory bound was reached.
+    /// Driver: frames dropped because the emulator's memory bound was reached (not counted in
+    /// `arrived_*`: the engine never saw them).
     pub dropped_memory_frames: u64,
     /// Driver: frames whose send or receive failed.
     pub io_errors: u64,

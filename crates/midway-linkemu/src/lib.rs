@@ -158,8 +158,8 @@ impl DirectionConfig {
             }
             _ => {}
         }
-        self.data_loss.validate("data_loss")?;
-        self.ack_loss.validate("ack_loss")?;
+        self.data_loss.validate(true)?;
+        self.ack_loss.validate(false)?;
         if let Some(trace) = &self.trace {
             trace.validate().map_err(ConfigError::Trace)?;
         }
@@ -168,7 +168,9 @@ impl DirectionConfig {
 }
 
 impl LossModel {
-    fn validate(&self, prefix: &'static str) -> Result<(), ConfigError> {
+    /// `data` tells the data-loss model from the ACK-loss one, for the field names in errors
+    /// (static strings, so the error stays cheap to clone and compare).
+    fn validate(&self, data: bool) -> Result<(), ConfigError> {
         let check = |field: &'static str, value: f64| {
             if (0.0..=1.0).contains(&value) {
                 Ok(())
@@ -176,8 +178,6 @@ impl LossModel {
                 Err(ConfigError::Probability { field, value })
             }
         };
-        // The prefix tells data from ACK loss; field names are static so the error stays Clone.
-        let data = prefix == "data_loss";
         match *self {
             LossModel::None => Ok(()),
             LossModel::Bernoulli { p } => check(if data { "data_loss.p" } else { "ack_loss.p" }, p),

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use midway_linkemu::{spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel};
+use midway_linkemu::{
+    spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel, QueueLimit,
+};
 
 static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
 
@@ -186,20 +188,9 @@ fn ping_rtt_matches_the_configured_delay() {
     assert_clean(&b_to_a);
 }
 
-#[test]
-fn bulk_tcp_goodput_matches_the_configured_rate() {
-    const TOTAL_BYTES: usize = 6 << 20;
-    const WARM_UP_BYTES: usize = 1 << 20;
-    let rate_bps = 20_000_000u64;
-    let topology = Topology::new();
-    let config = DirectionConfig {
-        delay: Duration::from_millis(10),
-        rate_bps: Some(rate_bps),
-        ..Default::default()
-    };
-    let (a_to_b, b_to_a) = symmetric(config);
-    let link = spawn_link(&topology.path(1), "la", "lb", a_to_b, b_to_a, 8).expect("spawn link");
-
+/// Sends `total` bytes over TCP from host a to host b; returns (bytes received, bytes received
+/// after the first `warm_up` bytes, time from the end of the warm-up to the last byte).
+fn bulk_transfer(topology: &Topology, total: usize, warm_up: usize) -> (usize, usize, Duration) {
     let (port_tx, port_rx) = mpsc::channel();
     let server = in_namespace(topology.path(2), move || {
         let listener = TcpListener::bind("10.99.0.2:0").expect("bind");
@@ -217,7 +208,7 @@ fn bulk_tcp_goodput_matches_the_configured_rate() {
                 break;
             }
             received += n;
-            if warm_up_end.is_none() && received >= WARM_UP_BYTES {
+            if warm_up_end.is_none() && received >= warm_up {
                 warm_up_end = Some((Instant::now(), received));
             }
         }
@@ -231,10 +222,17 @@ fn bulk_tcp_goodput_matches_the_configured_rate() {
         let address = SocketAddr::from(([10, 99, 0, 2], port));
         let mut stream =
             TcpStream::connect_timeout(&address, Duration::from_secs(10)).expect("connect");
+        // Bounds every write and the final read if the link stops carrying traffic.
+        stream
+            .set_write_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
         let chunk = vec![0x5au8; 64 << 10];
         let mut sent = 0;
-        while sent < TOTAL_BYTES {
-            let n = chunk.len().min(TOTAL_BYTES - sent);
+        while sent < total {
+            let n = chunk.len().min(total - sent);
             stream.write_all(&chunk[..n]).expect("write");
             sent += n;
         }
@@ -243,8 +241,26 @@ fn bulk_tcp_goodput_matches_the_configured_rate() {
         let mut rest = Vec::new();
         let _ = stream.read_to_end(&mut rest);
     });
-    let (received, measured_bytes, elapsed) = server.join().expect("server thread");
+    let result = server.join().expect("server thread");
     client.join().expect("client thread");
+    result
+}
+
+#[test]
+fn bulk_tcp_goodput_matches_the_configured_rate() {
+    const TOTAL_BYTES: usize = 6 << 20;
+    const WARM_UP_BYTES: usize = 1 << 20;
+    let rate_bps = 20_000_000u64;
+    let topology = Topology::new();
+    let config = DirectionConfig {
+        delay: Duration::from_millis(10),
+        rate_bps: Some(rate_bps),
+        ..Default::default()
+    };
+    let (a_to_b, b_to_a) = symmetric(config);
+    let link = spawn_link(&topology.path(1), "la", "lb", a_to_b, b_to_a, 8).expect("spawn link");
+
+    let (received, measured_bytes, elapsed) = bulk_transfer(&topology, TOTAL_BYTES, WARM_UP_BYTES);
     let (a_to_b, b_to_a) = link.stop();
     assert_eq!(received, TOTAL_BYTES);
     // Full-size frames: 1514 bytes on the link carry 1448 bytes of payload (TCP timestamps on).
@@ -441,4 +457,33 @@ fn spawn_link_reports_bad_input() {
         matches!(&error, DriverError::NoSuchInterface { name, .. } if name == "nope0"),
         "{error:?}"
     );
+}
+
+#[test]
+fn drop_tail_queue_limits_the_bytes_waiting() {
+    // A cable modem's 10 KB buffer in front of a 20 Mbit/s link: TCP overflows it.
+    let topology = Topology::new();
+    let a_to_b = DirectionConfig {
+        delay: Duration::from_millis(10),
+        rate_bps: Some(20_000_000),
+        queue: QueueLimit::Bytes(10_000),
+        ..Default::default()
+    };
+    let b_to_a = DirectionConfig {
+        delay: Duration::from_millis(10),
+        ..Default::default()
+    };
+    let link = spawn_link(&topology.path(1), "la", "lb", a_to_b, b_to_a, 11).expect("spawn link");
+    let (received, _, _) = bulk_transfer(&topology, 2 << 20, 1);
+    let (a_to_b, b_to_a) = link.stop();
+    eprintln!(
+        "queue: {} frames tail-dropped, max queue {} bytes / {} frames",
+        a_to_b.dropped_queue_frames, a_to_b.max_queue_bytes, a_to_b.max_queue_frames
+    );
+    assert_eq!(received, 2 << 20);
+    assert!(a_to_b.dropped_queue_frames > 0, "{a_to_b:?}");
+    assert!(a_to_b.max_queue_bytes <= 10_000, "{a_to_b:?}");
+    assert_eq!(a_to_b.dropped_loss_frames, 0);
+    assert_clean(&a_to_b);
+    assert_clean(&b_to_a);
 }
