@@ -139,38 +139,59 @@ impl Cache {
 
     /// Looks `key` up for `request` at `now`.
     pub fn lookup(&self, key: &str, request: &http::request::Parts, now: SystemTime) -> Lookup {
-        let mut state = self.lock();
-        state.clock += 1;
-        let clock = state.clock;
-        let Some(entry) = state.entries.get_mut(key) else {
-            return Lookup::Miss;
+        // Decide under the lock, read a disk body outside it so one slow read does not
+        // stall every other lookup.
+        let (decision, policy, located) = {
+            let mut state = self.lock();
+            state.clock += 1;
+            let clock = state.clock;
+            let Some(entry) = state.entries.get_mut(key) else {
+                return Lookup::Miss;
+            };
+            entry.last_used = clock;
+            let decision = entry.policy.before_request(request, now);
+            let located = match &entry.body {
+                StoredBody::Memory(bytes) => Ok(bytes.clone()),
+                StoredBody::Disk { path, len } => Err((path.clone(), *len)),
+            };
+            (decision, entry.policy.clone(), located)
         };
-        entry.last_used = clock;
-        let decision = entry.policy.before_request(request, now);
-        let (policy, body) = (entry.policy.clone(), &entry.body);
-        let body = match body {
-            StoredBody::Memory(bytes) => bytes.clone(),
-            StoredBody::Disk { path, len } => match std::fs::read(path) {
-                Ok(data) if data.len() as u64 == *len => Bytes::from(data),
+        if matches!(decision, BeforeRequest::Stale { matches: false, .. }) {
+            return Lookup::Miss;
+        }
+        let body = match located {
+            Ok(bytes) => bytes,
+            Err((path, len)) => match std::fs::read(&path) {
+                Ok(data) if data.len() as u64 == len => Bytes::from(data),
                 // A vanished or cut file is a miss, not an error for the client.
                 _ => {
-                    drop(state);
-                    self.remove(key);
+                    self.remove_if_stored_at(key, &path);
                     return Lookup::Miss;
                 }
             },
         };
         match decision {
             BeforeRequest::Fresh(response) => Lookup::Fresh { response, body },
-            BeforeRequest::Stale {
-                request,
-                matches: true,
-            } => Lookup::Stale {
+            BeforeRequest::Stale { request, .. } => Lookup::Stale {
                 request,
                 policy: Box::new(policy),
                 body,
             },
-            BeforeRequest::Stale { matches: false, .. } => Lookup::Miss,
+        }
+    }
+
+    /// Drops `key` only if its body is still the file at `path` (not a newer replacement).
+    fn remove_if_stored_at(&self, key: &str, path: &Path) {
+        let mut state = self.lock();
+        let same = state
+            .entries
+            .get(key)
+            .is_some_and(|e| matches!(&e.body, StoredBody::Disk { path: p, .. } if p == path));
+        if same {
+            remove_entry(&mut state, key);
+            self.metrics
+                .cache_stored_bytes
+                .set((state.memory_bytes + state.disk_bytes) as i64);
         }
     }
 

@@ -83,6 +83,17 @@ enum Slot {
     },
 }
 
+/// Which timeout applies while waiting for client bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadWait {
+    /// No request started: the idle timeout, paused while responses are in flight.
+    BetweenRequests,
+    /// A head has started: it must be complete within the head timeout (slow-loris guard).
+    HeadStartedAt(Instant),
+    /// Inside a request body: each read must come within the idle timeout.
+    BodyProgress,
+}
+
 /// How the body goes to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClientFraming {
@@ -306,28 +317,31 @@ impl HttpProxy {
     }
 
     /// Reads more client bytes; `Ok(0)` on EOF. `None` when the connection should end
-    /// (stop requested or the idle / head timeout passed).
+    /// (stop requested or the applicable timeout passed).
     async fn read_more(
         &self,
         read_half: &mut OwnedReadHalf,
         buf: &mut BytesMut,
         outstanding: &AtomicUsize,
-        head_started: Option<Instant>,
+        wait: ReadWait,
         stop: &CancellationToken,
     ) -> Option<std::io::Result<usize>> {
         let limits = &self.config.client;
         buf.reserve(self.config.chunk_bytes);
         // Bounded: each round either reads or waits out one full timeout period.
         for _ in 0..u32::MAX {
-            let deadline = match head_started {
-                Some(started) => started + limits.head_read_timeout,
-                None => Instant::now() + limits.idle_timeout,
+            let deadline = match wait {
+                ReadWait::HeadStartedAt(started) => started + limits.head_read_timeout,
+                ReadWait::BetweenRequests | ReadWait::BodyProgress => {
+                    Instant::now() + limits.idle_timeout
+                }
             };
             tokio::select! {
                 _ = stop.cancelled() => return None,
                 result = read_half.read_buf(buf) => return Some(result),
                 _ = tokio::time::sleep_until(deadline.into()) => {
-                    if head_started.is_some() || outstanding.load(Ordering::Acquire) == 0 {
+                    let waiting_for_us = outstanding.load(Ordering::Acquire) > 0;
+                    if wait != ReadWait::BetweenRequests || !waiting_for_us {
                         return None;
                     }
                     // Responses are still in flight: the client is waiting, not idle.
@@ -358,10 +372,10 @@ impl HttpProxy {
         let mut last_done: Option<oneshot::Receiver<()>> = None;
         loop {
             // Read one request head.
-            let mut head_started = if buf.is_empty() {
-                None
+            let mut wait = if buf.is_empty() {
+                ReadWait::BetweenRequests
             } else {
-                Some(Instant::now())
+                ReadWait::HeadStartedAt(Instant::now())
             };
             let head = loop {
                 match parse_request(&buf, limits.max_header_bytes) {
@@ -371,12 +385,16 @@ impl HttpProxy {
                     }
                     Ok(Parsed::Partial) => {
                         match self
-                            .read_more(&mut read_half, &mut buf, &outstanding, head_started, &stop)
+                            .read_more(&mut read_half, &mut buf, &outstanding, wait, &stop)
                             .await
                         {
                             None => return Ok(()),
                             Some(Ok(0)) => return Ok(()),
-                            Some(Ok(_)) => head_started = head_started.or(Some(Instant::now())),
+                            Some(Ok(_)) => {
+                                if wait == ReadWait::BetweenRequests {
+                                    wait = ReadWait::HeadStartedAt(Instant::now());
+                                }
+                            }
                             Some(Err(e)) => return Err(HttpError::ClientIo(e)),
                         }
                     }
@@ -546,13 +564,12 @@ impl HttpProxy {
     ) -> Result<(), HttpError> {
         let mut decoder = BodyDecoder::new(kind);
         let mut receiver_alive = true;
-        let started = Instant::now();
         // Each round consumes input or reads more; bounded by the body size over chunk size.
         while !decoder.is_done() {
             let step = decoder.step(buf).map_err(HttpError::ClientBody)?;
             if step.consumed == 0 {
                 match self
-                    .read_more(read_half, buf, outstanding, Some(started), stop)
+                    .read_more(read_half, buf, outstanding, ReadWait::BodyProgress, stop)
                     .await
                 {
                     None => return Err(HttpError::ClientGone),

@@ -424,6 +424,7 @@ async fn request_rate_and_idle_limits() {
     config.client.requests_per_second = 0.001;
     config.client.request_burst = 2;
     config.client.idle_timeout = Duration::from_millis(200);
+    config.client.head_read_timeout = Duration::from_millis(500);
     let proxy = start_proxy(config).await;
     let o = origin.addr;
     let mut client = Client::connect(proxy.addr).await;
@@ -443,6 +444,32 @@ async fn request_rate_and_idle_limits() {
     // An idle client is closed after the idle timeout.
     let mut idle = Client::connect(proxy.addr).await;
     assert!(idle.closed_cleanly().await);
+
+    // A head that starts but never ends is cut off after the head timeout (slow loris),
+    // even though bytes keep trickling in faster than the idle timeout.
+    let mut slow = Client::connect(proxy.addr).await;
+    slow.send(&format!("GET http://{o}/len/1 HTTP/1.1\r\n"))
+        .await;
+    let mut closed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if tokio::io::AsyncWriteExt::write_all(&mut slow.stream, b"X-Drip: 1\r\n")
+            .await
+            .is_err()
+        {
+            closed = true;
+            break;
+        }
+        let mut probe = [0u8; 1];
+        if let Ok(0) = slow.stream.try_read(&mut probe) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed,
+        "a never-ending head must not keep the connection open"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -296,4 +296,132 @@ mod tests {
         assert_ne!(a, point_seed(2, "fig8", 0, 0));
         assert_ne!(a, point_seed(1, "fig9", 0, 0));
     }
+
+    const SCENARIO: &str = r#"
+name = "plan-test"
+description = "d"
+source = "s"
+seed = 5
+[hosts.c]
+[hosts.p]
+[hosts.s]
+[roles]
+client = "c"
+proxy = "p"
+server = "s"
+[links.l1]
+a = "c"
+b = "p"
+[links.l1.b_to_a]
+delay = "10ms"
+[links.l2]
+a = "p"
+b = "s"
+[workload]
+kind = "bulk"
+bytes = "1MB"
+[cases.direct]
+kind = "direct"
+[cases.midway]
+kind = "midway"
+[quick]
+set = { "workload.bytes" = "100KB" }
+[[experiments]]
+name = "delay"
+cases = ["direct", "midway"]
+repetitions = 2
+[experiments.sweep]
+param = "links.l1.b_to_a.delay"
+also = ["links.l1.a_to_b.delay"]
+label = "one-way delay (ms)"
+values = ["10ms", "20ms", "30ms", "40ms"]
+[[experiments]]
+name = "single"
+cases = ["midway"]
+set = { "workload.bytes" = "2MB" }
+"#;
+
+    fn loaded() -> LoadedScenario {
+        LoadedScenario::from_text(std::path::Path::new("t.toml"), SCENARIO.to_string()).unwrap()
+    }
+
+    #[test]
+    fn sweeps_expand_into_values_x_repetitions_x_cases_with_overrides_applied() {
+        let points = build_plan(&loaded(), &PlanOptions::default()).unwrap();
+        assert_eq!(points.len(), 4 * 2 * 2 + 1);
+        let second = &points[4];
+        assert_eq!(second.sweep_index, Some(1));
+        let link = &second.scenario.links[0];
+        assert_eq!(link.b_to_a.delay.to_string(), "20ms");
+        assert_eq!(link.a_to_b.delay.to_string(), "20ms", "`also` paths get the value");
+        assert_eq!(second.params["one-way delay (ms)"], serde_json::json!(20.0));
+        // The swept parameters vary, so only the axis value represents them.
+        assert!(!second.params.contains_key("l1.b_to_a.delay_ms"));
+        assert_eq!(second.params["bytes"], serde_json::json!(1_000_000));
+        // Same seed for both cases of one value and repetition, different across repetitions.
+        assert_eq!(points[0].seed, points[1].seed);
+        assert_ne!(points[0].seed, points[2].seed);
+        let single = points.last().unwrap();
+        assert_eq!(single.params["bytes"], serde_json::json!(2_000_000));
+        assert_eq!(single.sweep_param, None);
+    }
+
+    #[test]
+    fn quick_cuts_values_and_repetitions_and_applies_its_overrides() {
+        let options = PlanOptions {
+            quick: true,
+            ..PlanOptions::default()
+        };
+        let points = build_plan(&loaded(), &options).unwrap();
+        // values 0, 2, 3 of four; one repetition; two cases; plus the single point.
+        assert_eq!(points.len(), 3 * 2 + 1);
+        assert_eq!(points[0].params["bytes"], serde_json::json!(100_000));
+        let indices: Vec<_> = points.iter().filter_map(|p| p.sweep_index).collect();
+        assert_eq!(indices, [0, 0, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn experiment_filter_repetitions_and_unknown_names() {
+        let options = PlanOptions {
+            experiments: vec!["single".into()],
+            repetitions: Some(3),
+            ..PlanOptions::default()
+        };
+        assert_eq!(build_plan(&loaded(), &options).unwrap().len(), 3);
+        let options = PlanOptions {
+            experiments: vec!["nope".into()],
+            ..PlanOptions::default()
+        };
+        let error = build_plan(&loaded(), &options).unwrap_err().to_string();
+        assert!(error.contains("unknown experiment `nope`"), "{error}");
+        assert!(error.contains("delay, single"), "{error}");
+    }
+
+    #[test]
+    fn shards_partition_the_plan() {
+        let full = build_plan(&loaded(), &PlanOptions::default()).unwrap();
+        let mut seen: Vec<usize> = Vec::new();
+        for index in 0..3 {
+            let options = PlanOptions {
+                shard: Some(Shard { index, count: 3 }),
+                ..PlanOptions::default()
+            };
+            seen.extend(build_plan(&loaded(), &options).unwrap().iter().map(|p| p.index));
+        }
+        seen.sort();
+        assert_eq!(seen, (0..full.len()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn resume_keys_are_unique_and_skip_only_successful_points() {
+        let points = build_plan(&loaded(), &PlanOptions::default()).unwrap();
+        let keys: HashSet<String> = points.iter().map(resume_key).collect();
+        assert_eq!(keys.len(), points.len());
+        let mut done = skeleton_record(&points[0], "f", "c", "t");
+        done.ok = true;
+        let failed = skeleton_record(&points[1], "f", "c", "t");
+        let remaining = skip_done(points.clone(), &done_keys(&[done, failed]));
+        assert_eq!(remaining.len(), points.len() - 1);
+        assert_eq!(remaining[0].index, 1, "the failed point is measured again");
+    }
 }
