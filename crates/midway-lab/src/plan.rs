@@ -353,7 +353,11 @@ set = { "workload.bytes" = "2MB" }
         assert_eq!(second.sweep_index, Some(1));
         let link = &second.scenario.links[0];
         assert_eq!(link.b_to_a.delay.to_string(), "20ms");
-        assert_eq!(link.a_to_b.delay.to_string(), "20ms", "`also` paths get the value");
+        assert_eq!(
+            link.a_to_b.delay.to_string(),
+            "20ms",
+            "`also` paths get the value"
+        );
         assert_eq!(second.params["one-way delay (ms)"], serde_json::json!(20.0));
         // The swept parameters vary, so only the axis value represents them.
         assert!(!second.params.contains_key("l1.b_to_a.delay_ms"));
@@ -406,7 +410,12 @@ set = { "workload.bytes" = "2MB" }
                 shard: Some(Shard { index, count: 3 }),
                 ..PlanOptions::default()
             };
-            seen.extend(build_plan(&loaded(), &options).unwrap().iter().map(|p| p.index));
+            seen.extend(
+                build_plan(&loaded(), &options)
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.index),
+            );
         }
         seen.sort();
         assert_eq!(seen, (0..full.len()).collect::<Vec<_>>());

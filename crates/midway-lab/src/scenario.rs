@@ -1212,7 +1212,10 @@ mod tests {
         set_path(&mut doc, "links.access.b_to_a.delay", "20ms".into()).unwrap();
         set_path(&mut doc, "links.access.b_to_a.rate", "1Mbit".into()).unwrap();
         set_path(&mut doc, "links.access.a_to_b.delay", "5ms".into()).unwrap();
-        assert_eq!(doc["links"]["access"]["a_to_b"]["delay"].as_str(), Some("5ms"));
+        assert_eq!(
+            doc["links"]["access"]["a_to_b"]["delay"].as_str(),
+            Some("5ms")
+        );
         assert!(set_path(&mut doc, "nosuch.x", "1ms".into()).is_err());
         assert_eq!(
             doc["links"]["access"]["b_to_a"]["delay"].as_str(),

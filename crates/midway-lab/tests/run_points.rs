@@ -206,7 +206,11 @@ fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
         eprintln!("skipped: needs root (network namespaces)");
         return;
     }
-    if std::process::Command::new("iperf3").arg("--version").output().is_err() {
+    if std::process::Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("skipped: iperf3 is not installed");
         return;
     }

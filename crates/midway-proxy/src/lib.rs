@@ -40,4 +40,4 @@ pub mod socks5;
 
 pub use config::{load_config, parse_config};
 pub use nft::nft_ruleset;
-pub use server::{check_profiles, Proxy, ProxyError, ShutdownSummary};
+pub use server::{check_kernel_support, Proxy, ProxyError, ShutdownSummary};

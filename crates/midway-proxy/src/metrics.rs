@@ -148,6 +148,28 @@ impl Metrics {
         );
     }
 
+    /// Creates a listener's series at zero, so a scrape before its first connection already
+    /// shows them (refused reasons and segments appear when first used).
+    pub fn init_listener(&self, name: &str) {
+        let labels = Metrics::listener(name);
+        drop(self.accepted.get_or_create(&labels));
+        drop(self.active.get_or_create(&labels));
+        drop(self.relay_errors.get_or_create(&labels));
+        drop(self.accept_backoffs.get_or_create(&labels));
+        for direction in ["client_to_server", "server_to_client"] {
+            drop(self.bytes.get_or_create(&DirectionLabels {
+                listener: name.to_string(),
+                direction,
+            }));
+        }
+        for segment in ["local", "remote"] {
+            drop(self.retransmits.get_or_create(&SegmentLabels {
+                listener: name.to_string(),
+                segment,
+            }));
+        }
+    }
+
     pub fn listener(name: &str) -> ListenerLabels {
         ListenerLabels {
             listener: name.to_string(),

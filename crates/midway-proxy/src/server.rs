@@ -217,7 +217,7 @@ fn bind_listener(
 
 /// Checks that the running kernel can honour every profile a listener uses (for
 /// `midway check-config`; [`Proxy::bind`] does the same after installing route knobs).
-pub fn check_profiles(config: &RuntimeConfig) -> Result<(), ProxyError> {
+pub fn check_kernel_support(config: &RuntimeConfig) -> Result<(), ProxyError> {
     for name in referenced_profiles(config) {
         if let Some(profile) = config.profiles.get(&name) {
             profile
@@ -317,6 +317,9 @@ impl Proxy {
         // Registered twice: into the caller's registry (for its own use) and into one this
         // proxy serves; both hold clones of the same values.
         let metrics = Metrics::default();
+        for listener in &config.listeners {
+            metrics.init_listener(&listener.name);
+        }
         metrics.register(registry);
         let mut served = Registry::default();
         metrics.register(&mut served);

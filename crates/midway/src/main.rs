@@ -97,7 +97,7 @@ fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let mut registry = prometheus_client::registry::Registry::with_prefix("midway");
+        let mut registry = prometheus_client::registry::Registry::default();
         let proxy = midway_proxy::Proxy::bind(config, &mut registry).await?;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signal_token = shutdown.clone();
