@@ -237,10 +237,10 @@ fn samples<'a>(exposition: &'a str, name: &'a str) -> impl Iterator<Item = (&'a 
     })
 }
 
-/// Sum of the gauge `connections_active` (None when midway does not export it).
-pub fn active_connections(exposition: &str) -> Option<f64> {
+/// Sum of every sample of metric `name` (None when midway does not export it).
+pub fn metric_sum(exposition: &str, name: &str) -> Option<f64> {
     let mut found = false;
-    let total = samples(exposition, "connections_active")
+    let total = samples(exposition, name)
         .map(|(_, value)| {
             found = true;
             value
@@ -249,10 +249,31 @@ pub fn active_connections(exposition: &str) -> Option<f64> {
     found.then_some(total)
 }
 
+/// Sum of the gauge `connections_active` (None when midway does not export it).
+pub fn active_connections(exposition: &str) -> Option<f64> {
+    metric_sum(exposition, "connections_active")
+}
+
 /// Sums `midway_segment_retransmits_total` by segment from a Prometheus text exposition:
 /// `{"local": n, "remote": m}`.
+///
+/// A counter family that is declared (`# TYPE ... counter`) but has no sample for a segment has
+/// counted nothing there (prometheus-client creates a label set on its first increment), so
+/// both segments are then reported as 0.
 pub fn parse_segment_retransmits(exposition: &str) -> BTreeMap<String, u64> {
     let mut sums = BTreeMap::new();
+    let declared = exposition.lines().any(|line| {
+        let mut words = line.split_whitespace();
+        words.next() == Some("#")
+            && words.next() == Some("TYPE")
+            && words.next().is_some_and(|name| {
+                name == "segment_retransmits" || name.ends_with("_segment_retransmits")
+            })
+    });
+    if declared {
+        sums.insert("local".to_string(), 0);
+        sums.insert("remote".to_string(), 0);
+    }
     for (labels, value) in samples(exposition, "segment_retransmits_total") {
         let Some(segment) = labels.split(',').find_map(|label| {
             let (key, value) = label.split_once('=')?;
@@ -396,6 +417,14 @@ mod tests {
         assert_eq!(parse_segment_retransmits(prefixed).get("local"), Some(&4));
         assert_eq!(active_connections(prefixed), Some(1.0));
         assert_eq!(active_connections(text), None);
+        let declared_only = "# HELP midway_segment_retransmits x\n\
+            # TYPE midway_segment_retransmits counter\n";
+        assert_eq!(
+            parse_segment_retransmits(declared_only),
+            BTreeMap::from([("local".to_string(), 0), ("remote".to_string(), 0)])
+        );
+        assert!(parse_segment_retransmits("").is_empty());
+        assert_eq!(metric_sum(text, "bytes_total"), Some(99.0));
     }
 
     #[test]

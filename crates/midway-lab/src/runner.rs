@@ -302,6 +302,10 @@ fn measure_in(
                 Ok(text) => {
                     // Kept with the point's folder (--keep-point-dirs) for a closer look.
                     let _ = fs::write(point_dir.join("metrics.prom"), &text);
+                    // A transparent listener that intercepted nothing would measure `direct`.
+                    if cases::metric_sum(&text, "connections_accepted_total") == Some(0.0) {
+                        bail!("the client's connection did not pass through midway (it accepted none)");
+                    }
                     for (segment, count) in cases::parse_segment_retransmits(&text) {
                         measurement
                             .retransmits

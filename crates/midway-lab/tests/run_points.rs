@@ -56,6 +56,10 @@ label = "loss"
 values = [{ bernoulli = 0.0 }, { bernoulli = 0.02 }]
 "#;
 
+/// Tests of this file run one at a time: each checks that no namespace of this process is left,
+/// which another test's live topology would break.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
@@ -66,6 +70,9 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
         eprintln!("skipped: needs root (network namespaces)");
         return;
     }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("runner-test.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
@@ -214,6 +221,9 @@ fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
         eprintln!("skipped: iperf3 is not installed");
         return;
     }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("command-test.toml");
     std::fs::write(&scenario, COMMAND_SCENARIO).unwrap();
@@ -233,4 +243,6 @@ fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
         assert_eq!(record.extra.get("done"), Some(&1.0), "{:?}", record.extra);
         assert!(record.seconds > 0.0);
     }
+    let left = namespaces_of_pid(std::process::id());
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
 }

@@ -16,6 +16,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use midway_http::config as http_defaults;
+use midway_http::{
+    CacheConfig, ClientLimits as HttpClientLimits, DiskCacheConfig, HttpProxyConfig,
+    KeepaliveProbes, UpstreamPoolConfig,
+};
 use midway_relay::{BufferConfig, RelayModel, SpoolConfig};
 use midway_tcp::{ProfileError, ProfileSpec, TcpProfile};
 use serde::Deserialize;
@@ -55,6 +60,17 @@ pub const DEFAULT_NFT_MARK: u32 = 1;
 pub const DEFAULT_NFT_ROUTE_TABLE: u32 = 100;
 /// First routing table for profiles with route-metric knobs (one table per such profile).
 pub const DEFAULT_ROUTE_KNOBS_TABLE_BASE: u32 = 1000;
+/// `Via` pseudonym of HTTP listeners (`Via: 1.1 midway`).
+pub const DEFAULT_HTTP_VIA_NAME: &str = "midway";
+/// HTTP listeners cache responses unless `cache = false`.
+pub const DEFAULT_HTTP_CACHE: bool = true;
+/// HTTP listeners keep pooled upstream connections alive with TCP keepalive probes.
+pub const DEFAULT_HTTP_UPSTREAM_KEEPALIVE: bool = true;
+/// Largest `max_header_bytes` accepted: bigger heads are not a real client's.
+pub const MAX_HTTP_HEADER_BYTES: usize = 1 << 20;
+// The other HTTP defaults are midway-http's `DEFAULT_*` constants (`midway_http::config`):
+// one source for the engine and the file format.
+
 /// First `SO_MARK` for profiles with route-metric knobs; far from the small marks operators and
 /// the TPROXY rules use.
 pub const DEFAULT_ROUTE_KNOBS_MARK_BASE: u32 = 0x6d77_0000;
@@ -118,6 +134,18 @@ pub enum ModeName {
     Forward,
     Socks5,
     Transparent,
+    /// Explicit HTTP proxy (`curl -x`, browsers' proxy setting), CONNECT included.
+    Http,
+}
+
+/// What a transparent listener does with intercepted connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApplicationName {
+    /// Split the TCP connection and relay bytes (the default).
+    Tcp,
+    /// Serve intercepted port-80 traffic with the HTTP engine (cache, pipelining, warm pool).
+    Http,
 }
 
 /// Relay model name.
@@ -157,6 +185,44 @@ pub struct FileListener {
     pub users: Option<Vec<FileUser>>,
     pub spoof_client_address: Option<bool>,
     pub nftables: Option<FileNftables>,
+    /// Transparent listeners only: `"tcp"` (default) or `"http"`.
+    pub application: Option<ApplicationName>,
+    pub http: Option<FileHttp>,
+}
+
+/// `[listeners.http]`: the HTTP engine of `mode = "http"` and of transparent listeners with
+/// `application = "http"`. Every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileHttp {
+    // Client side.
+    pub max_header_bytes: Option<usize>,
+    pub max_pipelined: Option<usize>,
+    pub requests_per_second: Option<f64>,
+    pub request_burst: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    pub client_idle_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub head_read_timeout: Option<Duration>,
+    // Upstream side.
+    pub upstream_max_idle: Option<usize>,
+    #[serde(default, with = "humantime_serde")]
+    pub upstream_idle_keep: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub upstream_response_timeout: Option<Duration>,
+    pub upstream_keepalive: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub keepalive_idle: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub keepalive_interval: Option<Duration>,
+    pub keepalive_retries: Option<u32>,
+    // Cache.
+    pub cache: Option<bool>,
+    pub cache_memory_bytes: Option<u64>,
+    pub cache_max_object_bytes: Option<u64>,
+    pub cache_disk_dir: Option<PathBuf>,
+    pub cache_disk_bytes: Option<u64>,
+    pub via_name: Option<String>,
 }
 
 /// `[[listeners.client_profiles]]`
@@ -235,7 +301,12 @@ pub struct ListenerConfig {
     pub name: String,
     pub listen: SocketAddr,
     pub intercept: Intercept,
+    /// Byte relay of split connections (unused by listeners that speak HTTP).
     pub relay: RelayModel,
+    /// Set when the listener speaks HTTP: `mode = "http"`, or transparent with
+    /// `application = "http"`. Then [`Self::remote_profile`] applies to every upstream
+    /// connection (they are pooled across clients, so there are no per-client remote overrides).
+    pub http: Option<HttpProxyConfig>,
     /// Profile names (keys of [`RuntimeConfig::profiles`]) used unless a client prefix overrides.
     pub local_profile: String,
     pub remote_profile: String,
@@ -288,6 +359,8 @@ pub enum Intercept {
         spoof_client_address: bool,
         nftables: NftConfig,
     },
+    /// Explicit HTTP proxy: each request names its origin (absolute URI, CONNECT authority).
+    Http,
 }
 
 impl Intercept {
@@ -296,6 +369,7 @@ impl Intercept {
             Intercept::Forward { .. } => "forward",
             Intercept::Socks5 { .. } => "socks5",
             Intercept::Transparent { .. } => "transparent",
+            Intercept::Http => "http",
         }
     }
 }
@@ -629,6 +703,7 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         listeners.push(config);
     }
     check_nft_tables(&v, &listeners)?;
+    check_http_cache_dirs(&v, &listeners)?;
 
     Ok(RuntimeConfig {
         origin: origin.to_string(),
@@ -673,7 +748,7 @@ fn validate_listener(
     let mode = file.mode.ok_or_else(|| {
         v.invalid(
             key("mode"),
-            "required: \"forward\", \"socks5\" or \"transparent\"",
+            "required: \"forward\", \"socks5\", \"transparent\" or \"http\"",
         )
     })?;
     let listen_text = file
@@ -690,6 +765,7 @@ fn validate_listener(
         ModeName::Forward => "forward",
         ModeName::Socks5 => "socks5",
         ModeName::Transparent => "transparent",
+        ModeName::Http => "http",
     };
     let only_for = |field: &str, wanted: ModeName| {
         v.invalid(
@@ -715,6 +791,60 @@ fn validate_listener(
     }
     if mode != ModeName::Transparent && file.nftables.is_some() {
         return Err(only_for("nftables", ModeName::Transparent));
+    }
+    if mode != ModeName::Transparent && file.application.is_some() {
+        return Err(v.invalid(
+            key("application"),
+            format!(
+                "only allowed when mode = \"transparent\" (this listener has mode = \"{}\"); \
+                 for an explicit HTTP proxy write mode = \"http\" instead",
+                mode_str(mode)
+            ),
+        ));
+    }
+    let speaks_http = mode == ModeName::Http || file.application == Some(ApplicationName::Http);
+    if !speaks_http && file.http.is_some() {
+        return Err(v.invalid(
+            key("http"),
+            "[listeners.http] only applies to mode = \"http\" or to a transparent listener with \
+             application = \"http\"; remove it or set one of those",
+        ));
+    }
+    if speaks_http {
+        // The HTTP engine answers requests itself (CONNECT tunnels included): no byte relay.
+        let relay_keys = [
+            ("relay", file.relay.is_some()),
+            ("buffer_bytes", file.buffer_bytes.is_some()),
+            ("splice", file.splice.is_some()),
+            ("spool_memory_bytes", file.spool_memory_bytes.is_some()),
+            ("spool_max_bytes", file.spool_max_bytes.is_some()),
+        ];
+        if let Some((field, _)) = relay_keys.iter().find(|(_, set)| *set) {
+            return Err(v.invalid(
+                key(field),
+                "an HTTP listener does not relay bytes, so relay settings do not apply; remove it \
+                 (HTTP settings go in [listeners.http])",
+            ));
+        }
+        if file.spoof_client_address == Some(true) {
+            return Err(v.invalid(
+                key("spoof_client_address"),
+                "cannot be used with application = \"http\": pooled upstream connections are \
+                 shared by all clients, so they cannot carry one client's address; set it to \
+                 false or use application = \"tcp\"",
+            ));
+        }
+        if let Some(i) = file
+            .client_profiles
+            .iter()
+            .position(|o| o.remote_profile.is_some())
+        {
+            return Err(v.invalid(
+                format!("{}[{i}].remote_profile", key("client_profiles")),
+                "an HTTP listener pools upstream connections across clients, so the upstream \
+                 segment has one profile: set the listener's remote_profile instead",
+            ));
+        }
     }
 
     let intercept = match mode {
@@ -850,6 +980,12 @@ fn validate_listener(
                 },
             }
         }
+        ModeName::Http => Intercept::Http,
+    };
+    let http = if speaks_http {
+        Some(http_config(v, &key("http"), file.http.unwrap_or_default())?)
+    } else {
+        None
     };
 
     let relay_name = file.relay.unwrap_or(RelayName::Buffer);
@@ -935,10 +1071,238 @@ fn validate_listener(
         listen,
         intercept,
         relay,
+        http,
         local_profile,
         remote_profile,
         client_profiles,
     })
+}
+
+/// `[listeners.http]` -> the engine's config. `base` is the key path of the section.
+fn http_config(
+    v: &Validator<'_>,
+    base: &str,
+    file: FileHttp,
+) -> Result<HttpProxyConfig, ConfigError> {
+    let key = |field: &str| format!("{base}.{field}");
+    let max_header_bytes = file
+        .max_header_bytes
+        .unwrap_or(http_defaults::DEFAULT_MAX_HEADER_BYTES);
+    if !(256..=MAX_HTTP_HEADER_BYTES).contains(&max_header_bytes) {
+        return Err(v.invalid(
+            key("max_header_bytes"),
+            format!("must be between 256 and {MAX_HTTP_HEADER_BYTES} (e.g. 32768)"),
+        ));
+    }
+    let max_pipelined = v.positive(
+        &key("max_pipelined"),
+        file.max_pipelined,
+        http_defaults::DEFAULT_MAX_PIPELINED,
+    )?;
+    let requests_per_second = file
+        .requests_per_second
+        .unwrap_or(http_defaults::DEFAULT_REQUESTS_PER_SECOND);
+    if !(requests_per_second.is_finite() && requests_per_second > 0.0) {
+        return Err(v.invalid(
+            key("requests_per_second"),
+            "must be a positive number of requests per second, e.g. 200",
+        ));
+    }
+    let request_burst = file
+        .request_burst
+        .unwrap_or(http_defaults::DEFAULT_REQUEST_BURST);
+    if request_burst == 0 {
+        return Err(v.invalid(key("request_burst"), "must be at least 1, e.g. 100"));
+    }
+    let client = HttpClientLimits {
+        max_header_bytes,
+        max_pipelined,
+        requests_per_second,
+        request_burst,
+        idle_timeout: v.duration(
+            &key("client_idle_timeout"),
+            file.client_idle_timeout,
+            http_defaults::DEFAULT_CLIENT_IDLE_TIMEOUT,
+        )?,
+        head_read_timeout: v.duration(
+            &key("head_read_timeout"),
+            file.head_read_timeout,
+            http_defaults::DEFAULT_HEAD_READ_TIMEOUT,
+        )?,
+    };
+
+    let keepalive_on = file
+        .upstream_keepalive
+        .unwrap_or(DEFAULT_HTTP_UPSTREAM_KEEPALIVE);
+    let keepalive = if keepalive_on {
+        let retries = file
+            .keepalive_retries
+            .unwrap_or(http_defaults::DEFAULT_KEEPALIVE_RETRIES);
+        if retries == 0 {
+            return Err(v.invalid(
+                key("keepalive_retries"),
+                "must be at least 1; to turn probes off write upstream_keepalive = false",
+            ));
+        }
+        Some(KeepaliveProbes {
+            idle: v.duration(
+                &key("keepalive_idle"),
+                file.keepalive_idle,
+                http_defaults::DEFAULT_KEEPALIVE_IDLE,
+            )?,
+            interval: v.duration(
+                &key("keepalive_interval"),
+                file.keepalive_interval,
+                http_defaults::DEFAULT_KEEPALIVE_INTERVAL,
+            )?,
+            retries,
+        })
+    } else {
+        let set = [
+            ("keepalive_idle", file.keepalive_idle.is_some()),
+            ("keepalive_interval", file.keepalive_interval.is_some()),
+            ("keepalive_retries", file.keepalive_retries.is_some()),
+        ];
+        if let Some((field, _)) = set.iter().find(|(_, s)| *s) {
+            return Err(v.invalid(
+                key(field),
+                "has no effect with upstream_keepalive = false; remove it or turn probes on",
+            ));
+        }
+        None
+    };
+    let upstream = UpstreamPoolConfig {
+        // 0 is allowed: no idle connection is kept (every request opens a new one).
+        max_idle_per_origin: file
+            .upstream_max_idle
+            .unwrap_or(http_defaults::DEFAULT_MAX_IDLE_PER_ORIGIN),
+        idle_keep: v.duration(
+            &key("upstream_idle_keep"),
+            file.upstream_idle_keep,
+            http_defaults::DEFAULT_UPSTREAM_IDLE_KEEP,
+        )?,
+        keepalive,
+        response_timeout: v.duration(
+            &key("upstream_response_timeout"),
+            file.upstream_response_timeout,
+            http_defaults::DEFAULT_UPSTREAM_RESPONSE_TIMEOUT,
+        )?,
+    };
+
+    let enabled = file.cache.unwrap_or(DEFAULT_HTTP_CACHE);
+    if !enabled {
+        let set = [
+            ("cache_memory_bytes", file.cache_memory_bytes.is_some()),
+            (
+                "cache_max_object_bytes",
+                file.cache_max_object_bytes.is_some(),
+            ),
+            ("cache_disk_dir", file.cache_disk_dir.is_some()),
+            ("cache_disk_bytes", file.cache_disk_bytes.is_some()),
+        ];
+        if let Some((field, _)) = set.iter().find(|(_, s)| *s) {
+            return Err(v.invalid(
+                key(field),
+                "has no effect with cache = false; remove it or set cache = true",
+            ));
+        }
+    }
+    let memory_bytes = file
+        .cache_memory_bytes
+        .unwrap_or(http_defaults::DEFAULT_CACHE_MEMORY_BYTES);
+    // With only a memory cap given, the object cap follows it down instead of failing.
+    let max_object_bytes = file
+        .cache_max_object_bytes
+        .unwrap_or(http_defaults::DEFAULT_CACHE_MAX_OBJECT_BYTES.min(memory_bytes));
+    if max_object_bytes > memory_bytes {
+        return Err(v.invalid(
+            key("cache_max_object_bytes"),
+            format!(
+                "{max_object_bytes} is more than cache_memory_bytes ({memory_bytes}); an object \
+                 is stored in memory first, so lower it or raise cache_memory_bytes"
+            ),
+        ));
+    }
+    let disk =
+        match (file.cache_disk_dir, file.cache_disk_bytes) {
+            (None, Some(_)) => return Err(v.invalid(
+                key("cache_disk_bytes"),
+                "needs cache_disk_dir = \"/var/cache/midway\" (a directory of its own); add it \
+                 or remove cache_disk_bytes",
+            )),
+            (None, None) => None,
+            (Some(dir), bytes) => {
+                if dir.as_os_str().is_empty() || dir.is_relative() {
+                    return Err(v.invalid(
+                        key("cache_disk_dir"),
+                        "must be an absolute path, e.g. \"/var/cache/midway\"",
+                    ));
+                }
+                let max_bytes = bytes.unwrap_or(http_defaults::DEFAULT_CACHE_DISK_BYTES);
+                if max_bytes < max_object_bytes {
+                    return Err(v.invalid(
+                        key("cache_disk_bytes"),
+                        format!(
+                            "{max_bytes} cannot hold one object of cache_max_object_bytes \
+                         ({max_object_bytes}); raise it"
+                        ),
+                    ));
+                }
+                Some(DiskCacheConfig { dir, max_bytes })
+            }
+        };
+    let via_name = file
+        .via_name
+        .unwrap_or_else(|| DEFAULT_HTTP_VIA_NAME.to_string());
+    if via_name.is_empty() || !via_name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(v.invalid(
+            key("via_name"),
+            format!("{via_name:?} must be one token without spaces, e.g. \"midway\""),
+        ));
+    }
+
+    let config = HttpProxyConfig {
+        client,
+        upstream,
+        cache: CacheConfig {
+            enabled,
+            memory_bytes,
+            max_object_bytes,
+            disk,
+        },
+        via_name,
+        ..HttpProxyConfig::default()
+    };
+    // Backstop: the engine's own checks (the ones above give the better messages).
+    config
+        .validate()
+        .map_err(|err| v.invalid(base, err.to_string()))?;
+    Ok(config)
+}
+
+/// Two HTTP listeners must not share a disk cache directory: each removes stale files there
+/// at start and evicts by its own accounting.
+fn check_http_cache_dirs(
+    v: &Validator<'_>,
+    listeners: &[ListenerConfig],
+) -> Result<(), ConfigError> {
+    let mut owner: BTreeMap<&Path, &str> = BTreeMap::new();
+    for (index, listener) in listeners.iter().enumerate() {
+        let Some(disk) = listener.http.as_ref().and_then(|h| h.cache.disk.as_ref()) else {
+            continue;
+        };
+        if let Some(other) = owner.insert(&disk.dir, &listener.name) {
+            return Err(v.invalid(
+                format!("listeners[{index}].http.cache_disk_dir"),
+                format!(
+                    "{} is already the cache directory of listener {other:?}; give each HTTP \
+                     listener its own",
+                    disk.dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Listeners sharing one nftables table must agree on whether midway manages it, and a mark
@@ -1065,6 +1429,75 @@ users = [{ name = "alice", password = "sekrit-pw" }]
         let dbg = format!("{config:?}");
         assert!(dbg.contains("alice"));
         assert!(!dbg.contains("sekrit-pw"));
+    }
+
+    const HTTP: &str = r#"
+[proxy]
+allowed_clients = ["127.0.0.1"]
+[[listeners]]
+name = "web"
+mode = "http"
+listen = "127.0.0.1:0"
+remote_profile = "wan"
+"#;
+
+    #[test]
+    fn http_listener_without_section_gets_engine_defaults() {
+        let config = parse_config(HTTP, "<test>").unwrap();
+        let listener = &config.listeners[0];
+        assert!(matches!(listener.intercept, Intercept::Http));
+        let http = listener.http.as_ref().unwrap();
+        let defaults = HttpProxyConfig::default();
+        assert_eq!(http.client.max_pipelined, defaults.client.max_pipelined);
+        assert_eq!(http.upstream.idle_keep, defaults.upstream.idle_keep);
+        assert_eq!(http.cache.memory_bytes, defaults.cache.memory_bytes);
+        assert!(http.cache.enabled && http.cache.disk.is_none());
+        assert_eq!(http.via_name, DEFAULT_HTTP_VIA_NAME);
+        // Split-connection listeners have no engine.
+        assert!(parse_config(MINIMAL, "<test>").unwrap().listeners[0]
+            .http
+            .is_none());
+    }
+
+    #[test]
+    fn http_section_maps_keys_and_small_memory_lowers_object_cap() {
+        let text = format!(
+            "{HTTP}[listeners.http]\nupstream_keepalive = false\nupstream_max_idle = 0\n\
+             cache_memory_bytes = 100000\nclient_idle_timeout = \"7s\"\n"
+        );
+        let config = parse_config(&text, "<test>").unwrap();
+        let http = config.listeners[0].http.as_ref().unwrap();
+        assert!(http.upstream.keepalive.is_none());
+        assert_eq!(http.upstream.max_idle_per_origin, 0);
+        assert_eq!(http.cache.memory_bytes, 100_000);
+        assert_eq!(http.cache.max_object_bytes, 100_000);
+        assert_eq!(http.client.idle_timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn transparent_http_application_and_shared_cache_dir() {
+        let transparent = |name: &str, port: u16, dir: &str| {
+            format!(
+                "[[listeners]]\nname = \"{name}\"\nmode = \"transparent\"\n\
+                 application = \"http\"\nlisten = \"0.0.0.0:{port}\"\n\
+                 [listeners.http]\ncache_disk_dir = \"{dir}\"\n"
+            )
+        };
+        let base = "[proxy]\nallowed_clients = [\"10.0.0.0/8\"]\n";
+        let one = format!("{base}{}", transparent("a", 7080, "/var/cache/m/a"));
+        let config = parse_config(&one, "<test>").unwrap();
+        assert!(matches!(
+            config.listeners[0].intercept,
+            Intercept::Transparent { .. }
+        ));
+        assert!(config.listeners[0].http.is_some());
+        let two = format!("{one}{}", transparent("b", 7081, "/var/cache/m/a"));
+        let err = parse_config(&two, "<test>").unwrap_err().to_string();
+        assert!(err.contains("listeners[1].http.cache_disk_dir"), "{err}");
+        assert!(
+            err.contains("already the cache directory of listener \"a\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,7 +10,15 @@
 //! Each split connection: accept (local segment, local profile) -> access list and limits ->
 //! intercept (forward target / SOCKS5 request / original destination) -> connect (remote
 //! segment, remote profile, optionally from the client's address) -> relay (midway-relay)
-//! -> log and metrics.
+//! -> log and metrics. The end-of-connection log and histograms use each socket's final
+//! `tcp_info`, read by the relay's close callback ([`midway_relay::OnClose`]).
+//!
+//! Listeners that speak HTTP — `mode = "http"` (explicit proxy, CONNECT included) or a
+//! transparent listener with `application = "http"` (intercepted port 80) — hand the accepted
+//! connection, after the same access list, limits and local profile, to midway-http's engine
+//! (one per listener: cache, upstream pool, `midway_http_*{listener=...}` metrics). Its upstream
+//! sockets are opened by the same connect path as a remote segment, with the listener's
+//! `remote_profile`. See `examples/http.toml`.
 //!
 //! How a binary runs it (`midway proxy --config FILE`):
 //!

@@ -12,10 +12,11 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use midway_relay::{RelayCounters, RelayOptions, RelayReport, RelayResources};
+use midway_http::{ConnectUpstream, HttpError, HttpProxy};
+use midway_relay::{OnClose, RelayCounters, RelayOptions, RelayReport, RelayResources};
 use midway_tcp::{KnobError, Role, RouteKnobs, RouteKnobsError, TcpProfile, TcpStats};
 use prometheus_client::registry::Registry;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -90,6 +91,12 @@ pub enum ProxyError {
     Relay(#[source] midway_relay::RelayError),
     #[error("cannot install transparent interception (nftables / policy routing)")]
     Intercept(#[source] NftError),
+    #[error("listener {listener:?}: cannot set up the HTTP engine")]
+    Http {
+        listener: String,
+        #[source]
+        source: HttpError,
+    },
 }
 
 /// What happened during shutdown.
@@ -109,6 +116,16 @@ struct BoundListener {
     config: Arc<ListenerConfig>,
     listener: TcpListener,
     addr: SocketAddr,
+    /// Listeners that speak HTTP: the engine and the upstream connector it uses.
+    http: Option<HttpListener>,
+}
+
+/// The HTTP engine of one listener.
+#[derive(Clone)]
+struct HttpListener {
+    engine: Arc<HttpProxy>,
+    /// Opens upstream sockets exactly like the remote segment of a split connection.
+    connect_upstream: ConnectUpstream,
 }
 
 /// State shared by accept loops and connection tasks.
@@ -132,6 +149,8 @@ pub struct Proxy {
     served_registry: Arc<Registry>,
     intercept: nft::Installed,
     route_knobs: Option<RouteKnobs>,
+    /// HTTP engines, for their pool maintenance tasks.
+    http_engines: Vec<Arc<HttpProxy>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -288,15 +307,60 @@ impl Proxy {
         )
         .map_err(ProxyError::Relay)?;
 
+        // Metrics are registered twice: into the caller's registry (for its own use) and into
+        // one this proxy serves; both hold clones of the same values.
+        let mut served = Registry::default();
         let mut listeners = Vec::with_capacity(config.listeners.len());
+        let mut http_engines = Vec::new();
         for listener in &config.listeners {
             let profile = &profiles[&listener.local_profile];
             let (bound, addr) = bind_listener(listener, profile)?;
-            tracing::info!(listener = %listener.name, mode = listener.intercept.mode_name(), %addr, "listening");
+            let http = match &listener.http {
+                Some(http_config) => {
+                    let labels = || {
+                        (
+                            std::borrow::Cow::Borrowed("listener"),
+                            std::borrow::Cow::Owned(listener.name.clone()),
+                        )
+                    };
+                    let engine = HttpProxy::new(
+                        http_config.clone(),
+                        registry
+                            .sub_registry_with_prefix("midway")
+                            .sub_registry_with_label(labels()),
+                    )
+                    .map_err(|source| ProxyError::Http {
+                        listener: listener.name.clone(),
+                        source,
+                    })?;
+                    engine.metrics().register(
+                        served
+                            .sub_registry_with_prefix("midway")
+                            .sub_registry_with_label(labels()),
+                    );
+                    http_engines.push(engine.clone());
+                    Some(HttpListener {
+                        engine,
+                        connect_upstream: upstream_connector(
+                            profiles[&listener.remote_profile].clone(),
+                            config.connect_timeout,
+                        ),
+                    })
+                }
+                None => None,
+            };
+            tracing::info!(
+                listener = %listener.name,
+                mode = listener.intercept.mode_name(),
+                http = http.is_some(),
+                %addr,
+                "listening"
+            );
             listeners.push(BoundListener {
                 config: Arc::new(listener.clone()),
                 listener: bound,
                 addr,
+                http,
             });
         }
 
@@ -314,14 +378,11 @@ impl Proxy {
             None => None,
         };
 
-        // Registered twice: into the caller's registry (for its own use) and into one this
-        // proxy serves; both hold clones of the same values.
         let metrics = Metrics::default();
         for listener in &config.listeners {
             metrics.init_listener(&listener.name);
         }
         metrics.register(registry);
-        let mut served = Registry::default();
         metrics.register(&mut served);
 
         let plan = nft::plan(&config);
@@ -349,6 +410,7 @@ impl Proxy {
             served_registry: Arc::new(served),
             intercept,
             route_knobs,
+            http_engines,
         })
     }
 
@@ -408,6 +470,12 @@ impl Proxy {
                     }
                 }
             });
+        }
+
+        for engine in &self.http_engines {
+            // Closes expired idle upstream connections; stops with the other helpers, after
+            // the last client connection is gone.
+            helpers.spawn(engine.clone().run_pool_maintenance(helpers_cancel.clone()));
         }
 
         let mut accept_loops = tokio::task::JoinSet::new();
@@ -563,6 +631,7 @@ async fn accept_loop(
         let conn = Connection {
             shared: shared.clone(),
             listener: bound.config.clone(),
+            http: bound.http.clone(),
             listener_addr: bound.addr,
             peer,
             cancel: connections_cancel.clone(),
@@ -610,6 +679,8 @@ enum SetupError {
     SpoofFamily { client: IpAddr, target: SocketAddr },
     #[error("TCP profile")]
     Profile(#[from] KnobError),
+    #[error("an HTTP listener's connection reached the byte relay")]
+    NotARelayListener,
 }
 
 impl SetupError {
@@ -628,6 +699,7 @@ impl SetupError {
             }
             SetupError::Connect { .. } | SetupError::SpoofFamily { .. } => "connect_error",
             SetupError::Profile(_) => "profile_error",
+            SetupError::NotARelayListener => "internal",
         }
     }
 
@@ -659,6 +731,7 @@ impl SetupError {
 struct Connection {
     shared: Arc<Shared>,
     listener: Arc<ListenerConfig>,
+    http: Option<HttpListener>,
     listener_addr: SocketAddr,
     peer: SocketAddr,
     cancel: CancellationToken,
@@ -681,6 +754,10 @@ impl Connection {
         self.shared.metrics.active.get_or_create(&labels).inc();
         let _active = ActiveGuard(self.shared.metrics.clone(), labels);
         let started = Instant::now();
+        if let Some(http) = self.http.clone() {
+            self.serve_http(client, http, started).await;
+            return;
+        }
         let client_ip = canonical(self.peer.ip());
         let (local_name, remote_name) = self.listener.profiles_for(client_ip);
         let local = &self.shared.profiles[local_name];
@@ -737,20 +814,12 @@ impl Connection {
                 spoof_client_address,
                 ..
             } => {
-                // TPROXY delivers the connection with its original destination as local address.
-                let original = client
-                    .local_addr()
-                    .map_err(SetupError::OriginalDestination)?;
-                let original = SocketAddr::new(canonical(original.ip()), original.port());
-                let listen = self.listener_addr;
-                if original.port() == listen.port()
-                    && (listen.ip().is_unspecified() || listen.ip() == original.ip())
-                {
-                    return Err(SetupError::Loop);
-                }
+                let original = self.original_destination(client)?;
                 let spoof = spoof_client_address.then_some(canonical(self.peer.ip()));
                 (TargetAddr::Ip(original), spoof)
             }
+            // Served by `serve_http`; never reaches the byte relay.
+            Intercept::Http => return Err(SetupError::NotARelayListener),
         };
         tracing::Span::current().record("dst", field::display(&target));
         let server = connect(&target, remote, spoof_from, config.connect_timeout).await?;
@@ -764,13 +833,96 @@ impl Connection {
         Ok(server)
     }
 
+    /// TPROXY delivers the connection with its original destination as local address; a
+    /// connection to the listener itself would loop.
+    fn original_destination(&self, client: &TcpStream) -> Result<SocketAddr, SetupError> {
+        let original = client
+            .local_addr()
+            .map_err(SetupError::OriginalDestination)?;
+        let original = SocketAddr::new(canonical(original.ip()), original.port());
+        let listen = self.listener_addr;
+        if original.port() == listen.port()
+            && (listen.ip().is_unspecified() || listen.ip() == original.ip())
+        {
+            return Err(SetupError::Loop);
+        }
+        Ok(original)
+    }
+
+    /// An HTTP listener's connection: the engine reads requests and answers them (from the
+    /// cache or through pooled upstream connections opened by [`upstream_connector`]).
+    /// Access control, limits and the active gauge were handled like for any connection.
+    async fn serve_http(self, client: TcpStream, http: HttpListener, started: Instant) {
+        let name = &self.listener.name;
+        let metrics = &self.shared.metrics;
+        let (local_name, _) = self.listener.profiles_for(canonical(self.peer.ip()));
+        let local = &self.shared.profiles[local_name];
+        let prepared = local
+            .apply_established(client.as_fd(), Role::Accepted)
+            .map_err(SetupError::from)
+            .and_then(|()| match &self.listener.intercept {
+                // The origin comes from the Host header; the original destination is only
+                // checked for a loop back into this listener.
+                Intercept::Transparent { .. } => self.original_destination(&client).map(drop),
+                _ => Ok(()),
+            });
+        if let Err(err) = prepared {
+            metrics.refuse(name, err.reason());
+            tracing::info!(error = %ErrorChain(&err), reason = err.reason(), "connection not served");
+            return;
+        }
+        let result = http
+            .engine
+            .serve_client(
+                client,
+                self.peer,
+                http.connect_upstream.clone(),
+                self.cancel.clone(),
+            )
+            .await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(report) => {
+                ByteReporter::new(name).report(metrics, 0, report.bytes_to_client);
+                tracing::info!(
+                    requests = report.requests,
+                    rejected = report.rejected,
+                    tunnels = report.tunnels,
+                    bytes_to_client = report.bytes_to_client,
+                    duration_ms,
+                    "http connection closed"
+                );
+            }
+            Err(err) => {
+                metrics
+                    .relay_errors
+                    .get_or_create(&Metrics::listener(name))
+                    .inc();
+                tracing::info!(error = %ErrorChain(&err), duration_ms, "http connection failed");
+            }
+        }
+    }
+
     async fn relay(self, client: TcpStream, server: TcpStream, started: Instant) {
         let name = &self.listener.name;
         let metrics = &self.shared.metrics;
         let counters = Arc::new(RelayCounters::default());
+        // The relay owns and closes both sockets; it hands them to this callback just before,
+        // so the end-of-connection log and histograms get final values, not a stale sample.
+        let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
+        let on_close: OnClose = {
+            let slot = final_stats.clone();
+            Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
+                let _ = slot.set((
+                    midway_tcp::tcp_stats(client).ok(),
+                    midway_tcp::tcp_stats(server).ok(),
+                ));
+            })
+        };
         let options = RelayOptions {
             idle_timeout: Some(self.shared.config.idle_timeout),
             counters: counters.clone(),
+            on_close: Some(on_close),
         };
         let mut sampler = SegmentSampler::new(name, &client, &server);
         sampler.sample(metrics);
@@ -809,6 +961,9 @@ impl Connection {
             }
         };
         let duration = started.elapsed();
+        if let Some((local, remote)) = final_stats.get() {
+            sampler.record_final(metrics, local.clone(), remote.clone());
+        }
         sampler.finish(metrics);
         let (local, remote) = (&sampler.local.last, &sampler.remote.last);
         match result {
@@ -863,6 +1018,12 @@ fn log_end(
         server_to_client_end = ?report.server_to_client_end,
         duration_ms = duration.as_millis() as u64,
         peak_spool_bytes = report.peak_spool_bytes,
+        // TCP state when the relay closed the socket (1 = established, 7 = closed, 8 =
+        // close-wait, 9 = last-ack, ...): shows the values below are final, not a sample.
+        local_state = get(local, |s| s.state.into()),
+        remote_state = get(remote, |s| s.state.into()),
+        local_bytes_received = get(local, |s| s.bytes_received),
+        remote_bytes_received = get(remote, |s| s.bytes_received),
         local_srtt_us = get(local, |s| s.rtt_us.into()),
         local_cwnd = get(local, |s| s.snd_cwnd.into()),
         local_total_retrans = get(local, |s| s.total_retrans.into()),
@@ -875,6 +1036,9 @@ fn log_end(
         "connection closed"
     );
 }
+
+/// Final tcp_info of the (local, remote) segment, read by the relay's close callback.
+type FinalStats = (Option<TcpStats>, Option<TcpStats>);
 
 /// Adds only what is new since the last report to the byte counters.
 struct ByteReporter {
@@ -957,18 +1121,23 @@ impl Segment {
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
         match midway_tcp::tcp_stats(fd) {
             Ok(stats) => {
-                if stats.total_retrans > self.retrans_reported {
-                    metrics
-                        .retransmits
-                        .get_or_create(&self.labels)
-                        .inc_by(u64::from(stats.total_retrans - self.retrans_reported));
-                    self.retrans_reported = stats.total_retrans;
-                }
-                self.last = Some(stats);
+                self.record(metrics, stats);
                 true
             }
             Err(_) => false,
         }
+    }
+
+    /// Takes `stats` as the latest values; the retransmit counter gets what is new.
+    fn record(&mut self, metrics: &Metrics, stats: TcpStats) {
+        if stats.total_retrans > self.retrans_reported {
+            metrics
+                .retransmits
+                .get_or_create(&self.labels)
+                .inc_by(u64::from(stats.total_retrans - self.retrans_reported));
+            self.retrans_reported = stats.total_retrans;
+        }
+        self.last = Some(stats);
     }
 
     fn observe(&self, metrics: &Metrics) {
@@ -1026,8 +1195,29 @@ impl SegmentSampler {
         }
     }
 
-    /// The relay consumed the sockets, so the last sample stands for the end; it is observed
-    /// unless a live sample already put these very values into the histograms.
+    /// The values the relay's close callback read just before closing the sockets.
+    fn record_final(
+        &mut self,
+        metrics: &Metrics,
+        local: Option<TcpStats>,
+        remote: Option<TcpStats>,
+    ) {
+        let mut any = false;
+        for (segment, stats) in [(&mut self.local, local), (&mut self.remote, remote)] {
+            if let Some(stats) = stats {
+                segment.record(metrics, stats);
+                any = true;
+            }
+        }
+        if any {
+            self.last_sample = Instant::now();
+            self.last_observed = false;
+        }
+    }
+
+    /// The last sample stands for the end — normally the final one from the relay's close
+    /// callback (then `tcp_info_age_ms` is about 0); it is observed unless a live sample already
+    /// put these very values into the histograms.
     fn finish(&mut self, metrics: &Metrics) {
         if !self.last_observed {
             self.local.observe(metrics);
@@ -1039,6 +1229,33 @@ impl SegmentSampler {
     fn last_sample_age(&self) -> Duration {
         self.last_sample.elapsed()
     }
+}
+
+/// The HTTP engine's way to open an upstream connection: the same `connect` and profile steps
+/// as a split connection's remote segment (profile before connect, route mark, established
+/// knobs), bounded by `connect_timeout`.
+fn upstream_connector(profile: TcpProfile, timeout: Duration) -> ConnectUpstream {
+    let profile = Arc::new(profile);
+    Arc::new(move |addr: SocketAddr| {
+        let profile = profile.clone();
+        Box::pin(async move {
+            let to_io = |err: SetupError| {
+                let kind = match &err {
+                    SetupError::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
+                    SetupError::Connect { source, .. } => source.kind(),
+                    _ => io::ErrorKind::Other,
+                };
+                io::Error::new(kind, err)
+            };
+            let stream = connect(&TargetAddr::Ip(addr), &profile, None, timeout)
+                .await
+                .map_err(to_io)?;
+            profile
+                .apply_established(stream.as_fd(), Role::Outgoing)
+                .map_err(|e| to_io(SetupError::Profile(e)))?;
+            Ok(stream)
+        })
+    })
 }
 
 /// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set.

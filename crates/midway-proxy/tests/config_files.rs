@@ -15,13 +15,48 @@ fn repo_root() -> PathBuf {
 fn examples_load() {
     let dir = repo_root().join("examples");
     let mut modes = Vec::new();
-    for name in ["forward.toml", "socks5.toml", "transparent.toml"] {
+    for name in [
+        "forward.toml",
+        "socks5.toml",
+        "transparent.toml",
+        "http.toml",
+    ] {
         let config = load_config(&dir.join(name))
             .unwrap_or_else(|e| panic!("{name}: {}", common::chain(&e)));
         assert!(!config.allowed_clients.is_empty());
         modes.extend(config.listeners.iter().map(|l| l.intercept.mode_name()));
     }
-    assert_eq!(modes, ["forward", "socks5", "transparent"]);
+    assert_eq!(
+        modes,
+        ["forward", "socks5", "transparent", "http", "transparent"]
+    );
+}
+
+#[test]
+fn http_example_maps_onto_the_engine_config() {
+    let config = load_config(&repo_root().join("examples/http.toml")).unwrap();
+    let web = &config.listeners[0];
+    assert!(matches!(web.intercept, Intercept::Http));
+    let http = web.http.as_ref().expect("mode = http has an engine config");
+    assert_eq!(http.client.max_pipelined, 16);
+    assert_eq!(http.upstream.idle_keep, std::time::Duration::from_secs(600));
+    assert_eq!(http.upstream.keepalive.map(|k| k.retries), Some(5));
+    assert!(http.cache.enabled);
+    let disk = http.cache.disk.as_ref().expect("disk tier");
+    assert_eq!(disk.dir, Path::new("/var/cache/midway/web"));
+    assert_eq!(disk.max_bytes, 1 << 30);
+    assert_eq!(web.remote_profile, "wan");
+
+    // The transparent one serves HTTP with defaults and intercepts port 80.
+    let intercept = &config.listeners[1];
+    assert!(matches!(intercept.intercept, Intercept::Transparent { .. }));
+    let http = intercept.http.as_ref().expect("application = http");
+    assert!(http.cache.disk.is_none());
+    let rules = midway_proxy::nft_ruleset(&config);
+    assert!(
+        rules.contains("tcp dport { 80 } tproxy ip to :7080"),
+        "{rules}"
+    );
 }
 
 #[test]

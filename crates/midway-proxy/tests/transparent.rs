@@ -53,8 +53,7 @@ struct Topology {
 }
 
 impl Topology {
-    /// `ipv6_router = false` disables IPv6 in the router namespace.
-    fn new(ipv6_router: bool) -> Topology {
+    fn new() -> Topology {
         let id = format!(
             "{}-{}",
             std::process::id(),
@@ -86,9 +85,7 @@ impl Topology {
             (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
         ] {
             run(&format!("ip -n {ns} addr add {v4} dev {dev}"));
-            if ipv6_router || ns != r {
-                run(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
-            }
+            run(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
             run(&format!("ip -n {ns} link set {dev} up"));
         }
         run(&format!("ip -n {c} route add default via 10.77.1.2"));
@@ -96,20 +93,11 @@ impl Topology {
         run(&format!(
             "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
         ));
-        if ipv6_router {
-            run(&format!("ip -n {c} -6 route add default via fd77:1::2"));
-            run(&format!("ip -n {s} -6 route add default via fd77:2::1"));
-            run(&format!(
-                "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
-            ));
-        } else {
-            // midway-tcp's RouteKnobs copies the main table's IPv6 routes too, and a router with
-            // two interfaces has two `fe80::/64` routes that collide in the copy ("File
-            // exists"; reported to its owner). So the route-knob case runs on an IPv4 router.
-            run(&format!(
-                "ip netns exec {r} sysctl -qw net.ipv6.conf.all.disable_ipv6=1"
-            ));
-        }
+        run(&format!("ip -n {c} -6 route add default via fd77:1::2"));
+        run(&format!("ip -n {s} -6 route add default via fd77:2::1"));
+        run(&format!(
+            "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
+        ));
         topo
     }
 }
@@ -245,10 +233,14 @@ fn start_proxy(ns: &str, config: String) -> RunningProxy {
     RunningProxy { shutdown, handle }
 }
 
-/// `knobs`: the IPv4 listener uses the presets that need route-metric knobs (hfc-local, wan),
-/// and there is no IPv6 listener.
+/// `knobs`: both listeners use the presets that need route-metric knobs (hfc-local, wan).
 fn config(spoof: bool, knobs: bool, spool_dir: &std::path::Path) -> String {
-    let mut text = format!(
+    let profiles = if knobs {
+        "local_profile = \"hfc-local\"\nremote_profile = \"wan\""
+    } else {
+        ""
+    };
+    format!(
         r#"
 [proxy]
 allowed_clients = ["10.77.1.0/24", "fd77:1::/64"]
@@ -265,38 +257,28 @@ spoof_client_address = {spoof}
 [listeners.nftables]
 interfaces = ["veth-rc"]
 ports = [{SERVER_PORT}]
-"#,
-        spool = spool_dir.display(),
-        profiles = if knobs {
-            "local_profile = \"hfc-local\"\nremote_profile = \"wan\""
-        } else {
-            ""
-        }
-    );
-    if !knobs {
-        text.push_str(&format!(
-            r#"
+
 [[listeners]]
 name = "tp6"
 mode = "transparent"
 listen = "[::]:7001"
 relay = "spool"
 spoof_client_address = {spoof}
+{profiles}
 [listeners.nftables]
 interfaces = ["veth-rc"]
 ports = [{SERVER_PORT}]
-"#
-        ));
-    }
-    text
+"#,
+        spool = spool_dir.display(),
+    )
 }
 
 fn run_case(spoof: bool, knobs: bool) {
-    let topo = Topology::new(!knobs);
-    let mut targets = vec![SocketAddr::from(([10, 77, 2, 2], SERVER_PORT))];
-    if !knobs {
-        targets.push(SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT));
-    }
+    let topo = Topology::new();
+    let targets = [
+        SocketAddr::from(([10, 77, 2, 2], SERVER_PORT)),
+        SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT),
+    ];
     let spool = tempfile::tempdir().unwrap();
     let (peers, server) = start_server(&topo.server, targets.len());
     let proxy = start_proxy(&topo.router, config(spoof, knobs, spool.path()));
@@ -320,6 +302,21 @@ fn run_case(spoof: bool, knobs: bool) {
         assert!(
             table.contains(&format!("initcwnd {initcwnd}")),
             "hfc-local initcwnd missing: {table}"
+        );
+        let table6 = output(&[
+            "ip",
+            "-n",
+            &topo.router,
+            "-6",
+            "route",
+            "show",
+            "table",
+            "1000",
+        ]);
+        assert!(
+            table6.contains(&format!("initcwnd {initcwnd}"))
+                && table6.matches("fe80::/64").count() >= 2,
+            "IPv6 knob table incomplete: {table6}"
         );
     }
 
@@ -367,6 +364,20 @@ fn run_case(spoof: bool, knobs: bool) {
         knob_table.trim().is_empty(),
         "route-knob table left behind: {knob_table}"
     );
+    let knob_table6 = output(&[
+        "ip",
+        "-n",
+        &topo.router,
+        "-6",
+        "route",
+        "show",
+        "table",
+        "1000",
+    ]);
+    assert!(
+        knob_table6.trim().is_empty(),
+        "IPv6 route-knob table left behind: {knob_table6}"
+    );
 }
 
 #[test]
@@ -379,9 +390,130 @@ fn transparent_with_spoofing_server_sees_client() {
     run_case(true, false);
 }
 
-/// hfc-local / wan on an IPv4 router: midway installs its route-metric tables and rules at
+/// hfc-local / wan on a dual-stack router (two interfaces, so two `fe80::/64` routes): midway installs its route-metric tables and rules at
 /// start (checked while running) and removes them at stop.
 #[test]
 fn transparent_with_route_knob_profiles() {
     run_case(true, true);
+}
+
+/// HTTP origin on 10.77.2.2:80 in the server namespace: every request on a keep-alive
+/// connection gets a page that may be cached for a minute. Counts requests; stops accepting
+/// when `stop` is set (bounded by IO_TIMEOUT in any case).
+fn start_http_origin(
+    ns: &str,
+    requests: std::sync::Arc<AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let handle = in_netns(ns, move || {
+        let listener = TcpListener::bind(("10.77.2.2", 80)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        ready_tx.send(()).unwrap();
+        let deadline = std::time::Instant::now() + IO_TIMEOUT;
+        while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            let mut stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => panic!("origin accept: {e}"),
+            };
+            stream.set_nonblocking(false).unwrap();
+            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+            let requests = requests.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                for _ in 0..16 {
+                    let end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break p + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    buf.drain(..end);
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    let body = "intercepted page\n";
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\
+                         Cache-Control: max-age=60\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if stream.write_all(response.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    ready_rx.recv_timeout(IO_TIMEOUT).expect("origin ready");
+    handle
+}
+
+/// A transparent listener with `application = "http"`: the client talks plain HTTP to the
+/// server's address on port 80, TPROXY diverts it to midway's HTTP engine, and the second
+/// fetch (a new client connection) is answered from the cache.
+#[test]
+fn transparent_http_application_serves_port_80_from_cache() {
+    let topo = Topology::new();
+    let requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let origin = start_http_origin(&topo.server, requests.clone(), stop.clone());
+    let config = r#"
+[proxy]
+allowed_clients = ["10.77.1.0/24"]
+shutdown_grace = "2s"
+[[listeners]]
+name = "web"
+mode = "transparent"
+application = "http"
+listen = "0.0.0.0:7080"
+remote_profile = "wan"
+[listeners.nftables]
+interfaces = ["veth-rc"]
+ports = [80]
+"#;
+    let proxy = start_proxy(&topo.router, config.to_string());
+    for round in 1..=2 {
+        let answer = in_netns(&topo.client, || {
+            let target = SocketAddr::from(([10, 77, 2, 2], 80));
+            let mut stream = TcpStream::connect_timeout(&target, IO_TIMEOUT).expect("connect");
+            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+            stream
+                .write_all(b"GET /page HTTP/1.1\r\nHost: 10.77.2.2\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).expect("read answer");
+            answer
+        })
+        .join()
+        .unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "round {round}: {answer}"
+        );
+        assert!(
+            answer.ends_with("intercepted page\n"),
+            "round {round}: {answer}"
+        );
+        assert!(
+            answer.to_ascii_lowercase().contains("via: 1.1 midway"),
+            "round {round}: not served by midway's HTTP engine: {answer}"
+        );
+    }
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        1,
+        "the second fetch must be a cache hit"
+    );
+    proxy.shutdown.cancel();
+    let summary = proxy.handle.join().expect("proxy thread");
+    assert_eq!(summary.connections_served, 2);
+    stop.store(true, Ordering::SeqCst);
+    origin.join().unwrap();
 }

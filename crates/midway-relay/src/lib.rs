@@ -19,6 +19,7 @@ mod pump;
 mod resources;
 mod spool;
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,12 +76,33 @@ pub struct RelayCounters {
     pub remote_finished: AtomicBool,
 }
 
+/// Called once with (client, server) sockets right before the relay closes them.
+///
+/// The relay owns both sockets and closes them when it ends, so this is the caller's last
+/// chance to read per-socket state such as `tcp_info` (final RTT, cwnd, retransmissions) — a
+/// sample taken earlier by the caller may be seconds old. It runs on the relay's task: keep it
+/// to a few syscalls.
+pub type OnClose = Arc<dyn Fn(BorrowedFd<'_>, BorrowedFd<'_>) + Send + Sync>;
+
 /// Per-connection options.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RelayOptions {
     /// Close both sides when no byte moved in either direction for this long.
     pub idle_timeout: Option<Duration>,
     pub counters: Arc<RelayCounters>,
+    /// See [`OnClose`]; called however the relay ends (done, reset, idle, cancelled, error),
+    /// but not when the model config is rejected before relaying starts.
+    pub on_close: Option<OnClose>,
+}
+
+impl std::fmt::Debug for RelayOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayOptions")
+            .field("idle_timeout", &self.idle_timeout)
+            .field("counters", &self.counters)
+            .field("on_close", &self.on_close.as_ref().map(|_| "<callback>"))
+            .finish()
+    }
 }
 
 /// How one direction ended.

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -274,6 +274,9 @@ pub(crate) async fn run(
             Direction::ClientToServer => c2s_end = Some(failed_end),
             Direction::ServerToClient => s2c_end = Some(failed_end),
         }
+    }
+    if let Some(on_close) = &options.on_close {
+        on_close(client.as_fd(), server.as_fd());
     }
     drop(client);
     drop(server);

@@ -330,3 +330,103 @@ async fn relay_future_is_small() {
     eprintln!("relay future: {size} bytes");
     assert!(size <= 8 * 1024, "relay future is {size} bytes");
 }
+
+/// `on_close` runs once, after the bytes moved, with the relay's own two sockets still open
+/// (client segment first), so the caller can take their final `tcp_info`.
+#[tokio::test]
+async fn on_close_sees_both_open_sockets_once() {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::sync::{Arc, Mutex};
+
+    // TCP state byte of tcp_info (the first field); None if getsockopt fails (fd closed).
+    fn tcp_state(fd: BorrowedFd<'_>) -> Option<u8> {
+        let mut info = [0u8; 8];
+        let mut len = info.len() as libc::socklen_t;
+        // SAFETY: valid fd; the kernel writes at most `len` bytes into `info`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        (rc == 0).then_some(info[0])
+    }
+
+    let res = resources(1 << 30, 4);
+    let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let back = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut client = tokio::net::TcpStream::connect(front.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (proxy_client_side, _) = front.accept().await.unwrap();
+    let proxy_server_side = tokio::net::TcpStream::connect(back.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut server, _) = back.accept().await.unwrap();
+    let expected = (
+        proxy_client_side.local_addr().unwrap(),
+        proxy_server_side.local_addr().unwrap(),
+    );
+
+    type Seen = Vec<(
+        std::net::SocketAddr,
+        std::net::SocketAddr,
+        Option<u8>,
+        Option<u8>,
+    )>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let sink = seen.clone();
+    let options = RelayOptions {
+        on_close: Some(Arc::new(move |c: BorrowedFd<'_>, s: BorrowedFd<'_>| {
+            let addr = |fd: BorrowedFd<'_>| {
+                socket2::SockRef::from(&fd)
+                    .local_addr()
+                    .unwrap()
+                    .as_socket()
+                    .unwrap()
+            };
+            sink.lock()
+                .unwrap()
+                .push((addr(c), addr(s), tcp_state(c), tcp_state(s)));
+        })),
+        ..RelayOptions::default()
+    };
+    let relay_task = tokio::spawn({
+        let resources = res.resources.clone();
+        async move {
+            relay(
+                proxy_client_side,
+                proxy_server_side,
+                &buffer_model(16 * 1024, true),
+                &resources,
+                options,
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+        }
+    });
+    client.write_all(b"hello").await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    within(server.read_to_end(&mut got)).await.unwrap();
+    assert_eq!(got, b"hello");
+    server.write_all(b"bye").await.unwrap();
+    server.shutdown().await.unwrap();
+    let mut back_bytes = Vec::new();
+    within(client.read_to_end(&mut back_bytes)).await.unwrap();
+    assert_eq!(back_bytes, b"bye");
+    let report = within(relay_task).await.unwrap().unwrap();
+    assert_eq!(report.client_to_server_bytes, 5);
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "on_close must run exactly once");
+    let (c, s, c_state, s_state) = seen[0];
+    assert_eq!((c, s), expected, "sockets passed in the wrong order");
+    // Still open file descriptors when called: tcp_info readable. (The TCP state itself may
+    // already be CLOSE once both FINs were acknowledged; the counters are final then.)
+    assert!(c_state.is_some(), "client socket's tcp_info unreadable");
+    assert!(s_state.is_some(), "server socket's tcp_info unreadable");
+}

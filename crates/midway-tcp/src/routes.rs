@@ -32,7 +32,9 @@
 //!
 //! Limits: the copy is taken at install time (later changes to the main table are not followed);
 //! destinations in the `local` table (addresses of this host, loopback) are looked up before any
-//! policy rule and never get the metrics; multipath routes are not copied (warned).
+//! policy rule and never get the metrics; multipath routes are not copied (warned). Routes that
+//! differ only by device (every IPv6 interface has its own `fe80::/64`) are all copied, with
+//! `ip route append`, so link-local peers get the metrics too.
 //!
 //! Mechanism: the `ip` command of iproute2 with JSON output (`ip -j`), not rtnetlink: it is
 //! installed wherever midway's intercept runs, its JSON is stable, it encodes metrics and
@@ -153,7 +155,7 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// The metric arguments of `ip route add` for a profile (empty if it needs none).
+/// The metric arguments of `ip route append` for a profile (empty if it needs none).
 pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
     let mut args = Vec::new();
     if let Some(n) = profile.initial_cwnd {
@@ -177,9 +179,17 @@ pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
     args
 }
 
-/// `ip route add` arguments that recreate `route` in `table` with `metrics` added.
+/// `ip route append` arguments that recreate `route` in `table` with `metrics` added.
+///
+/// `append`, not `add`: the main table may hold several routes to one prefix that differ only
+/// in their device — with IPv6 every interface has its own `fe80::/64` route at the same metric.
+/// `add` asks the kernel for an exclusive create (NLM_F_EXCL) and the second copy fails with
+/// "File exists"; `append` creates each one next to the others, as the kernel did in `main`.
+/// The link-local routes are worth copying, not skipping: a marked socket talking to a
+/// link-local neighbour must get the profile's metrics too, and without a route in the marked
+/// table its lookup would fall through to `main` and silently lose them.
 fn copy_route_args(family: &str, route: &JsonRoute, table: u32, metrics: &[String]) -> Vec<String> {
-    let mut args = strings(&[family, "route", "add", "table"]);
+    let mut args = strings(&[family, "route", "append", "table"]);
     args.push(table.to_string());
     if let Some(kind) = &route.kind {
         args.push(kind.clone());

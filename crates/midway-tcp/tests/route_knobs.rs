@@ -528,3 +528,92 @@ fn route_knobs_cover_ipv6_too() {
         assert_eq!(tcp_stats(sock.as_fd()).unwrap().snd_cwnd, 6);
     }
 }
+
+/// Regression: with IPv6 on and two or more interfaces, `main` holds one `fe80::/64` route per
+/// interface; copying them used to fail with "File exists" on the second one.
+#[test]
+fn install_copies_per_device_link_local_routes() {
+    let ns = Netns::new();
+    let n = ns.name.as_str();
+    // Two veth pairs inside one namespace: four interfaces, each with its own fe80::/64 route.
+    ip(&[
+        "-n", n, "link", "add", "va1", "type", "veth", "peer", "name", "vb1",
+    ]);
+    ip(&[
+        "-n", n, "link", "add", "va2", "type", "veth", "peer", "name", "vb2",
+    ]);
+    ip(&[
+        "-n",
+        n,
+        "addr",
+        "add",
+        "fd00:232:1::1/64",
+        "dev",
+        "va1",
+        "nodad",
+    ]);
+    ip(&[
+        "-n",
+        n,
+        "addr",
+        "add",
+        "fd00:232:2::1/64",
+        "dev",
+        "va2",
+        "nodad",
+    ]);
+    for dev in ["va1", "vb1", "va2", "vb2"] {
+        ip(&["-n", n, "link", "set", dev, "up"]);
+    }
+    let main = ip(&["-n", n, "-6", "route", "show", "table", "main"]);
+    let link_local_in_main = main.lines().filter(|l| l.starts_with("fe80::/64")).count();
+    assert!(
+        link_local_in_main >= 2,
+        "the namespace should have several fe80::/64 routes:\n{main}"
+    );
+
+    let mut profile = TcpProfile::kernel_default("two-ifaces");
+    profile.initial_cwnd = Some(8);
+    let (knobs, _) = install(&ns, &profile);
+    let table = ip(&[
+        "-n",
+        n,
+        "-6",
+        "route",
+        "show",
+        "table",
+        &BASE_TABLE.to_string(),
+    ]);
+    let copied: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("fe80::/64"))
+        .collect();
+    assert_eq!(copied.len(), link_local_in_main, "{table}");
+    for dev in ["va1", "vb1", "va2", "vb2"] {
+        let line = copied
+            .iter()
+            .find(|l| l.contains(&format!(" dev {dev} ")))
+            .unwrap_or_else(|| panic!("no fe80::/64 dev {dev} in table:\n{table}"));
+        assert!(line.contains("initcwnd 8"), "{line}");
+    }
+    for prefix in ["fd00:232:1::/64", "fd00:232:2::/64"] {
+        assert!(table.contains(prefix), "{prefix} missing:\n{table}");
+    }
+    ns.run(|| knobs.remove()).unwrap();
+    let after = Command::new("ip")
+        .args([
+            "-n",
+            n,
+            "-6",
+            "route",
+            "show",
+            "table",
+            &BASE_TABLE.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&after.stdout).trim().is_empty(),
+        "table not flushed"
+    );
+}

@@ -59,6 +59,7 @@ pub async fn relayed(
     let options = RelayOptions {
         idle_timeout,
         counters: Arc::clone(&counters),
+        ..RelayOptions::default()
     };
     let resources = Arc::clone(resources);
     let token = cancel.clone();

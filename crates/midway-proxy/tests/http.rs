@@ -1,0 +1,257 @@
+//! `mode = "http"` on loopback with the real curl: a cacheable page fetched twice through the
+//! proxy reaches the origin once (the second answer is a cache hit), a client outside
+//! `allowed_clients` is refused before any HTTP, and CONNECT tunnels work.
+
+use std::net::SocketAddr;
+use std::process::Output;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+mod common;
+use common::*;
+
+const PAGE_BODY: &str = "midway http mode test page\n";
+
+/// An origin server: answers every request on a keep-alive connection with a page that may be
+/// cached for a minute, and counts the requests it saw.
+async fn origin() -> (SocketAddr, Arc<AtomicUsize>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                // Bounded: a test connection carries a handful of requests.
+                for _ in 0..64 {
+                    let head_end = loop {
+                        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break pos + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        if buf.len() > 64 * 1024 {
+                            return;
+                        }
+                    };
+                    buf.drain(..head_end);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+                         Cache-Control: public, max-age=60\r\nETag: \"v1\"\r\n\r\n{PAGE_BODY}",
+                        PAGE_BODY.len()
+                    );
+                    if stream.write_all(response.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, requests, task)
+}
+
+fn config(allowed: &str) -> String {
+    format!(
+        r#"
+[proxy]
+allowed_clients = ["{allowed}"]
+connect_timeout = "2s"
+shutdown_grace = "1s"
+[metrics]
+listen = "127.0.0.1:0"
+[spool]
+dir = "SPOOL_DIR"
+[[listeners]]
+name = "web"
+mode = "http"
+listen = "127.0.0.1:0"
+[listeners.http]
+max_pipelined = 4
+upstream_idle_keep = "30s"
+"#
+    )
+}
+
+/// Runs curl with `args` (proxy variables from the environment removed, so only `-x` counts).
+async fn curl(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["--silent", "--show-error", "--max-time", "20"])
+            .args(&args)
+            .env_remove("http_proxy")
+            .env_remove("HTTP_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("all_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("no_proxy")
+            .env_remove("NO_PROXY")
+            .output()
+            .expect("curl is installed")
+    })
+    .await
+    .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn metric_now(metrics: SocketAddr, series: &str) -> Option<f64> {
+    metric(&scrape(metrics).await, series)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_through_http_listener_second_fetch_is_a_cache_hit() {
+    let (origin_addr, origin_requests, _origin) = origin().await;
+    let proxy = start(&config("127.0.0.1/32")).await;
+    let proxy_url = format!("http://{}", proxy.addr("web"));
+    let page = format!("http://{origin_addr}/page");
+    let metrics = proxy.metrics.unwrap();
+
+    // Two separate curl runs: two client connections, the second answered from the cache.
+    for round in 1..=2 {
+        let out = curl(vec![
+            "--include".into(),
+            "-x".into(),
+            proxy_url.clone(),
+            page.clone(),
+        ])
+        .await;
+        let body = text(&out);
+        assert!(out.status.success(), "round {round}: {out:?}");
+        assert!(body.starts_with("HTTP/1.1 200"), "round {round}: {body}");
+        assert!(body.ends_with(PAGE_BODY), "round {round}: {body}");
+        // The proxy says it handled the response.
+        assert!(
+            body.to_ascii_lowercase().contains("via: 1.1 midway"),
+            "round {round}: {body}"
+        );
+    }
+    assert_eq!(
+        origin_requests.load(Ordering::SeqCst),
+        1,
+        "the second fetch must not reach the origin"
+    );
+    assert_eq!(
+        metric_now(metrics, "midway_http_cache_hits_total{listener=\"web\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_now(metrics, "midway_http_cache_misses_total{listener=\"web\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_now(metrics, "midway_http_requests_total{listener=\"web\"}").await,
+        Some(2.0)
+    );
+    // The ordinary per-listener accounting covers HTTP listeners as well.
+    let accepted = "midway_connections_accepted_total{listener=\"web\"}";
+    let active = "midway_connections_active{listener=\"web\"}";
+    assert!(
+        eventually_async(|| async {
+            let t = scrape(metrics).await;
+            metric(&t, accepted) == Some(2.0) && metric(&t, active) == Some(0.0)
+        })
+        .await,
+        "{}",
+        scrape(metrics).await
+    );
+
+    let summary = proxy.stop().await;
+    assert_eq!(summary.connections_served, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_outside_allowed_clients_is_refused() {
+    let (origin_addr, origin_requests, _origin) = origin().await;
+    // Only 127.0.0.1 may use the proxy; curl connects from 127.0.0.2 (also loopback).
+    let proxy = start(&config("127.0.0.1/32")).await;
+    let metrics = proxy.metrics.unwrap();
+    let out = curl(vec![
+        "--interface".into(),
+        "127.0.0.2".into(),
+        "-x".into(),
+        format!("http://{}", proxy.addr("web")),
+        format!("http://{origin_addr}/page"),
+    ])
+    .await;
+    assert!(
+        !out.status.success(),
+        "refused client got an answer: {out:?}"
+    );
+    assert_eq!(text(&out), "", "no HTTP answer at all for a refused client");
+    assert_eq!(origin_requests.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        metric_now(
+            metrics,
+            "midway_connections_refused_total{listener=\"web\",reason=\"not_allowed\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_now(metrics, "midway_http_requests_total{listener=\"web\"}").await,
+        Some(0.0)
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_tunnel_works() {
+    let (origin_addr, origin_requests, _origin) = origin().await;
+    let proxy = start(&config("127.0.0.0/8")).await;
+    let metrics = proxy.metrics.unwrap();
+    // --proxytunnel: curl sends CONNECT origin, then its GET through the tunnel; the proxy
+    // only moves bytes, so both fetches reach the origin (no caching inside a tunnel).
+    for _ in 0..2 {
+        let out = curl(vec![
+            "--proxytunnel".into(),
+            "-x".into(),
+            format!("http://{}", proxy.addr("web")),
+            format!("http://{origin_addr}/page"),
+        ])
+        .await;
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(text(&out), PAGE_BODY);
+    }
+    assert_eq!(origin_requests.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        metric_now(metrics, "midway_http_tunnels_total{listener=\"web\"}").await,
+        Some(2.0)
+    );
+    assert_eq!(
+        metric_now(metrics, "midway_http_cache_hits_total{listener=\"web\"}").await,
+        Some(0.0)
+    );
+    proxy.stop().await;
+}
+
+/// Like `eventually`, for an async check: polls until true or `WAIT` passes.
+async fn eventually_async<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    check().await
+}
