@@ -127,6 +127,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         bail!("midway-bench needs root: it creates network namespaces");
     }
     raise_fd_limit()?;
+    netns::install_cleanup_on_signal()?;
     std::fs::create_dir_all(&options.work_dir)?;
     let mut net = BenchNet::build().context("cannot build the benchmark network")?;
     start_iperf_servers(&mut net)?;
@@ -282,12 +283,33 @@ fn start_proxy(net: &mut BenchNet, case: Case, options: &BenchOptions) -> anyhow
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let pid = net.spawn(Host::Router, &program, &args, Some(log))?;
     let probe = SocketAddr::from((case.connect_addr(), CPS_PORT));
-    if let Err(error) = workloads::wait_until_accepting(net, probe, Duration::from_secs(10)) {
+    // In transparent mode the probe's address answers even before midway is up (the router just
+    // routes), so wait for midway's nftables table first; a connection that started before the
+    // table existed would later be diverted mid-stream and reset.
+    let ready = if case == Case::MidwayTransparent {
+        wait_for_nft_table(net, Duration::from_secs(10))
+    } else {
+        Ok(())
+    };
+    if let Err(error) =
+        ready.and_then(|()| workloads::wait_until_accepting(net, probe, Duration::from_secs(10)))
+    {
         net.stop(pid);
         let log = std::fs::read_to_string(config_path.with_extension("log")).unwrap_or_default();
         bail!("{} did not come up: {error:#}\n{log}", case.name());
     }
     Ok(Some(RunningProxy { pid }))
+}
+
+fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while net.run(Host::Router, "nft", &["list", "table", "inet", "midway"]).is_err() {
+        if Instant::now() > deadline {
+            bail!("midway's nftables table did not appear within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 fn midway_config(case: Case, client_iface: &str) -> String {

@@ -28,6 +28,39 @@ pub const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 1);
 pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 2);
 pub const CLIENT_PREFIX: &str = "10.201.1.0/24";
 
+/// Namespaces and child pids alive in this process, for the signal handler: Ctrl-C must not leave
+/// namespaces or proxies behind.
+static LIVE: std::sync::Mutex<(Vec<String>, Vec<u32>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
+
+/// On SIGINT or SIGTERM: stop every child, delete every namespace, exit with 130.
+pub fn install_cleanup_on_signal() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            let (namespaces, pids) = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+            for pid in pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            for ns in namespaces {
+                let _ = Command::new("ip").args(["netns", "delete", &ns]).status();
+            }
+            eprintln!("interrupted: benchmark network removed");
+            std::process::exit(130);
+        }
+    });
+    Ok(())
+}
+
+fn track(update: impl FnOnce(&mut (Vec<String>, Vec<u32>))) {
+    if let Ok(mut live) = LIVE.lock() {
+        update(&mut live);
+    }
+}
+
 /// Three namespaces named after this process, removed on drop.
 pub struct BenchNet {
     tag: String,
@@ -43,6 +76,8 @@ impl BenchNet {
         };
         for host in [Host::Client, Host::Router, Host::Server] {
             ip(&["netns", "add", &net.ns(host)])?;
+            let ns = net.ns(host);
+            track(|live| live.0.push(ns));
             net.run(host, "ip", &["link", "set", "lo", "up"])?;
         }
         let (c0, r0, r1, s0) = (
@@ -122,6 +157,7 @@ impl BenchNet {
         };
         let child = cmd.spawn().with_context(|| format!("cannot start {program}"))?;
         let pid = child.id();
+        track(|live| live.1.push(pid));
         self.children.push(child);
         Ok(pid)
     }
@@ -156,15 +192,19 @@ impl Drop for BenchNet {
         }
         for host in [Host::Client, Host::Router, Host::Server] {
             // Deleting the namespace removes its veth ends too.
+            let ns = self.ns(host);
             let _ = Command::new("ip")
-                .args(["netns", "delete", &self.ns(host)])
+                .args(["netns", "delete", &ns])
                 .stderr(Stdio::null())
                 .status();
+            track(|live| live.0.retain(|n| *n != ns));
         }
     }
 }
 
 fn terminate(mut child: Child, grace: Duration) {
+    let id = child.id();
+    track(|live| live.1.retain(|p| *p != id));
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let deadline = Instant::now() + grace;
