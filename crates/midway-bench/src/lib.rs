@@ -131,14 +131,17 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     std::fs::create_dir_all(&options.work_dir)?;
     let mut net = BenchNet::build().context("cannot build the benchmark network")?;
     start_iperf_servers(&mut net)?;
-    let cps_server = workloads::start_close_server(&net, SocketAddr::from((SERVER_ADDR, CPS_PORT)))?;
+    let cps_server =
+        workloads::start_close_server(&net, SocketAddr::from((SERVER_ADDR, CPS_PORT)))?;
 
     let mut report = BenchReport {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .unwrap_or_default()
             .trim()
             .to_string(),
-        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         seconds_per_run: options.seconds,
         throughput: Vec::new(),
         connection_rate: Vec::new(),
@@ -186,7 +189,9 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         }
         if case == Case::MidwayTransparent {
             // midway removes its nftables table when it stops; make sure before the next case.
-            let tables = net.run(Host::Router, "nft", &["list", "tables"]).unwrap_or_default();
+            let tables = net
+                .run(Host::Router, "nft", &["list", "tables"])
+                .unwrap_or_default();
             if tables.contains("midway") {
                 eprintln!("   warning: midway's nftables table is still present after stop");
             }
@@ -261,7 +266,11 @@ fn all_ports() -> Vec<u16> {
     ports
 }
 
-fn start_proxy(net: &mut BenchNet, case: Case, options: &BenchOptions) -> anyhow::Result<Option<RunningProxy>> {
+fn start_proxy(
+    net: &mut BenchNet,
+    case: Case,
+    options: &BenchOptions,
+) -> anyhow::Result<Option<RunningProxy>> {
     let (program, args, config_path): (String, Vec<String>, PathBuf) = match case {
         Case::Direct => return Ok(None),
         Case::MidwayForward | Case::MidwayTransparent => {
@@ -269,14 +278,22 @@ fn start_proxy(net: &mut BenchNet, case: Case, options: &BenchOptions) -> anyhow
             std::fs::write(&path, midway_config(case, &net.iface("r0")))?;
             (
                 options.midway_bin.display().to_string(),
-                vec!["proxy".into(), "--config".into(), path.display().to_string()],
+                vec![
+                    "proxy".into(),
+                    "--config".into(),
+                    path.display().to_string(),
+                ],
                 path,
             )
         }
         Case::Haproxy | Case::HaproxySplice => {
             let path = options.work_dir.join(format!("{}.cfg", case.name()));
             std::fs::write(&path, haproxy_config(case == Case::HaproxySplice))?;
-            ("haproxy".into(), vec!["-db".into(), "-f".into(), path.display().to_string()], path)
+            (
+                "haproxy".into(),
+                vec!["-db".into(), "-f".into(), path.display().to_string()],
+                path,
+            )
         }
     };
     let log = std::fs::File::create(config_path.with_extension("log"))?;
@@ -303,7 +320,10 @@ fn start_proxy(net: &mut BenchNet, case: Case, options: &BenchOptions) -> anyhow
 
 fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
-    while net.run(Host::Router, "nft", &["list", "table", "inet", "midway"]).is_err() {
+    while net
+        .run(Host::Router, "nft", &["list", "table", "inet", "midway"])
+        .is_err()
+    {
         if Instant::now() > deadline {
             bail!("midway's nftables table did not appear within {limit:?}");
         }
@@ -376,7 +396,9 @@ fn measure_throughput(
     streams: usize,
     seconds: u32,
 ) -> anyhow::Result<ThroughputRow> {
-    let processes = streams.div_ceil(IPERF_MAX_STREAMS_PER_PROCESS).clamp(1, IPERF_PROCESSES);
+    let processes = streams
+        .div_ceil(IPERF_MAX_STREAMS_PER_PROCESS)
+        .clamp(1, IPERF_PROCESSES);
     let cpu_before = proxy.map(|p| procstat::cpu_seconds(p.pid)).transpose()?;
     let sampler = workloads::TcpMemorySampler::start(Duration::from_millis(250));
     let started = Instant::now();
@@ -439,7 +461,12 @@ fn measure_throughput(
     })
 }
 
-fn measure_idle(net: &BenchNet, case: Case, proxy: &RunningProxy, count: usize) -> anyhow::Result<IdleMemoryRow> {
+fn measure_idle(
+    net: &BenchNet,
+    case: Case,
+    proxy: &RunningProxy,
+    count: usize,
+) -> anyhow::Result<IdleMemoryRow> {
     let rss_before = procstat::rss_bytes(proxy.pid)?;
     let tcp_before = procstat::tcp_memory_pages()?;
     let holder = workloads::hold_idle_connections(
@@ -461,7 +488,8 @@ fn measure_idle(net: &BenchNet, case: Case, proxy: &RunningProxy, count: usize) 
         proxy_rss_before_bytes: rss_before,
         proxy_rss_after_bytes: rss_after,
         user_bytes_per_connection: rss_after.saturating_sub(rss_before) as f64 / count as f64,
-        kernel_tcp_bytes_per_connection: (tcp_after.saturating_sub(tcp_before) * page) as f64 / count as f64,
+        kernel_tcp_bytes_per_connection: (tcp_after.saturating_sub(tcp_before) * page) as f64
+            / count as f64,
     })
 }
 
@@ -477,7 +505,13 @@ pub fn render_markdown(report: &BenchReport) -> String {
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
     for r in &report.throughput {
         if let Some(error) = &r.error {
-            let _ = writeln!(out, "| {} | {} | failed: {} | | | |", r.case, r.streams, error.replace('\n', " "));
+            let _ = writeln!(
+                out,
+                "| {} | {} | failed: {} | | | |",
+                r.case,
+                r.streams,
+                error.replace('\n', " ")
+            );
             continue;
         }
         let _ = writeln!(
@@ -487,14 +521,22 @@ pub fn render_markdown(report: &BenchReport) -> String {
             r.streams,
             r.bits_per_second / 1e9,
             r.ratio_to_direct.map_or("-".into(), |v| format!("{v:.2}")),
-            r.proxy_cpu_seconds_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
+            r.proxy_cpu_seconds_per_gb
+                .map_or("-".into(), |v| format!("{v:.2}")),
             r.peak_tcp_memory_bytes as f64 / 1048576.0,
             r.tcp_memory_pressure_bytes as f64 / 1048576.0,
         );
     }
-    let _ = writeln!(out, "\n| case | connections/s | failures |\n|---|---:|---:|");
+    let _ = writeln!(
+        out,
+        "\n| case | connections/s | failures |\n|---|---:|---:|"
+    );
     for r in &report.connection_rate {
-        let _ = writeln!(out, "| {} | {:.0} | {} |", r.case, r.connections_per_second, r.failures);
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {} |",
+            r.case, r.connections_per_second, r.failures
+        );
     }
     let _ = writeln!(
         out,

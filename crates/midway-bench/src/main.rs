@@ -7,7 +7,10 @@ use clap::Parser;
 use midway_bench::{BenchOptions, Case};
 
 #[derive(Parser)]
-#[command(name = "midway-bench", about = "Throughput, CPU per GB, connection rate and idle memory of midway vs HAProxy (root)")]
+#[command(
+    name = "midway-bench",
+    about = "Throughput, CPU per GB, connection rate and idle memory of midway vs HAProxy (root)"
+)]
 struct Args {
     /// The midway binary to benchmark.
     #[arg(long, default_value = "target/release/midway")]
@@ -25,7 +28,12 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     cps_seconds: u32,
     /// Cases to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "direct,midway-forward,midway-transparent,haproxy,haproxy-splice")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "direct,midway-forward,midway-transparent,haproxy,haproxy-splice"
+    )]
     cases: Vec<Case>,
     /// A short run (1 and 100 streams, 3 s, 1000 idle connections), for CI.
     #[arg(long)]

@@ -30,7 +30,8 @@ pub const CLIENT_PREFIX: &str = "10.201.1.0/24";
 
 /// Namespaces and child pids alive in this process, for the signal handler: Ctrl-C must not leave
 /// namespaces or proxies behind.
-static LIVE: std::sync::Mutex<(Vec<String>, Vec<u32>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
+static LIVE: std::sync::Mutex<(Vec<String>, Vec<u32>)> =
+    std::sync::Mutex::new((Vec::new(), Vec::new()));
 
 /// On SIGINT or SIGTERM: stop every child, delete every namespace, exit with 130.
 pub fn install_cleanup_on_signal() -> anyhow::Result<()> {
@@ -86,8 +87,34 @@ impl BenchNet {
             net.iface("r1"),
             net.iface("s0"),
         );
-        ip(&["link", "add", &c0, "netns", &net.ns(Host::Client), "type", "veth", "peer", "name", &r0, "netns", &net.ns(Host::Router)])?;
-        ip(&["link", "add", &r1, "netns", &net.ns(Host::Router), "type", "veth", "peer", "name", &s0, "netns", &net.ns(Host::Server)])?;
+        ip(&[
+            "link",
+            "add",
+            &c0,
+            "netns",
+            &net.ns(Host::Client),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &r0,
+            "netns",
+            &net.ns(Host::Router),
+        ])?;
+        ip(&[
+            "link",
+            "add",
+            &r1,
+            "netns",
+            &net.ns(Host::Router),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &s0,
+            "netns",
+            &net.ns(Host::Server),
+        ])?;
         let plan: [(Host, &str, String); 4] = [
             (Host::Client, &c0, format!("{CLIENT_ADDR}/24")),
             (Host::Router, &r0, format!("{ROUTER_CLIENT_SIDE}/24")),
@@ -98,12 +125,36 @@ impl BenchNet {
             net.run(*host, "ip", &["addr", "add", addr, "dev", iface])?;
             net.run(*host, "ip", &["link", "set", iface, "up"])?;
         }
-        net.run(Host::Client, "ip", &["route", "add", "default", "via", &ROUTER_CLIENT_SIDE.to_string()])?;
-        net.run(Host::Server, "ip", &["route", "add", "default", "via", &ROUTER_SERVER_SIDE.to_string()])?;
+        net.run(
+            Host::Client,
+            "ip",
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                &ROUTER_CLIENT_SIDE.to_string(),
+            ],
+        )?;
+        net.run(
+            Host::Server,
+            "ip",
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                &ROUTER_SERVER_SIDE.to_string(),
+            ],
+        )?;
         net.run(Host::Router, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         // Thousands of short connections per second would run out of ephemeral ports otherwise.
         for host in [Host::Client, Host::Router] {
-            net.run(host, "sysctl", &["-qw", "net.ipv4.ip_local_port_range=1024 65000"])?;
+            net.run(
+                host,
+                "sysctl",
+                &["-qw", "net.ipv4.ip_local_port_range=1024 65000"],
+            )?;
             net.run(host, "sysctl", &["-qw", "net.ipv4.tcp_tw_reuse=1"])?;
         }
         Ok(net)
@@ -142,20 +193,29 @@ impl BenchNet {
 
     pub fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns(host), program]).args(args);
+        cmd.args(["netns", "exec", &self.ns(host), program])
+            .args(args);
         cmd
     }
 
     /// Starts a long-running program in a host; it is killed when the network is dropped or when
     /// [`BenchNet::stop`] is called with its pid.
-    pub fn spawn(&mut self, host: Host, program: &str, args: &[&str], log: Option<File>) -> anyhow::Result<u32> {
+    pub fn spawn(
+        &mut self,
+        host: Host,
+        program: &str,
+        args: &[&str],
+        log: Option<File>,
+    ) -> anyhow::Result<u32> {
         let mut cmd = self.command(host, program, args);
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
         match log {
             Some(file) => cmd.stderr(file),
             None => cmd.stderr(Stdio::null()),
         };
-        let child = cmd.spawn().with_context(|| format!("cannot start {program}"))?;
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {program}"))?;
         let pid = child.id();
         track(|live| live.1.push(pid));
         self.children.push(child);
@@ -219,7 +279,10 @@ fn terminate(mut child: Child, grace: Duration) {
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let output = Command::new("ip").args(args).output().context("cannot run ip")?;
+    let output = Command::new("ip")
+        .args(args)
+        .output()
+        .context("cannot run ip")?;
     if !output.status.success() {
         bail!(
             "ip {} failed: {}",

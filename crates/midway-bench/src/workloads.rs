@@ -14,7 +14,11 @@ use crate::netns::{BenchNet, Host};
 use crate::procstat;
 
 /// Connect from the client host until `addr` accepts, or fail after `limit`.
-pub fn wait_until_accepting(net: &BenchNet, addr: SocketAddr, limit: Duration) -> anyhow::Result<()> {
+pub fn wait_until_accepting(
+    net: &BenchNet,
+    addr: SocketAddr,
+    limit: Duration,
+) -> anyhow::Result<()> {
     net.in_host(Host::Client, move || {
         let deadline = Instant::now() + limit;
         loop {
@@ -87,7 +91,11 @@ impl CloseServer {
 
 /// Connections per second from the client host to `addr`: several threads each connect, read the
 /// server's byte until EOF, and close, for `duration`.
-pub fn connection_rate(net: &BenchNet, addr: SocketAddr, duration: Duration) -> anyhow::Result<(f64, u64)> {
+pub fn connection_rate(
+    net: &BenchNet,
+    addr: SocketAddr,
+    duration: Duration,
+) -> anyhow::Result<(f64, u64)> {
     const THREADS: usize = 8;
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -99,17 +107,19 @@ pub fn connection_rate(net: &BenchNet, addr: SocketAddr, duration: Duration) -> 
                 let deadline = Instant::now() + duration;
                 let mut buf = [0u8; 16];
                 while Instant::now() < deadline {
-                    let ok = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|mut s| {
-                        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-                        let mut total = 0;
-                        loop {
-                            match s.read(&mut buf)? {
-                                0 => break,
-                                n => total += n,
+                    let ok = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(
+                        |mut s| {
+                            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                            let mut total = 0;
+                            loop {
+                                match s.read(&mut buf)? {
+                                    0 => break,
+                                    n => total += n,
+                                }
                             }
-                        }
-                        Ok(total)
-                    });
+                            Ok(total)
+                        },
+                    );
                     match ok {
                         Ok(1) => done.fetch_add(1, Ordering::Relaxed),
                         _ => failed.fetch_add(1, Ordering::Relaxed),
@@ -125,7 +135,10 @@ pub fn connection_rate(net: &BenchNet, addr: SocketAddr, duration: Duration) -> 
             .map_err(|_| anyhow::anyhow!("connection-rate worker panicked"))??;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    Ok((done.load(Ordering::Relaxed) as f64 / elapsed, failed.load(Ordering::Relaxed)))
+    Ok((
+        done.load(Ordering::Relaxed) as f64 / elapsed,
+        failed.load(Ordering::Relaxed),
+    ))
 }
 
 /// Samples the machine's TCP memory in the background and keeps the peak.
@@ -160,7 +173,8 @@ impl TcpMemorySampler {
 
 /// Total received bits per second and bytes from `iperf3 -J` output.
 pub fn parse_iperf_json(stdout: &[u8]) -> anyhow::Result<(f64, u64)> {
-    let value: serde_json::Value = serde_json::from_slice(stdout).context("iperf3 printed no JSON")?;
+    let value: serde_json::Value =
+        serde_json::from_slice(stdout).context("iperf3 printed no JSON")?;
     if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
         bail!("iperf3: {error}");
     }
@@ -171,7 +185,10 @@ pub fn parse_iperf_json(stdout: &[u8]) -> anyhow::Result<(f64, u64)> {
         .get("bits_per_second")
         .and_then(|v| v.as_f64())
         .context("no bits_per_second")?;
-    let bytes = received.get("bytes").and_then(|v| v.as_u64()).context("no bytes")?;
+    let bytes = received
+        .get("bytes")
+        .and_then(|v| v.as_u64())
+        .context("no bytes")?;
     Ok((bps, bytes))
 }
 
@@ -231,7 +248,10 @@ pub fn hold_idle_connections(
                 if release.load(Ordering::Relaxed) {
                     break;
                 }
-                held.push(TcpStream::connect_timeout(&connect_to, Duration::from_secs(5))?);
+                held.push(TcpStream::connect_timeout(
+                    &connect_to,
+                    Duration::from_secs(5),
+                )?);
             }
             while !release.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(20));

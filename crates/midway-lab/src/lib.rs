@@ -14,6 +14,7 @@
 
 pub mod cases;
 pub mod cli;
+pub mod netstat;
 pub mod plan;
 pub mod runner;
 pub mod scenario;

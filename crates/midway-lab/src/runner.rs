@@ -276,7 +276,7 @@ fn measure_in(
                     return Err(error);
                 }
             };
-            let server_retransmits = server_thread
+            let server_outcome = server_thread
                 .join()
                 .map_err(|_| anyhow!("the bulk server thread panicked"))?
                 .context("bulk server")?;
@@ -286,9 +286,19 @@ fn measure_in(
                 ..Measurement::default()
             };
             m.retransmits.insert("client".into(), client.retransmits);
-            m.retransmits.insert("server".into(), server_retransmits);
+            m.retransmits
+                .insert("server".into(), server_outcome.retransmits);
             m.extra
                 .insert("connect_seconds".into(), client.connect_seconds);
+            // The remote segment's completion (hfc-proxy fig. 11): the server's last byte
+            // acknowledged by its peer, on the client's clock. With a proxy the peer is the
+            // proxy's remote segment; `seconds` stays the local (end-to-end) completion.
+            if let Some(acked) = server_outcome.all_acked {
+                m.extra.insert(
+                    "remote_segment_seconds".into(),
+                    acked.saturating_duration_since(client.started).as_secs_f64(),
+                );
+            }
             m
         }
         Workload::Command(command) => {
@@ -317,6 +327,25 @@ fn measure_in(
         }
         let status = child.stop().context("cannot stop the proxy")?;
         tracing::debug!(?status, "proxy stopped");
+    }
+
+    // Loss-recovery counters of every host's namespace (fresh per point): on the proxy host they
+    // are the proxy's two segments, and show whether a tuning such as the duplicate-ACK
+    // threshold changed fast retransmits and timeouts.
+    for host in topology.hosts().map(str::to_owned).collect::<Vec<_>>() {
+        match topology.try_in_host(&host, crate::netstat::read_tcp_ext) {
+            Ok(Ok(counters)) => {
+                for name in crate::netstat::RECORDED {
+                    if let Some(value) = counters.get(name) {
+                        measurement
+                            .extra
+                            .insert(format!("{host}.{name}"), *value as f64);
+                    }
+                }
+            }
+            Ok(Err(error)) => tracing::warn!("point {}: no netstat of {host}: {error}", point.index),
+            Err(error) => tracing::warn!("point {}: no netstat of {host}: {error}", point.index),
+        }
     }
 
     // labnet names links "a-b"; records use the scenario's link names.

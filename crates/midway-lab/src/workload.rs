@@ -131,8 +131,8 @@ impl BulkServer {
 
     /// Accepts one client within `timeout`, sends `bytes`, closes its sending side, waits for the
     /// client to close (so every retransmission is counted), and returns the socket's total
-    /// retransmissions.
-    pub fn serve_one(&self, bytes: u64, timeout: Duration) -> Result<u64, WorkloadError> {
+    /// retransmissions and when its peer had acknowledged every byte.
+    pub fn serve_one(&self, bytes: u64, timeout: Duration) -> Result<ServerOutcome, WorkloadError> {
         let deadline = Instant::now() + timeout;
         // SO_RCVTIMEO bounds accept() on Linux.
         let socket = socket2::SockRef::from(&self.listener);
@@ -182,6 +182,7 @@ impl BulkServer {
                 bytes: sent,
                 source,
             })?;
+        let all_acked = wait_all_acked(&stream, deadline);
         // The client closes once it has everything; its FIN ends this read.
         let mut sink = [0u8; 1024];
         loop {
@@ -200,7 +201,42 @@ impl BulkServer {
                 }
             }
         }
-        total_retransmits(&stream).map_err(setup("server", "TCP_INFO"))
+        let retransmits = total_retransmits(&stream).map_err(setup("server", "TCP_INFO"))?;
+        Ok(ServerOutcome {
+            retransmits,
+            all_acked,
+        })
+    }
+}
+
+/// What the bulk server saw.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerOutcome {
+    pub retransmits: u64,
+    /// When the peer (the client, or the proxy's remote segment) had acknowledged every byte:
+    /// the end of the remote segment's transfer. `None` if it could not be observed in time.
+    pub all_acked: Option<Instant>,
+}
+
+/// Waits until the socket's send queue (unsent + unacknowledged bytes, `SIOCOUTQ`) is empty and
+/// returns that instant. Polls every millisecond: the kernel offers no event for "all acked",
+/// and a millisecond is small against the transfers measured (tens of ms and more).
+fn wait_all_acked(stream: &TcpStream, deadline: Instant) -> Option<Instant> {
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ writes one int into `queued`.
+        let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        if rc != 0 {
+            return None;
+        }
+        let now = Instant::now();
+        if queued == 0 {
+            return Some(now);
+        }
+        if now >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -213,6 +249,8 @@ pub struct BulkOutcome {
     /// Seconds from the start of `connect()` until it completed.
     pub connect_seconds: f64,
     pub retransmits: u64,
+    /// When `connect()` started: the common origin of the client's and the server's times.
+    pub started: Instant,
 }
 
 /// Connects to `target`, reads `bytes`, and times it.
@@ -273,6 +311,7 @@ pub fn bulk_client(
         seconds: (last_byte - start).as_secs_f64(),
         connect_seconds,
         retransmits,
+        started: start,
     })
 }
 

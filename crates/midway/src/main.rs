@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "midway", version, about = "A performance-enhancing proxy for TCP, and the lab that measures it")]
+#[command(
+    name = "midway",
+    version,
+    about = "A performance-enhancing proxy for TCP, and the lab that measures it"
+)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]

@@ -1,0 +1,66 @@
+//! TCP loss-recovery counters of a host's network namespace (`/proc/net/netstat`, the numbers
+//! `nstat` shows as `TcpExt*`). Each point builds fresh namespaces, so a namespace's counters
+//! are exactly what that point's sockets did there: on the proxy host, the proxy's two segments.
+//! They show whether a tuning took effect (fast retransmits instead of timeouts).
+
+use std::collections::BTreeMap;
+
+/// The `TcpExt` counters the lab records, by the name `nstat` gives them (without the prefix).
+pub const RECORDED: [&str; 5] = [
+    "TCPFastRetrans",
+    "TCPTimeouts",
+    "TCPLossProbes",
+    "TCPSlowStartRetrans",
+    "TCPRenoRecovery",
+];
+
+/// Parses the text of `/proc/net/netstat` (pairs of lines: `Prefix: names...` then
+/// `Prefix: values...`) into `TcpExt` counters. Lines that do not pair up are skipped.
+pub fn parse_tcp_ext(text: &str) -> BTreeMap<String, u64> {
+    let mut counters = BTreeMap::new();
+    let mut lines = text.lines();
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let (Some(("TcpExt", names)), Some(("TcpExt", values))) =
+            (names.split_once(':'), values.split_once(':'))
+        else {
+            continue;
+        };
+        for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
+            if let Ok(value) = value.parse::<u64>() {
+                counters.insert(name.to_string(), value);
+            }
+        }
+    }
+    counters
+}
+
+/// Reads the `TcpExt` counters of the calling thread's network namespace. `/proc/thread-self`
+/// (not `/proc/self`): the thread, not the process, is the one inside the host's namespace.
+pub fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
+    Ok(parse_tcp_ext(&std::fs::read_to_string(
+        "/proc/thread-self/net/netstat",
+    )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tcp_ext_pairs_and_skips_others() {
+        let text = "TcpExt: SyncookiesSent TCPFastRetrans TCPTimeouts\n\
+                    TcpExt: 0 7 3\n\
+                    IpExt: InNoRoutes InOctets\n\
+                    IpExt: 0 12345\n";
+        let counters = parse_tcp_ext(text);
+        assert_eq!(counters.get("TCPFastRetrans"), Some(&7));
+        assert_eq!(counters.get("TCPTimeouts"), Some(&3));
+        assert!(!counters.contains_key("InOctets"));
+    }
+
+    #[test]
+    fn reads_this_namespace() {
+        let counters = read_tcp_ext().expect("/proc/thread-self/net/netstat is readable");
+        assert!(counters.contains_key("TCPTimeouts"));
+    }
+}
