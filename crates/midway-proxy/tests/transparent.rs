@@ -155,6 +155,15 @@ fn start_server(
     (rx, handle)
 }
 
+/// Bytes per checksum round trip: 4 MiB by default, `MIDWAY_TEST_BYTES=1073741824` for the 1 GiB
+/// acceptance run (scripts/test sets it, in release mode).
+fn transfer_bytes() -> usize {
+    std::env::var("MIDWAY_TEST_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4 << 20)
+}
+
 /// Client in the client namespace: sends `len` bytes to `target`, reads the echo, compares.
 fn client_roundtrip(
     ns: &str,
@@ -321,7 +330,7 @@ fn run_case(spoof: bool, knobs: bool) {
     }
 
     for &target in &targets {
-        let (client_addr, intact) = client_roundtrip(&topo.client, target, 4 << 20)
+        let (client_addr, intact) = client_roundtrip(&topo.client, target, transfer_bytes())
             .join()
             .unwrap();
         assert!(intact, "{target}: checksum differs");
