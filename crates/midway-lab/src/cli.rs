@@ -64,6 +64,31 @@ pub enum LabCommand {
         #[arg(long)]
         keep_point_dirs: bool,
     },
+    /// Reproduce a paper's figures: runs the shipped scenarios/repro/PAPER.toml (legacy and
+    /// modern hosts) and adds the table "paper says / we measured / agrees?" from PAPER.claims.toml.
+    Reproduce {
+        /// hfc-proxy or hfc-tuning.
+        paper: String,
+        /// Output folder (default lab-results/<paper>-<time>); must be new unless --resume.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Short version: first, middle and last sweep value, one repetition.
+        #[arg(long)]
+        quick: bool,
+        /// Topologies measured at once (default: one per CPU).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Run only this experiment (repeatable).
+        #[arg(long)]
+        experiment: Vec<String>,
+        /// Continue an interrupted run in --out.
+        #[arg(long)]
+        resume: bool,
+        /// Folder holding PAPER.toml and PAPER.claims.toml (default: MIDWAY_REPRO_DIR, else
+        /// scenarios/repro in the current folder or in the source tree of this binary).
+        #[arg(long)]
+        scenarios: Option<PathBuf>,
+    },
     /// Rebuild the report of a results folder.
     Report { dir: PathBuf },
     /// Check the emulator against its configuration.
@@ -125,6 +150,56 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 }
                 Ok(())
             }
+        }
+        LabCommand::Reproduce {
+            paper,
+            out,
+            quick,
+            jobs,
+            experiment,
+            resume,
+            scenarios,
+        } => {
+            midway_labnet::require_root().context("midway lab reproduce")?;
+            let dir = match scenarios {
+                Some(dir) => dir,
+                None => repro_dir()?,
+            };
+            let scenario = repro_scenario(&dir, &paper)?;
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from(DEFAULT_RESULTS_ROOT)
+                    .join(format!("{paper}-{}", crate::time::compact_now()))
+            });
+            // The claims go beside the results, where every report build (this run's, and any
+            // later `midway lab report OUT`) finds them and adds the paper-vs-lab table.
+            fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+            let claims = dir.join(format!("{paper}.claims.toml"));
+            fs::copy(&claims, out.join(midway_report::claims::CLAIMS_FILE))
+                .with_context(|| format!("cannot copy {}", claims.display()))?;
+            let options = RunOptions {
+                scenario,
+                out: Some(out),
+                plan: PlanOptions {
+                    quick,
+                    experiments: experiment,
+                    ..PlanOptions::default()
+                },
+                jobs: jobs.unwrap_or_else(default_jobs),
+                resume,
+                keep_point_dirs: false,
+                progress: true,
+            };
+            let summary = run(&options)?;
+            print_summary(&summary);
+            if summary.failed > 0 {
+                eprintln!(
+                    "{} of {} points failed; their errors are in {}",
+                    summary.failed,
+                    summary.records,
+                    summary.out_dir.join(midway_report::RESULTS_FILE).display()
+                );
+            }
+            Ok(())
         }
         LabCommand::Report { dir } => {
             let summary =
@@ -510,4 +585,48 @@ fn check_concurrency_run(options: &RunOptions) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Papers `midway lab reproduce` knows (each has scenarios/repro/PAPER.toml and .claims.toml).
+pub const REPRO_PAPERS: [&str; 2] = ["hfc-proxy", "hfc-tuning"];
+
+/// The folder of the shipped reproduction scenarios: `MIDWAY_REPRO_DIR`, else `scenarios/repro`
+/// under the current folder, else under the source tree this binary was built from.
+pub fn repro_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("MIDWAY_REPRO_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let candidates = [
+        PathBuf::from("scenarios/repro"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/repro"),
+    ];
+    candidates
+        .iter()
+        .find(|dir| dir.is_dir())
+        .cloned()
+        .with_context(|| {
+            format!(
+                "cannot find the reproduction scenarios (looked in {}); pass --scenarios DIR or set MIDWAY_REPRO_DIR",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// `DIR/PAPER.toml`, after checking PAPER is one the lab reproduces.
+pub fn repro_scenario(dir: &Path, paper: &str) -> anyhow::Result<PathBuf> {
+    if !REPRO_PAPERS.contains(&paper) {
+        bail!(
+            "unknown paper `{paper}`: midway lab reproduce knows {}",
+            REPRO_PAPERS.join(", ")
+        );
+    }
+    let path = dir.join(format!("{paper}.toml"));
+    if !path.is_file() {
+        bail!("no scenario {} for paper `{paper}`", path.display());
+    }
+    Ok(path)
 }

@@ -1,7 +1,8 @@
 //! TCP loss-recovery counters of a host's network namespace (`/proc/net/netstat`, the numbers
 //! `nstat` shows as `TcpExt*`). Each point builds fresh namespaces, so a namespace's counters
 //! are exactly what that point's sockets did there: on the proxy host, the proxy's two segments.
-//! They show whether a tuning took effect (fast retransmits instead of timeouts).
+//! They show whether a tuning took effect (fast retransmits instead of timeouts), and
+//! [`cached_reordering`] reads what `ip tcp_metrics show` cached for a returning client.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +43,17 @@ pub fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
     )?))
 }
 
+/// The largest `reordering N` of `ip tcp_metrics show` output (the threshold the next
+/// connection to that peer starts with), if any entry has one.
+pub fn cached_reordering(tcp_metrics: &str) -> Option<u32> {
+    let words: Vec<&str> = tcp_metrics.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|pair| pair[0] == "reordering")
+        .filter_map(|pair| pair[1].parse().ok())
+        .max()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +68,14 @@ mod tests {
         assert_eq!(counters.get("TCPFastRetrans"), Some(&7));
         assert_eq!(counters.get("TCPTimeouts"), Some(&3));
         assert!(!counters.contains_key("InOctets"));
+    }
+
+    #[test]
+    fn cached_reordering_reads_ip_tcp_metrics_output() {
+        let text = "10.0.1.1 age 0.512sec cwnd 10 rtt 21000us reordering 1 source 10.0.1.2\n\
+                    10.0.2.2 age 3sec cwnd 10 rtt 1000us source 10.0.2.1";
+        assert_eq!(cached_reordering(text), Some(1));
+        assert_eq!(cached_reordering("10.0.1.1 age 1sec cwnd 10"), None);
     }
 
     #[test]

@@ -243,6 +243,9 @@ fn measure_in(
         None => addresses.server,
     };
 
+    let mut netstat_before: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut warmup_cached: Option<bool> = None;
+    let mut warmup_reordering: Option<u32> = None;
     let mut measurement = match &scenario.workload {
         Workload::Bulk(bulk) => {
             let server_options = SocketOptions {
@@ -262,7 +265,45 @@ fn measure_in(
                 })?
                 .context("bulk server")?;
             let (bytes, timeout) = (bulk.bytes, bulk.timeout);
-            let server_thread = std::thread::spawn(move || server.serve_one(bytes, timeout));
+            let warmup = bulk.warmup_bytes;
+            let (warm_tx, warm_rx) = std::sync::mpsc::channel();
+            let server_thread = std::thread::spawn(move || {
+                if let Some(warmup) = warmup {
+                    let outcome = server.serve_one(warmup, timeout).map(|_| ());
+                    let failed = outcome.is_err();
+                    // The warm-up's error goes to the client side, which stops there.
+                    let _ = warm_tx.send(outcome);
+                    if failed {
+                        return Ok(None);
+                    }
+                }
+                server.serve_one(bytes, timeout).map(Some)
+            });
+            if let Some(warmup) = warmup {
+                let client_options = client_options.clone();
+                topology
+                    .try_in_host(&scenario.client, move || {
+                        workload::bulk_client(target, warmup, &client_options, timeout)
+                    })?
+                    .context("warm-up transfer (client)")?;
+                warm_rx
+                    .recv()
+                    .map_err(|_| anyhow!("the bulk server thread ended during the warm-up"))?
+                    .context("warm-up transfer (server)")?;
+                // The sender of the local segment (the proxy, or the server when direct) must
+                // have cached the client before the measured connection starts.
+                let sender = if case.kind == CaseKind::Direct {
+                    scenario.server.clone()
+                } else {
+                    case.host.clone()
+                };
+                let cached = wait_tcp_metrics(topology, &sender, Duration::from_secs(3));
+                warmup_cached = Some(cached.is_some());
+                warmup_reordering = cached
+                    .as_deref()
+                    .and_then(crate::netstat::cached_reordering);
+                netstat_before = netstat_all(topology);
+            }
             let client = topology
                 .try_in_host(&scenario.client, move || {
                     workload::bulk_client(target, bytes, &client_options, timeout)
@@ -279,7 +320,8 @@ fn measure_in(
             let server_outcome = server_thread
                 .join()
                 .map_err(|_| anyhow!("the bulk server thread panicked"))?
-                .context("bulk server")?;
+                .context("bulk server")?
+                .context("the bulk server stopped after its warm-up")?;
             let mut m = Measurement {
                 bytes: client.bytes,
                 seconds: client.seconds,
@@ -290,13 +332,28 @@ fn measure_in(
                 .insert("server".into(), server_outcome.retransmits);
             m.extra
                 .insert("connect_seconds".into(), client.connect_seconds);
-            // The remote segment's completion (hfc-proxy fig. 11): the server's last byte
-            // acknowledged by its peer, on the client's clock. With a proxy the peer is the
-            // proxy's remote segment; `seconds` stays the local (end-to-end) completion.
+            if let Some(cached) = warmup_cached {
+                m.extra
+                    .insert("warmup_metrics_cached".into(), f64::from(u8::from(cached)));
+            }
+            // Evidence that a dupack_threshold reached the measured connection: the cached
+            // `reordering` of the client at the local segment's sender.
+            if let Some(reordering) = warmup_reordering {
+                m.extra
+                    .insert("cached_reordering".into(), f64::from(reordering));
+            }
+            // Segment completions (hfc-proxy fig. 11), both from the client's connect: local =
+            // the client's last byte; remote = the server's last byte acknowledged by its peer
+            // (the proxy's remote segment; the client when direct), so it includes that ACK's
+            // trip back to the server.
+            m.extra
+                .insert("local_segment_seconds".into(), client.seconds);
             if let Some(acked) = server_outcome.all_acked {
                 m.extra.insert(
                     "remote_segment_seconds".into(),
-                    acked.saturating_duration_since(client.started).as_secs_f64(),
+                    acked
+                        .saturating_duration_since(client.started)
+                        .as_secs_f64(),
                 );
             }
             m
@@ -332,19 +389,20 @@ fn measure_in(
     // Loss-recovery counters of every host's namespace (fresh per point): on the proxy host they
     // are the proxy's two segments, and show whether a tuning such as the duplicate-ACK
     // threshold changed fast retransmits and timeouts.
-    for host in topology.hosts().map(str::to_owned).collect::<Vec<_>>() {
-        match topology.try_in_host(&host, crate::netstat::read_tcp_ext) {
-            Ok(Ok(counters)) => {
-                for name in crate::netstat::RECORDED {
-                    if let Some(value) = counters.get(name) {
-                        measurement
-                            .extra
-                            .insert(format!("{host}.{name}"), *value as f64);
-                    }
-                }
+    // With a warm-up transfer, only what the measured connection did (after minus before).
+    for (host, counters) in netstat_all(topology) {
+        for name in crate::netstat::RECORDED {
+            if let Some(value) = counters.get(name) {
+                let before = netstat_before
+                    .get(&host)
+                    .and_then(|c| c.get(name))
+                    .copied()
+                    .unwrap_or(0);
+                measurement.extra.insert(
+                    format!("{host}.{name}"),
+                    value.saturating_sub(before) as f64,
+                );
             }
-            Ok(Err(error)) => tracing::warn!("point {}: no netstat of {host}: {error}", point.index),
-            Err(error) => tracing::warn!("point {}: no netstat of {host}: {error}", point.index),
         }
     }
 
@@ -639,4 +697,43 @@ fn run_command_workload(
         retransmits: BTreeMap::new(),
         extra: workload::parse_metric_lines(&stdout),
     })
+}
+
+/// `TcpExt` counters of every host's namespace; a host that cannot be read is left out (logged).
+fn netstat_all(topology: &Topology) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut all = BTreeMap::new();
+    for host in topology.hosts().map(str::to_owned).collect::<Vec<_>>() {
+        match topology.try_in_host(&host, crate::netstat::read_tcp_ext) {
+            Ok(Ok(counters)) => {
+                all.insert(host, counters);
+            }
+            Ok(Err(error)) => tracing::warn!("no netstat of {host}: {error}"),
+            Err(error) => tracing::warn!("no netstat of {host}: {error}"),
+        }
+    }
+    all
+}
+
+/// Waits (bounded) until `host`'s tcp_metrics cache holds an entry, which Linux writes when a
+/// connection closes; true if it appeared. A proxy closes its sockets shortly after the client.
+fn wait_tcp_metrics(topology: &Topology, host: &str, limit: Duration) -> Option<String> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let listed = topology
+            .command(host, "ip")
+            .args(["tcp_metrics", "show"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|text| !text.is_empty());
+        if listed.is_some() {
+            return listed;
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!("no tcp_metrics entry in {host} after the warm-up");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

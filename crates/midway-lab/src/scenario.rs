@@ -164,6 +164,11 @@ pub struct WorkloadFile {
     /// Bulk: TCP_CONGESTION of the client socket.
     #[serde(default)]
     pub client_congestion_control: Option<String>,
+    /// Bulk: bytes of an unmeasured first transfer over the same path before the measured one,
+    /// so the measured connection is a returning client's (Linux's tcp_metrics cache then holds
+    /// the peer, and route-metric knobs such as `reordering` apply; see midway-tcp's README).
+    #[serde(default)]
+    pub warmup_bytes: Option<ByteSize>,
     /// Port the server listens on (bulk server, or `{port}` in commands).
     #[serde(default)]
     pub port: Option<u16>,
@@ -365,6 +370,7 @@ pub struct BulkWorkload {
     pub server_send_buffer: Option<u64>,
     pub server_congestion_control: Option<String>,
     pub client_congestion_control: Option<String>,
+    pub warmup_bytes: Option<u64>,
     pub port: u16,
     pub timeout: std::time::Duration,
 }
@@ -509,6 +515,9 @@ impl Scenario {
                 }
                 if let Some(cc) = &bulk.server_congestion_control {
                     params.insert("server_congestion_control".into(), json!(cc));
+                }
+                if let Some(b) = bulk.warmup_bytes {
+                    params.insert("warmup_bytes".into(), json!(b));
                 }
             }
             Workload::Command(command) => {
@@ -948,6 +957,7 @@ fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
             server_send_buffer: None,
             server_congestion_control: None,
             client_congestion_control: None,
+            warmup_bytes: None,
             port: 0,
             timeout: std::time::Duration::ZERO,
         }),
@@ -1014,11 +1024,13 @@ fn validate_workload(
                 server_send_buffer: workload.server_send_buffer.map(|b| b.0),
                 server_congestion_control: workload.server_congestion_control.clone(),
                 client_congestion_control: workload.client_congestion_control.clone(),
+                warmup_bytes: workload.warmup_bytes.map(|b| b.0).filter(|&b| b > 0),
                 port,
                 timeout,
             }))
         }
         WorkloadKind::Command => {
+            not_for(workload.warmup_bytes.is_some(), "warmup_bytes", "command")?;
             not_for(
                 workload.client_recv_buffer.is_some(),
                 "client_recv_buffer",

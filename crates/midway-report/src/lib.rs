@@ -9,6 +9,7 @@
 //! [`plot`] (plotters figures) and [`write_report`], which reads and writes the files.
 
 pub mod analysis;
+pub mod claims;
 pub mod markdown;
 pub mod plot;
 pub mod record;
@@ -94,6 +95,8 @@ pub enum ReportError {
         #[source]
         source: io::Error,
     },
+    #[error(transparent)]
+    Claims(#[from] claims::ClaimsError),
     #[error("{path} is not a TrueType/OpenType font plotters can use")]
     FontInvalid { path: PathBuf },
     #[error("cannot draw the PNG plot {path}")]
@@ -182,6 +185,7 @@ pub fn write_report(dir: &Path, opts: &ReportOptions) -> Result<ReportSummary, R
     }
 
     let text = markdown::render(&analysis, opts, &plot_links);
+    let text = claims::append_to_report(dir, &analysis, text)?;
     let report_path = dir.join(REPORT_FILE);
     fs::write(&report_path, text).map_err(|source| ReportError::Write {
         path: report_path.clone(),
