@@ -79,7 +79,11 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Proxy { config, print_nft } => {
             let config = midway_proxy::load_config(&config)?;
             if print_nft {
-                print!("{}", midway_proxy::nft_ruleset(&config));
+                let rules = midway_proxy::nft_ruleset(&config);
+                print!("{rules}");
+                if !rules.ends_with('\n') {
+                    println!();
+                }
                 return Ok(());
             }
             serve(config)
@@ -105,8 +109,10 @@ fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
         let proxy = midway_proxy::Proxy::bind(config, &mut registry).await?;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signal_token = shutdown.clone();
+        // Handlers are registered before serving, so an early SIGTERM still drains cleanly.
+        let signals = termination_signals().context("cannot install signal handlers")?;
         tokio::spawn(async move {
-            wait_for_termination().await;
+            signals.await;
             tracing::info!("termination signal received: stop accepting, draining");
             signal_token.cancel();
         });
@@ -116,12 +122,15 @@ fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
     })
 }
 
-async fn wait_for_termination() {
+/// Registers SIGTERM and SIGINT handlers now and returns a future that resolves on either.
+fn termination_signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
