@@ -1,4 +1,5 @@
-//! CI: the quick hfc-proxy reproduction (`midway lab reproduce hfc-proxy --quick`). Asserts only
+//! CI: the quick hfc-proxy reproduction (`midway lab reproduce hfc-proxy --quick`, figures 5,
+//! 7, 8 and 9). Asserts only
 //! what is robust: every point ran, direct is slower than the proxy at >= 1 % local loss, and
 //! the report holds its plots and the paper-vs-lab table filled from the measured data.
 
@@ -12,7 +13,11 @@ fn quick_hfc_proxy_reproduction() {
         return;
     }
     let out = TempDir::new("repro-hfc-proxy");
-    let (records, report) = reproduce_quick("hfc-proxy", &out.0);
+    let (records, report) = reproduce_quick(
+        "hfc-proxy",
+        &["fig8-9-legacy", "fig8-9-modern", "fig5-7-legacy"],
+        &out.0,
+    );
     assert_complete(&records, &out.0);
     for experiment in ["fig8-9-legacy", "fig8-9-modern"] {
         // --quick keeps the first, middle and last loss values: 0, 1 and 3 %.

@@ -1,4 +1,5 @@
-//! CI: the quick hfc-tuning reproduction (`midway lab reproduce hfc-tuning --quick`). Asserts
+//! CI: the quick hfc-tuning reproduction (`midway lab reproduce hfc-tuning --quick`, figures
+//! 4, 8-10, 15 and 17). Asserts
 //! only what is robust: every point ran, the untuned local server (direct) is slower than midway
 //! at the headend at >= 1 % data loss, and the report holds its plots and the claims table.
 
@@ -12,7 +13,11 @@ fn quick_hfc_tuning_reproduction() {
         return;
     }
     let out = TempDir::new("repro-hfc-tuning");
-    let (records, report) = reproduce_quick("hfc-tuning", &out.0);
+    let (records, report) = reproduce_quick(
+        "hfc-tuning",
+        &["fig4-15-17-legacy", "fig4-15-17-modern", "fig8-10-legacy"],
+        &out.0,
+    );
     assert_complete(&records, &out.0);
     for experiment in ["fig4-15-17-legacy", "fig4-15-17-modern"] {
         for loss in [1.0, 3.0] {

@@ -1,0 +1,183 @@
+//! The binary as an operator meets it: version, config checking, and `midway proxy` serving a
+//! transfer, then draining it on SIGTERM and exiting cleanly.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+}
+
+#[test]
+fn prints_its_version() {
+    let out = Command::new(MIDWAY).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.trim(), format!("midway {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_config_accepts_every_example_and_names_what_is_wrong() {
+    let examples: Vec<_> = std::fs::read_dir(repo_root().join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    assert!(examples.len() >= 3, "examples missing: {examples:?}");
+    for example in &examples {
+        let out = Command::new(MIDWAY)
+            .arg("check-config")
+            .arg(example)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            example.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[proxy]\nallowed_clients = []\n").unwrap();
+    let out = Command::new(MIDWAY)
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(message.contains("allowed_clients"), "{message}");
+}
+
+/// An echo server on loopback: returns everything it reads, then closes its side.
+fn start_echo() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut copy = stream.try_clone().unwrap();
+            let _ = std::io::copy(&mut stream, &mut copy);
+            let _ = copy.shutdown(Shutdown::Write);
+        }
+    });
+    addr
+}
+
+/// Reads midway's JSON log until the "listening" line and returns the bound address; the rest of
+/// the log keeps flowing into `rest`.
+fn listening_addr(stderr: impl Read + Send + 'static, rest: mpsc::Sender<String>) -> SocketAddr {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !sent {
+                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if value["fields"]["message"] == "listening" {
+                        let addr: SocketAddr =
+                            value["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                        let _ = tx.send(addr);
+                        sent = true;
+                    }
+                }
+            }
+            let _ = rest.send(line);
+        }
+    });
+    rx.recv_timeout(LIMIT)
+        .expect("midway never logged its listening address")
+}
+
+#[test]
+fn proxy_serves_then_drains_on_sigterm() {
+    let echo = start_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("forward.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\nshutdown_grace = \"10s\"\n\n\
+             [spool]\ndir = \"{}\"\n\n\
+             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"{echo}\"\nrelay = \"buffer\"\n",
+            dir.path().join("spool").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(MIDWAY)
+        .args(["--log-format", "json", "proxy", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log_tx, log_rx) = mpsc::channel();
+    let addr = listening_addr(child.stderr.take().unwrap(), log_tx);
+
+    // A transfer in flight when SIGTERM arrives: half sent before, half after.
+    let mut client = TcpStream::connect(addr).unwrap();
+    client.set_read_timeout(Some(LIMIT)).unwrap();
+    let payload: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let (first, second) = payload.split_at(payload.len() / 2);
+    client.write_all(first).unwrap();
+    let mut echoed = vec![0u8; first.len()];
+    client.read_exact(&mut echoed).unwrap();
+    assert_eq!(echoed, first);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // New connections are no longer accepted once midway drains; wait until that is so.
+    let deadline = Instant::now() + LIMIT;
+    while TcpStream::connect(addr).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "midway kept accepting after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    client.write_all(second).unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).unwrap();
+    assert_eq!(
+        rest, second,
+        "the in-flight connection lost bytes during the drain"
+    );
+
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "midway did not exit after draining"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+    let log: Vec<String> = log_rx.try_iter().collect();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("termination signal received")),
+        "no shutdown line in the log: {log:#?}"
+    );
+}
