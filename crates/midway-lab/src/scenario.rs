@@ -152,10 +152,11 @@ pub struct WorkloadFile {
     /// Bulk: bytes the server sends. Command: bytes the command moves (for throughput), optional.
     #[serde(default)]
     pub bytes: Option<ByteSize>,
-    /// Bulk: SO_RCVBUF of the client socket (Linux doubles it and advertises part of it).
+    /// Bulk: SO_RCVBUF of the client socket (Linux doubles it and advertises part of it);
+    /// 0 leaves it to the kernel.
     #[serde(default)]
     pub client_recv_buffer: Option<ByteSize>,
-    /// Bulk: SO_SNDBUF of the server socket.
+    /// Bulk: SO_SNDBUF of the server socket; 0 leaves it to the kernel.
     #[serde(default)]
     pub server_send_buffer: Option<ByteSize>,
     /// Bulk: TCP_CONGESTION of the server socket ("cubic", "reno", "bbr").
@@ -1020,8 +1021,10 @@ fn validate_workload(
             }
             Ok(Workload::Bulk(BulkWorkload {
                 bytes: bytes.0,
-                client_recv_buffer: workload.client_recv_buffer.map(|b| b.0),
-                server_send_buffer: workload.server_send_buffer.map(|b| b.0),
+                // 0 = left to the kernel's autotuning, so an experiment can lift a file-wide
+                // buffer limit through `set` (an absent key cannot be written there).
+                client_recv_buffer: workload.client_recv_buffer.map(|b| b.0).filter(|&b| b > 0),
+                server_send_buffer: workload.server_send_buffer.map(|b| b.0).filter(|&b| b > 0),
                 server_congestion_control: workload.server_congestion_control.clone(),
                 client_congestion_control: workload.client_congestion_control.clone(),
                 warmup_bytes: workload.warmup_bytes.map(|b| b.0).filter(|&b| b > 0),

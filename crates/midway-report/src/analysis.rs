@@ -253,7 +253,11 @@ fn analyse_experiment(name: &str, records: &[&RunRecord], baseline_case: &str) -
     for variant in &variant_order {
         for (sweep_label, sweep_number) in &sweep_order {
             let baseline_by_rep = groups
-                .get(&(variant.clone(), sweep_label.clone(), baseline_case.to_string()))
+                .get(&(
+                    variant.clone(),
+                    sweep_label.clone(),
+                    baseline_case.to_string(),
+                ))
                 .map(|group| throughput_by_repetition(group));
             for case in &cases {
                 let Some(group) = groups.get(&(variant.clone(), sweep_label.clone(), case.clone()))
@@ -335,7 +339,10 @@ fn case_row(
                     .filter_map(|(rep, t)| baseline.get(rep).map(|b| (*t, *b))),
             );
             let baseline_values: Vec<f64> = baseline.values().copied().collect();
-            (gains, stats::gain_of_medians(&throughputs, &baseline_values))
+            (
+                gains,
+                stats::gain_of_medians(&throughputs, &baseline_values),
+            )
         }
         _ => (Vec::new(), None),
     };
@@ -368,9 +375,7 @@ fn case_row(
 }
 
 /// Median per name over runs; a name missing from a run is not counted as zero for it.
-fn medians_by_name<'a>(
-    runs: impl Iterator<Item = Vec<(&'a str, f64)>>,
-) -> BTreeMap<String, f64> {
+fn medians_by_name<'a>(runs: impl Iterator<Item = Vec<(&'a str, f64)>>) -> BTreeMap<String, f64> {
     let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for run in runs {
         for (name, value) in run {

@@ -12,6 +12,7 @@
 //! experiment = "fig8-9-legacy"
 //! says = "At 1 % local loss store-and-forward loses < 5 % of its lossless throughput"
 //! why_not = "what may explain a difference (shown only when the check fails)"
+//! note = "a caveat shown whatever the verdict (optional)"
 //! [claims.check]
 //! metric = "throughput"          # median Mbit/s, or an `extra` name such as "remote_segment_seconds"
 //! a = { case = "store-and-forward", x = 1 }
@@ -79,6 +80,9 @@ pub struct Claim {
     /// What explains a disagreement; shown only when the check does not agree.
     #[serde(default)]
     pub why_not: Option<String>,
+    /// A caveat shown whatever the verdict (e.g. an agreement that has another cause).
+    #[serde(default)]
+    pub note: Option<String>,
     #[serde(default)]
     pub check: Option<Check>,
 }
@@ -198,6 +202,11 @@ pub fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> {
             let why_not = match verdict {
                 Verdict::Disagrees | Verdict::NoData(_) => claim.why_not.clone(),
                 _ => None,
+            };
+            let why_not = match (why_not, &claim.note) {
+                (Some(why), Some(note)) => Some(format!("{why}. Note: {note}")),
+                (None, Some(note)) => Some(format!("Note: {note}")),
+                (why, None) => why,
             };
             ClaimRow {
                 figure: claim.figure.clone(),

@@ -61,7 +61,9 @@ pub struct ReportSummary {
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("no results file at {path} (a lab run writes it; was the run started in this folder?)")]
+    #[error(
+        "no results file at {path} (a lab run writes it; was the run started in this folder?)"
+    )]
     NoResultsFile { path: PathBuf },
     #[error("cannot read {path}")]
     Read {

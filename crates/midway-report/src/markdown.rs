@@ -25,14 +25,22 @@ pub fn render(analysis: &Analysis, opts: &ReportOptions, plots: &[Option<PlotLin
     header(&mut out, analysis, opts);
     failed_runs(&mut out, analysis);
     for (index, experiment) in analysis.experiments.iter().enumerate() {
-        experiment_section(&mut out, experiment, plots.get(index).and_then(Option::as_ref));
+        experiment_section(
+            &mut out,
+            experiment,
+            plots.get(index).and_then(Option::as_ref),
+        );
     }
     out
 }
 
 fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions) {
     let _ = writeln!(out, "- Scenario: {}", code_list(&analysis.scenarios));
-    let _ = writeln!(out, "- Scenario file: {}", code_list(&analysis.scenario_files));
+    let _ = writeln!(
+        out,
+        "- Scenario file: {}",
+        code_list(&analysis.scenario_files)
+    );
     let commit_note = if analysis.commits.len() > 1 {
         " — **warning: the records come from more than one tree**"
     } else {
@@ -137,7 +145,8 @@ fn experiment_section(out: &mut String, exp: &Experiment, plot: Option<&PlotLink
     }
 
     let files = code_list(&exp.scenario_files);
-    let _ = writeln!(
+    let _ =
+        writeln!(
         out,
         "Reproduce: `midway lab run {}` on commit {} (seeds of every run are in results.jsonl).\n",
         exp.scenario_files.first().map(String::as_str).unwrap_or("?"),
@@ -202,7 +211,11 @@ fn throughput_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
 
 fn extra_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
     let sweep = exp.sweep_param.as_deref().unwrap_or("point");
-    let _ = write!(out, "Other measurements (medians):\n\n| {} | case |", cell(sweep));
+    let _ = write!(
+        out,
+        "Other measurements (medians):\n\n| {} | case |",
+        cell(sweep)
+    );
     for name in &exp.extra_names {
         let _ = write!(out, " {} |", cell(name));
     }

@@ -162,17 +162,15 @@ fn draw<DB: DrawingBackend>(
     let y_range = 0.0..if y_max > 0.0 { y_max * 1.12 } else { 1.0 };
 
     match axis {
-        XAxis::Linear(range) => {
-            draw_chart(
-                &root,
-                exp,
-                &title,
-                range,
-                y_range,
-                &series,
-                (&|v| tick(*v), DEFAULT_X_LABELS),
-            )?
-        }
+        XAxis::Linear(range) => draw_chart(
+            &root,
+            exp,
+            &title,
+            range,
+            y_range,
+            &series,
+            (&|v| tick(*v), DEFAULT_X_LABELS),
+        )?,
         XAxis::Log(range) => draw_chart(
             &root,
             exp,
@@ -368,9 +366,11 @@ where
         }
         // Quartile error bars: a vertical line with short caps (drawn in pixels, so they keep
         // their size on a log axis).
-        chart.draw_series(s.points.iter().map(|(x, p)| {
-            PathElement::new(vec![(*x, p.q1), (*x, p.q3)], color.stroke_width(1))
-        }))?;
+        chart.draw_series(
+            s.points.iter().map(|(x, p)| {
+                PathElement::new(vec![(*x, p.q1), (*x, p.q3)], color.stroke_width(1))
+            }),
+        )?;
         chart.draw_series(s.points.iter().flat_map(|(x, p)| {
             [p.q1, p.q3].map(|y| {
                 EmptyElement::at((*x, y))

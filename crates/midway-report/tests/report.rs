@@ -124,7 +124,12 @@ fn write_results(dir: &Path, records: &[RunRecord]) {
 fn assert_png(path: &Path) {
     let bytes = std::fs::read(path).expect("png exists");
     assert_eq!(bytes[..8], PNG_SIGNATURE, "{} is a PNG", path.display());
-    assert!(bytes.len() > 10_000, "{} has {} bytes", path.display(), bytes.len());
+    assert!(
+        bytes.len() > 10_000,
+        "{} has {} bytes",
+        path.display(),
+        bytes.len()
+    );
 }
 
 #[test]
@@ -195,8 +200,11 @@ fn report_from_synthetic_results() {
         std::fs::create_dir_all(keep.join("plots")).expect("keep dir");
         std::fs::copy(&summary.report_path, keep.join("report.md")).expect("copy");
         for plot in &summary.plots {
-            std::fs::copy(plot, keep.join("plots").join(plot.file_name().expect("name")))
-                .expect("copy plot");
+            std::fs::copy(
+                plot,
+                keep.join("plots").join(plot.file_name().expect("name")),
+            )
+            .expect("copy plot");
         }
     }
 }
@@ -214,8 +222,13 @@ fn custom_baseline_and_title() {
     assert!(report.starts_with("# HFC figure 8\n"));
     // midway (14 + 0.5 rep) vs haproxy (12 + 0.5 rep) at 0 % loss: medians 15 and 13,
     // (15 - 13) / 13 = +0.15; the paired gains fall with rep, their median is rep 2's, the same.
-    assert!(report.contains("| 0.0 | haproxy | 5 | 13.0 | 12.5 | 13.5 | (baseline) |"), "{report}");
-    assert!(report.contains("| 0.0 | midway | 5 | 15.0 | 14.5 | 15.5 | +0.15 | +0.15 | 5/5 (100 %) |"));
+    assert!(
+        report.contains("| 0.0 | haproxy | 5 | 13.0 | 12.5 | 13.5 | (baseline) |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| 0.0 | midway | 5 | 15.0 | 14.5 | 15.5 | +0.15 | +0.15 | 5/5 (100 %) |")
+    );
     // fig5 has no haproxy case: said so instead of a gain.
     assert!(report.contains("No `haproxy` case in this experiment"));
 }
@@ -225,13 +238,21 @@ fn malformed_line_is_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let good = serde_json::to_string(&record("e", "direct", None, 0, 1.0)).expect("json");
     let path = dir.path().join(RESULTS_FILE);
-    std::fs::write(&path, format!("{good}\n\n{good}\n{{\"scenario\": 3}}\n{good}\n")).expect("w");
+    std::fs::write(
+        &path,
+        format!("{good}\n\n{good}\n{{\"scenario\": 3}}\n{good}\n"),
+    )
+    .expect("w");
     let err = read_records(&path).expect_err("line 4 is bad");
     match &err {
         ReportError::BadLine { line, .. } => assert_eq!(*line, 4),
         other => panic!("expected BadLine, got {other:?}"),
     }
-    assert!(err.to_string().ends_with("results.jsonl:4: not a valid run record"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("results.jsonl:4: not a valid run record"),
+        "{err}"
+    );
     let err = write_report(dir.path(), &ReportOptions::default()).expect_err("bad line");
     assert!(matches!(err, ReportError::BadLine { line: 4, .. }));
 }

@@ -627,7 +627,10 @@ mod tests {
         assert_eq!(hfc.dupack_threshold, Some(1));
         assert!(hfc.initial_cwnd.unwrap() >= 2);
         assert_eq!(hfc.congestion_control.as_deref(), Some("bbr"));
-        assert_eq!(hfc.send_buffer, None, "buffers are left to autotuning, see the preset");
+        assert_eq!(
+            hfc.send_buffer, None,
+            "buffers are left to autotuning, see the preset"
+        );
         assert_eq!(
             resolved["satellite-local"].congestion_control.as_deref(),
             Some("bbr")

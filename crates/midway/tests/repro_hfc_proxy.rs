@@ -1,7 +1,7 @@
 //! CI: the quick hfc-proxy reproduction (`midway lab reproduce hfc-proxy --quick`, figures 5,
-//! 7, 8 and 9). Asserts only
-//! what is robust: every point ran, direct is slower than the proxy at >= 1 % local loss, and
-//! the report holds its plots and the paper-vs-lab table filled from the measured data.
+//! 7, 8 and 9). Asserts only what is robust: every point ran, direct is slower than the proxy
+//! at >= 1 % local loss, and the report holds its plots and the paper-vs-lab table filled from
+//! the measured data.
 
 mod repro_common;
 use repro_common::*;
