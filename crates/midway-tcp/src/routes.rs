@@ -179,6 +179,82 @@ pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
     args
 }
 
+/// Route metrics iproute2 prints after a route, each as `key [lock] value`.
+const ROUTE_METRIC_KEYS: [&str; 16] = [
+    "mtu",
+    "advmss",
+    "rtt",
+    "rttvar",
+    "reordering",
+    "window",
+    "cwnd",
+    "ssthresh",
+    "rto_min",
+    "initcwnd",
+    "initrwnd",
+    "features",
+    "quickack",
+    "congctl",
+    "fastopen_no_cookie",
+    "hoplimit",
+];
+
+/// Splits metric arguments (`["initcwnd", "10", "reordering", "lock", "1"]`) into one group per
+/// metric. Tokens that are not metrics are skipped, so a whole `ip route show` line can be fed in.
+fn metric_groups(tokens: &[&str]) -> Vec<Vec<String>> {
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        if ROUTE_METRIC_KEYS.contains(&tokens[i]) {
+            let mut group = vec![tokens[i].to_owned()];
+            i += 1;
+            if tokens.get(i) == Some(&"lock") {
+                group.push("lock".to_owned());
+                i += 1;
+            }
+            if let Some(value) = tokens.get(i) {
+                group.push((*value).to_owned());
+            }
+            groups.push(group);
+        }
+        i += 1;
+    }
+    groups
+}
+
+/// The metrics a route in `main` already carries, read from iproute2's text output (its JSON
+/// output drops the `lock` flags, and a lost `mtu lock` or `rto_min` lock changes behaviour).
+/// `text` is the whole `ip route show table main`; the route's line is the one with its
+/// destination and device.
+fn existing_metrics(text: &str, route: &JsonRoute) -> Vec<Vec<String>> {
+    let line = text.lines().find(|line| {
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let dst_matches = tokens.first() == Some(&route.dst.as_str())
+            || (tokens.get(1) == Some(&route.dst.as_str()) && route.kind.is_some());
+        let dev_matches = route
+            .dev
+            .as_deref()
+            .is_none_or(|dev| tokens.windows(2).any(|w| w[0] == "dev" && w[1] == dev));
+        dst_matches && dev_matches
+    });
+    line.map(|l| metric_groups(&l.split_whitespace().collect::<Vec<_>>()))
+        .unwrap_or_default()
+}
+
+/// The route's own metrics with the profile's laid over them: a profile that only raises the
+/// initial window must not also drop the host's MTU lock, RTO floor or congestion control.
+fn merged_metrics(existing: Vec<Vec<String>>, profile_metrics: &[String]) -> Vec<String> {
+    let tokens: Vec<&str> = profile_metrics.iter().map(String::as_str).collect();
+    let ours = metric_groups(&tokens);
+    let mut merged: Vec<String> = existing
+        .into_iter()
+        .filter(|group| !ours.iter().any(|o| o[0] == group[0]))
+        .flatten()
+        .collect();
+    merged.extend(ours.into_iter().flatten());
+    merged
+}
+
 /// `ip route append` arguments that recreate `route` in `table` with `metrics` added.
 ///
 /// `append`, not `add`: the main table may hold several routes to one prefix that differ only
@@ -282,6 +358,7 @@ impl RouteKnobs {
             if routes.is_empty() {
                 continue;
             }
+            let main_text = ip(&strings(&[family, "route", "show", "table", "main"]))?;
             let existing: Vec<serde_json::Value> = match ip_json(&strings(&[
                 "-j",
                 family,
@@ -323,6 +400,7 @@ impl RouteKnobs {
                     tracing::warn!(profile = %profile.name, dst = %route.dst, "multipath route not copied into the route-knob table");
                     continue;
                 }
+                let metrics = merged_metrics(existing_metrics(&main_text, route), &metrics);
                 ip(&copy_route_args(family, route, table, &metrics))?;
             }
             ip(&strings(&[
@@ -440,5 +518,64 @@ impl Drop for RouteKnobs {
                 tracing::error!(error = %e, "removing route-metric knobs");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(dst: &str, dev: &str) -> JsonRoute {
+        JsonRoute {
+            kind: None,
+            dst: dst.to_owned(),
+            gateway: None,
+            dev: Some(dev.to_owned()),
+            protocol: None,
+            scope: None,
+            prefsrc: None,
+            metric: None,
+            flags: Vec::new(),
+            nexthops: None,
+        }
+    }
+
+    const LEGACY_MAIN: &str = "\
+default via 10.0.1.1 dev v0 mtu lock 576 advmss 536 initcwnd 2 rto_min lock 1s congctl reno
+10.0.1.0/24 dev v0 proto kernel scope link src 10.0.1.2 mtu lock 576 advmss 536
+10.0.2.0/24 dev v1 proto kernel scope link src 10.0.2.2
+";
+
+    #[test]
+    fn reads_metrics_with_their_locks_from_the_routes_own_line() {
+        let groups = existing_metrics(LEGACY_MAIN, &route("default", "v0"));
+        assert_eq!(
+            groups,
+            vec![
+                vec!["mtu", "lock", "576"],
+                vec!["advmss", "536"],
+                vec!["initcwnd", "2"],
+                vec!["rto_min", "lock", "1s"],
+                vec!["congctl", "reno"],
+            ]
+        );
+        assert!(existing_metrics(LEGACY_MAIN, &route("10.0.2.0/24", "v1")).is_empty());
+        assert_eq!(
+            existing_metrics(LEGACY_MAIN, &route("10.0.1.0/24", "v0")).len(),
+            2
+        );
+        // Same prefix on another device: not this line.
+        assert!(existing_metrics(LEGACY_MAIN, &route("10.0.1.0/24", "v9")).is_empty());
+    }
+
+    #[test]
+    fn profile_metrics_override_only_their_own_keys() {
+        let existing = existing_metrics(LEGACY_MAIN, &route("default", "v0"));
+        let profile = strings(&["initcwnd", "10", "reordering", "lock", "1", "quickack", "1"]);
+        let merged = merged_metrics(existing, &profile);
+        assert_eq!(
+            merged.join(" "),
+            "mtu lock 576 advmss 536 rto_min lock 1s congctl reno initcwnd 10 reordering lock 1 quickack 1"
+        );
     }
 }
