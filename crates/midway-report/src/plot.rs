@@ -159,7 +159,8 @@ fn draw<DB: DrawingBackend>(
         .iter()
         .flat_map(|s| s.points.iter().map(|(_, p)| p.q3))
         .fold(0.0_f64, f64::max);
-    let y_range = 0.0..if y_max > 0.0 { y_max * 1.12 } else { 1.0 };
+    // Headroom above the highest quartile for the legend box.
+    let y_range = 0.0..if y_max > 0.0 { y_max * 1.25 } else { 1.0 };
 
     match axis {
         XAxis::Linear(range) => draw_chart(
@@ -324,6 +325,7 @@ where
     X::CoordDescType: ValueFormatter<f64>,
 {
     let bars = exp.sweep_points <= 1;
+    let legend_position = legend_side(series);
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 26))
         .margin(16)
@@ -336,21 +338,26 @@ where
         (Some(param), false) => param.clone(),
         (None, false) => "point".to_string(),
     };
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
+    let mut mesh = chart.configure_mesh();
+    if bars {
+        // Grid lines through the middle of the bars only add noise.
+        mesh.disable_x_mesh();
+    }
+    mesh.x_desc(x_desc)
         .y_desc("throughput (Mbit/s), median and quartiles")
         .x_labels(x_labels)
         .x_label_formatter(x_formatter)
         .y_label_formatter(&|v| tick(*v))
         .axis_desc_style(("sans-serif", 18))
         .label_style(("sans-serif", 15))
-        .light_line_style(RGBColor(235, 235, 235))
+        .light_line_style(RGBColor(246, 246, 246))
         .draw()?;
 
     for s in series {
         let color = s.color;
         let line_style = color.stroke_width(2);
+        // On a bar the quartiles are drawn in black, a bar-coloured bar would vanish.
+        let bar_color = if bars { BLACK } else { color };
         if bars {
             for (x, spread) in &s.points {
                 chart.draw_series(std::iter::once(Rectangle::new(
@@ -366,15 +373,13 @@ where
         }
         // Quartile error bars: a vertical line with short caps (drawn in pixels, so they keep
         // their size on a log axis).
-        chart.draw_series(
-            s.points.iter().map(|(x, p)| {
-                PathElement::new(vec![(*x, p.q1), (*x, p.q3)], color.stroke_width(1))
-            }),
-        )?;
+        chart.draw_series(s.points.iter().map(|(x, p)| {
+            PathElement::new(vec![(*x, p.q1), (*x, p.q3)], bar_color.stroke_width(1))
+        }))?;
         chart.draw_series(s.points.iter().flat_map(|(x, p)| {
             [p.q1, p.q3].map(|y| {
                 EmptyElement::at((*x, y))
-                    + PathElement::new(vec![(-5, 0), (5, 0)], color.stroke_width(1))
+                    + PathElement::new(vec![(-5, 0), (5, 0)], bar_color.stroke_width(1))
             })
         }))?;
         chart
@@ -394,13 +399,44 @@ where
     if !bars {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend_position)
             .label_font(("sans-serif", 15))
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(160, 160, 160))
             .draw()?;
     }
     Ok(())
+}
+
+/// The upper corner where the curves are lower: compares the highest quartile over the first and
+/// over the last third of the distinct x values (by rank, so a log axis is split like a linear one).
+fn legend_side(series: &[Series<'_>]) -> SeriesLabelPosition {
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|(x, _)| *x))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    if xs.is_empty() {
+        return SeriesLabelPosition::UpperRight;
+    }
+    let third = xs.len().div_ceil(3);
+    let (left_end, right_start) = (xs[third - 1], xs[xs.len() - third]);
+    let highest_where = |inside: &dyn Fn(f64) -> bool| {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|(x, _)| inside(*x))
+            .map(|(_, p)| p.q3)
+            .fold(0.0_f64, f64::max)
+    };
+    let left = highest_where(&|x| x <= left_end);
+    let right = highest_where(&|x| x >= right_start);
+    if right > left {
+        SeriesLabelPosition::UpperLeft
+    } else {
+        SeriesLabelPosition::UpperRight
+    }
 }
 
 /// Axis tick text: SI suffixes for large values (3M for 3 000 000 bytes), otherwise the value
