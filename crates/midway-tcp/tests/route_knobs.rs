@@ -617,3 +617,65 @@ fn install_copies_per_device_link_local_routes() {
         "table not flushed"
     );
 }
+
+/// A host whose routes already carry metrics (a legacy lab host, or an operator's MTU lock) keeps
+/// them in midway's table; the profile only adds or replaces its own knobs.
+#[test]
+fn copied_routes_keep_their_own_metrics() {
+    let ns = Netns::new();
+    let n = ns.name.as_str();
+    ip(&[
+        "-n", n, "link", "add", "vm1", "type", "veth", "peer", "name", "vm2",
+    ]);
+    ip(&["-n", n, "addr", "add", "10.233.0.1/24", "dev", "vm1"]);
+    for dev in ["vm1", "vm2"] {
+        ip(&["-n", n, "link", "set", dev, "up"]);
+    }
+    ip(&[
+        "-n",
+        n,
+        "route",
+        "add",
+        "10.234.0.0/16",
+        "via",
+        "10.233.0.2",
+        "mtu",
+        "lock",
+        "576",
+        "advmss",
+        "536",
+        "initcwnd",
+        "2",
+        "rto_min",
+        "1000ms",
+        "congctl",
+        "reno",
+    ]);
+    let mut profile = TcpProfile::kernel_default("keeps-metrics");
+    profile.initial_cwnd = Some(10);
+    profile.dupack_threshold = Some(1);
+    let (knobs, _) = install(&ns, &profile);
+    let table = ip(&["-n", n, "route", "show", "table", &BASE_TABLE.to_string()]);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("10.234.0.0/16"))
+        .unwrap_or_else(|| panic!("route not copied:\n{table}"));
+    for kept in [
+        "mtu lock 576",
+        "advmss 536",
+        "rto_min lock 1s",
+        "congctl reno",
+    ] {
+        assert!(line.contains(kept), "{kept:?} lost: {line}");
+    }
+    assert!(
+        line.contains("initcwnd 10"),
+        "profile's initcwnd missing: {line}"
+    );
+    assert!(
+        !line.contains("initcwnd 2"),
+        "host's initcwnd not replaced: {line}"
+    );
+    assert!(line.contains("reordering lock 1"), "{line}");
+    ns.run(|| knobs.remove()).unwrap();
+}
