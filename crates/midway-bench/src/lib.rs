@@ -44,6 +44,11 @@ pub struct BenchOptions {
     pub cps_seconds: u32,
     pub cases: Vec<Case>,
     pub work_dir: PathBuf,
+    /// TOML lines added to the `[proxy]` table of midway's generated config (e.g. `max_pipes = 0`).
+    pub midway_proxy_extra: Vec<String>,
+    /// TOML lines added to every `[[listeners]]` table of midway's generated config (e.g.
+    /// `buffer_bytes = 65536`), to compare settings in one command.
+    pub midway_listener_extra: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -275,7 +280,7 @@ fn start_proxy(
         Case::Direct => return Ok(None),
         Case::MidwayForward | Case::MidwayTransparent => {
             let path = options.work_dir.join(format!("{}.toml", case.name()));
-            std::fs::write(&path, midway_config(case, &net.iface("r0")))?;
+            std::fs::write(&path, midway_config(case, &net.iface("r0"), options))?;
             (
                 options.midway_bin.display().to_string(),
                 vec![
@@ -332,11 +337,13 @@ fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn midway_config(case: Case, client_iface: &str) -> String {
+fn midway_config(case: Case, client_iface: &str, options: &BenchOptions) -> String {
+    let proxy_extra = lines(&options.midway_proxy_extra);
+    let listener_extra = lines(&options.midway_listener_extra);
     let mut config = format!(
         "[proxy]\nallowed_clients = [\"{CLIENT_PREFIX}\"]\nmax_connections = 19000\n\
          max_connections_per_client = 19000\nconnect_timeout = \"5s\"\nidle_timeout = \"600s\"\n\
-         shutdown_grace = \"2s\"\n\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n\n"
+         shutdown_grace = \"2s\"\n{proxy_extra}\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n\n"
     );
     match case {
         Case::MidwayForward => {
@@ -345,7 +352,7 @@ fn midway_config(case: Case, client_iface: &str) -> String {
                     config,
                     "[[listeners]]\nname = \"p{port}\"\nmode = \"forward\"\n\
                      listen = \"{ROUTER_CLIENT_SIDE}:{port}\"\ntarget = \"{SERVER_ADDR}:{port}\"\n\
-                     relay = \"buffer\"\n\n"
+                     relay = \"buffer\"\n{listener_extra}\n"
                 );
             }
         }
@@ -358,7 +365,7 @@ fn midway_config(case: Case, client_iface: &str) -> String {
             let _ = write!(
                 config,
                 "[[listeners]]\nname = \"tproxy\"\nmode = \"transparent\"\n\
-                 listen = \"0.0.0.0:{TRANSPARENT_PORT}\"\nrelay = \"buffer\"\n\n\
+                 listen = \"0.0.0.0:{TRANSPARENT_PORT}\"\nrelay = \"buffer\"\n{listener_extra}\n\
                  [listeners.nftables]\nmanage = true\ninterfaces = [\"{client_iface}\"]\n\
                  ports = [{ports}]\n"
             );
@@ -366,6 +373,11 @@ fn midway_config(case: Case, client_iface: &str) -> String {
         _ => unreachable!("only midway cases have a midway config"),
     }
     config
+}
+
+/// One TOML line per entry, each ending in a newline.
+fn lines(entries: &[String]) -> String {
+    entries.iter().map(|e| format!("{e}\n")).collect()
 }
 
 fn haproxy_config(splice: bool) -> String {

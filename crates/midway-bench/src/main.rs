@@ -38,6 +38,12 @@ struct Args {
     /// A short run (1 and 100 streams, 3 s, 1000 idle connections), for CI.
     #[arg(long)]
     quick: bool,
+    /// A TOML line for the `[proxy]` table of midway's config, e.g. "max_pipes = 0" (repeatable).
+    #[arg(long)]
+    midway_proxy_extra: Vec<String>,
+    /// A TOML line for every midway listener, e.g. "buffer_bytes = 65536" (repeatable).
+    #[arg(long)]
+    midway_listener_extra: Vec<String>,
     /// Folder for generated configs, logs and bench.json.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -54,6 +60,8 @@ fn main() -> anyhow::Result<()> {
         cps_seconds: args.cps_seconds,
         cases: args.cases,
         work_dir: args.out.clone(),
+        midway_proxy_extra: args.midway_proxy_extra,
+        midway_listener_extra: args.midway_listener_extra,
     };
     if args.quick {
         options.streams = vec![1, 100];
