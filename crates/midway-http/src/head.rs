@@ -248,6 +248,22 @@ fn split_host_port(authority: &str, default_port: u16) -> Result<Origin, HeadErr
     })
 }
 
+/// Length of a complete head, or `None` while more bytes may still complete it; a partial head
+/// already longer than the limit is an error, so a client cannot grow the buffer without end.
+fn head_length(
+    status: httparse::Result<usize>,
+    buffered: usize,
+    max_header_bytes: usize,
+) -> Result<Option<usize>, HeadError> {
+    match status.map_err(map_httparse)? {
+        httparse::Status::Complete(len) => Ok(Some(len)),
+        httparse::Status::Partial if buffered > max_header_bytes => Err(HeadError::TooLarge {
+            limit: max_header_bytes,
+        }),
+        httparse::Status::Partial => Ok(None),
+    }
+}
+
 /// Parses one request head from the start of `buf`.
 ///
 /// Accepts absolute-form (`GET http://host/path`), authority-form for CONNECT and origin-form
@@ -258,16 +274,8 @@ pub fn parse_request(
 ) -> Result<Parsed<RequestHead>, HeadError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut fields);
-    let len = match request.parse(buf).map_err(map_httparse)? {
-        httparse::Status::Partial => {
-            if buf.len() > max_header_bytes {
-                return Err(HeadError::TooLarge {
-                    limit: max_header_bytes,
-                });
-            }
-            return Ok(Parsed::Partial);
-        }
-        httparse::Status::Complete(len) => len,
+    let Some(len) = head_length(request.parse(buf), buf.len(), max_header_bytes)? else {
+        return Ok(Parsed::Partial);
     };
     if len > max_header_bytes {
         return Err(HeadError::TooLarge {
@@ -359,16 +367,8 @@ pub fn parse_response(
 ) -> Result<Parsed<ResponseHead>, HeadError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut fields);
-    let len = match response.parse(buf).map_err(map_httparse)? {
-        httparse::Status::Partial => {
-            if buf.len() > max_header_bytes {
-                return Err(HeadError::TooLarge {
-                    limit: max_header_bytes,
-                });
-            }
-            return Ok(Parsed::Partial);
-        }
-        httparse::Status::Complete(len) => len,
+    let Some(len) = head_length(response.parse(buf), buf.len(), max_header_bytes)? else {
+        return Ok(Parsed::Partial);
     };
     let version = version_of(response.version)?;
     let status =

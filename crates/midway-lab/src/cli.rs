@@ -138,17 +138,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             if check_concurrency {
                 check_concurrency_run(&options)
             } else {
-                let summary = run(&options)?;
-                print_summary(&summary);
-                if summary.failed > 0 {
-                    eprintln!(
-                        "{} of {} points failed; their errors are in {}",
-                        summary.failed,
-                        summary.records,
-                        summary.out_dir.join(midway_report::RESULTS_FILE).display()
-                    );
-                }
-                Ok(())
+                run_and_summarise(&options)
             }
         }
         LabCommand::Reproduce {
@@ -189,17 +179,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 keep_point_dirs: false,
                 progress: true,
             };
-            let summary = run(&options)?;
-            print_summary(&summary);
-            if summary.failed > 0 {
-                eprintln!(
-                    "{} of {} points failed; their errors are in {}",
-                    summary.failed,
-                    summary.records,
-                    summary.out_dir.join(midway_report::RESULTS_FILE).display()
-                );
-            }
-            Ok(())
+            run_and_summarise(&options)
         }
         LabCommand::Report { dir } => {
             let summary =
@@ -629,4 +609,20 @@ pub fn repro_scenario(dir: &Path, paper: &str) -> anyhow::Result<PathBuf> {
         bail!("no scenario {} for paper `{paper}`", path.display());
     }
     Ok(path)
+}
+
+/// Runs the plan, prints the summary, and points at the results file when points failed (a failed
+/// point is recorded, not fatal, so the sweep goes on).
+fn run_and_summarise(options: &RunOptions) -> anyhow::Result<()> {
+    let summary = run(options)?;
+    print_summary(&summary);
+    if summary.failed > 0 {
+        eprintln!(
+            "{} of {} points failed; their errors are in {}",
+            summary.failed,
+            summary.records,
+            summary.out_dir.join(midway_report::RESULTS_FILE).display()
+        );
+    }
+    Ok(())
 }
