@@ -2,8 +2,14 @@
 //!
 //! Connections stay open across idle periods (TCP keepalive probes keep middleboxes' state
 //! alive) so a request after a pause reuses an established connection instead of paying a
-//! handshake. Whether the kernel also keeps the congestion window after idle is decided by
-//! `net.ipv4.tcp_slow_start_after_idle`, which the upstream TCP profile sets.
+//! handshake. Whether the kernel also keeps the congestion window after idle depends on the
+//! upstream TCP profile's congestion control: with `net.ipv4.tcp_slow_start_after_idle = 1` (the
+//! default, a per-namespace sysctl with no per-socket switch) Linux shrinks the window of a
+//! connection idle for longer than its RTO back toward the initial window, except under a
+//! congestion control that runs its own window logic (`cong_control`, i.e. BBR; see
+//! `tcp_slow_start_after_idle_check` in include/net/tcp.h). The `wan` preset uses BBR for
+//! this reason; with CUBIC or Reno upstream, a pooled connection resumes in slow start unless
+//! the operator sets the sysctl to 0.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
