@@ -674,8 +674,12 @@ impl HttpProxy {
             Ok(stream) => stream,
             Err(error) => {
                 debug!(%error, origin = %head.origin.authority(), "CONNECT target unreachable");
-                let response =
-                    simple_response(StatusCode::BAD_GATEWAY, &self.config.via_name, true);
+                let status = if error.is_denied_destination() {
+                    StatusCode::FORBIDDEN
+                } else {
+                    StatusCode::BAD_GATEWAY
+                };
+                let response = simple_response(status, &self.config.via_name, true);
                 write_half
                     .write_all(&response)
                     .await
@@ -759,6 +763,7 @@ impl HttpProxy {
             }
             let status = match error {
                 HttpError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+                _ if error.is_denied_destination() => StatusCode::FORBIDDEN,
                 _ => StatusCode::BAD_GATEWAY,
             };
             // With an unread request body the connection cannot be reused safely.

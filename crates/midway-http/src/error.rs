@@ -47,6 +47,12 @@ impl HttpError {
     /// Whether the failure happened before anything reached the origin, so an idempotent
     /// request may be retried on a fresh connection (a pooled connection closed by the origin).
     pub fn is_retryable_upstream(&self) -> bool {
-        matches!(self, HttpError::UpstreamIo(_))
+        matches!(self, HttpError::UpstreamIo(_)) && !self.is_denied_destination()
+    }
+
+    /// Whether the connector refused the origin by policy (the proxy's `denied_destinations`):
+    /// it reports that as an I/O error of kind `PermissionDenied`, answered with 403.
+    pub fn is_denied_destination(&self) -> bool {
+        matches!(self, HttpError::UpstreamIo(e) if e.kind() == io::ErrorKind::PermissionDenied)
     }
 }

@@ -51,6 +51,8 @@ pub use error::HttpError;
 pub use metrics::HttpMetrics;
 
 /// Makes the remote-segment socket to an origin address (midway applies its TCP profile there).
+/// An error of kind `PermissionDenied` means the address is refused by policy: the client gets
+/// 403 Forbidden and the request is not retried.
 pub type ConnectUpstream =
     Arc<dyn Fn(SocketAddr) -> BoxFuture<'static, io::Result<TcpStream>> + Send + Sync>;
 

@@ -39,6 +39,20 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Splice pipe pairs held at once (each costs two file descriptors).
 pub const DEFAULT_MAX_PIPES: usize = 1024;
+/// Destinations a client-chosen target (SOCKS5, HTTP) may not reach unless the operator says
+/// otherwise: the proxy host's own loopback and unspecified addresses and link-local ones
+/// (cloud metadata services live at 169.254.169.254). An allowed client must not be able to use
+/// midway to reach services that listen only on the gateway itself, such as midway's own
+/// metrics endpoint; Squid's default `http_access deny to_localhost` / `to_linklocal` draw the
+/// same line. IPv4-mapped IPv6 addresses are checked as the IPv4 address they carry.
+pub const DEFAULT_DENIED_DESTINATIONS: [&str; 6] = [
+    "127.0.0.0/8",
+    "0.0.0.0/8",
+    "169.254.0.0/16",
+    "::1/128",
+    "::/128",
+    "fe80::/10",
+];
 /// Where spool-mode relays keep their files.
 pub const DEFAULT_SPOOL_DIR: &str = "/var/spool/midway";
 /// All spool files together may use this much disk (1 GiB).
@@ -97,6 +111,7 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct FileProxy {
     pub allowed_clients: Option<Vec<String>>,
+    pub denied_destinations: Option<Vec<String>>,
     pub max_connections: Option<usize>,
     pub max_connections_per_client: Option<usize>,
     #[serde(default, with = "humantime_serde")]
@@ -276,6 +291,9 @@ pub struct RuntimeConfig {
     pub origin: String,
     /// Client prefixes allowed to use the proxy; never empty.
     pub allowed_clients: Vec<IpNet>,
+    /// Prefixes SOCKS5 and HTTP listeners refuse to connect to (client-chosen targets only:
+    /// forward targets are the operator's, transparent ones are routed packets' destinations).
+    pub denied_destinations: Vec<IpNet>,
     pub max_connections: usize,
     pub max_connections_per_client: usize,
     pub connect_timeout: Duration,
@@ -293,6 +311,19 @@ pub struct RuntimeConfig {
     /// Every profile by name: the presets plus `[profiles.*]`.
     pub profiles: BTreeMap<String, TcpProfile>,
     pub listeners: Vec<ListenerConfig>,
+}
+
+impl RuntimeConfig {
+    /// Whether a client-chosen target at `addr` is refused (see [`DEFAULT_DENIED_DESTINATIONS`]).
+    pub fn is_denied_destination(&self, addr: IpAddr) -> bool {
+        denied(&self.denied_destinations, addr)
+    }
+}
+
+/// Whether `addr` (IPv4-mapped IPv6 taken as its IPv4 address) falls in one of `prefixes`.
+pub fn denied(prefixes: &[IpNet], addr: IpAddr) -> bool {
+    let addr = addr.to_canonical();
+    prefixes.iter().any(|net| net.contains(&addr))
 }
 
 /// One validated listener.
@@ -623,6 +654,17 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         .enumerate()
         .map(|(i, text)| v.prefix(&format!("proxy.allowed_clients[{i}]"), text))
         .collect::<Result<Vec<_>, _>>()?;
+    let denied_destinations = match &proxy.denied_destinations {
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, text)| v.prefix(&format!("proxy.denied_destinations[{i}]"), text))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => DEFAULT_DENIED_DESTINATIONS
+            .iter()
+            .map(|text| text.parse::<IpNet>().expect("default prefixes are valid"))
+            .collect(),
+    };
 
     let max_connections = v.positive(
         "proxy.max_connections",
@@ -708,6 +750,7 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
     Ok(RuntimeConfig {
         origin: origin.to_string(),
         allowed_clients,
+        denied_destinations,
         max_connections,
         max_connections_per_client,
         connect_timeout,
@@ -1369,6 +1412,43 @@ target = "127.0.0.1:5201"
             &listener.intercept,
             Intercept::Forward { target: TargetAddr::Ip(a) } if a.port() == 5201
         ));
+    }
+
+    #[test]
+    fn denied_destinations_default_to_the_gateway_itself() {
+        let config = parse_config(MINIMAL, "<test>").unwrap();
+        for denied in [
+            "127.0.0.1",
+            "127.9.9.9",
+            "0.0.0.0",
+            "169.254.169.254",
+            "::1",
+            "::",
+        ] {
+            let addr: IpAddr = denied.parse().unwrap();
+            assert!(config.is_denied_destination(addr), "{denied}");
+        }
+        for mapped in ["::ffff:127.0.0.1", "::ffff:169.254.1.1"] {
+            let addr: IpAddr = mapped.parse().unwrap();
+            assert!(config.is_denied_destination(addr), "{mapped}");
+        }
+        for allowed in ["10.2.0.2", "192.0.2.1", "2001:db8::1", "::ffff:10.2.0.2"] {
+            let addr: IpAddr = allowed.parse().unwrap();
+            assert!(!config.is_denied_destination(addr), "{allowed}");
+        }
+        let open = MINIMAL.replace("[proxy]\n", "[proxy]\ndenied_destinations = []\n");
+        let config = parse_config(&open, "<test>").unwrap();
+        assert!(!config.is_denied_destination("127.0.0.1".parse().unwrap()));
+        let own = MINIMAL.replace(
+            "[proxy]\n",
+            "[proxy]\ndenied_destinations = [\"10.9.0.0/16\"]\n",
+        );
+        let config = parse_config(&own, "<test>").unwrap();
+        assert!(config.is_denied_destination("10.9.1.1".parse().unwrap()));
+        assert!(
+            !config.is_denied_destination("127.0.0.1".parse().unwrap()),
+            "an explicit list replaces the default"
+        );
     }
 
     #[test]

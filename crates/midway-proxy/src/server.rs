@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use midway_http::{ConnectUpstream, HttpError, HttpProxy};
 use midway_relay::{OnClose, RelayCounters, RelayOptions, RelayReport, RelayResources};
 use midway_tcp::{KnobError, Role, RouteKnobs, RouteKnobsError, TcpProfile, TcpStats};
@@ -27,7 +28,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{field, Instrument};
 
 use crate::access::{canonical, AccessList, ClientLimits, ClientPermit};
-use crate::config::{Intercept, ListenerConfig, RuntimeConfig, TargetAddr};
+use crate::config::{self, Intercept, ListenerConfig, RuntimeConfig, TargetAddr};
 use crate::metrics::{DirectionLabels, ListenerLabels, Metrics, SegmentLabels};
 use crate::nft::{self, NftError};
 use crate::socks5::{self, ReplyCode};
@@ -97,6 +98,8 @@ pub enum ProxyError {
         #[source]
         source: HttpError,
     },
+    #[error("cannot start the threads that run connections")]
+    ConnectionRuntimes(#[source] io::Error),
 }
 
 /// What happened during shutdown.
@@ -126,6 +129,82 @@ struct HttpListener {
     engine: Arc<HttpProxy>,
     /// Opens upstream sockets exactly like the remote segment of a split connection.
     connect_upstream: ConnectUpstream,
+}
+
+/// Where connections run: one single-threaded tokio runtime per CPU, each on its own thread,
+/// fed round-robin by the accept loops.
+///
+/// Why not the caller's multi-threaded runtime: a relay spends nearly all its time in the
+/// kernel (splice), and the work-stealing scheduler moved a connection's task between
+/// workers and woke idle workers to steal it (futex wake-ups, context switches, socket state
+/// touched from both CPUs). Pinning each connection to one runtime is how HAProxy runs its
+/// threads. The profile and figures are in docs/results/bench/README.md ("Session 2 profile").
+struct ConnectionRuntimes {
+    handles: Vec<tokio::runtime::Handle>,
+    next: std::sync::atomic::AtomicUsize,
+    /// Ends every runtime thread; fired by [`ConnectionRuntimes::stop`] or on drop.
+    stop: CancellationToken,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ConnectionRuntimes {
+    /// Starts `count` (at least one) runtime threads.
+    fn start(count: usize) -> io::Result<ConnectionRuntimes> {
+        let mut runtimes = ConnectionRuntimes {
+            handles: Vec::new(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+            stop: CancellationToken::new(),
+            threads: Vec::new(),
+        };
+        for index in 0..count.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let handle = runtime.handle().clone();
+            let stop = runtime_stop(&runtimes.stop);
+            // On error `runtimes` drops, which stops the threads already started.
+            let thread = std::thread::Builder::new()
+                .name(format!("midway-conn-{index}"))
+                .spawn(move || runtime.block_on(stop))?;
+            runtimes.handles.push(handle);
+            runtimes.threads.push(thread);
+        }
+        Ok(runtimes)
+    }
+
+    /// The runtime for the next connection.
+    fn pick(&self) -> &tokio::runtime::Handle {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        &self.handles[index]
+    }
+
+    /// Ends the runtime threads (dropping any task still on them) and waits for them.
+    async fn stop(mut self) {
+        self.stop.cancel();
+        let threads = std::mem::take(&mut self.threads);
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
+        if joined.is_err() {
+            tracing::warn!("connection runtime threads did not join");
+        }
+    }
+}
+
+/// The future a runtime thread blocks on: ends when `stop` fires.
+fn runtime_stop(
+    stop: &CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    stop.clone().cancelled_owned()
+}
+
+impl Drop for ConnectionRuntimes {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// State shared by accept loops and connection tasks.
@@ -344,6 +423,7 @@ impl Proxy {
                         connect_upstream: upstream_connector(
                             profiles[&listener.remote_profile].clone(),
                             config.connect_timeout,
+                            config.denied_destinations.clone().into(),
                         ),
                     })
                 }
@@ -478,12 +558,16 @@ impl Proxy {
             helpers.spawn(engine.clone().run_pool_maintenance(helpers_cancel.clone()));
         }
 
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let runtimes =
+            Arc::new(ConnectionRuntimes::start(workers).map_err(ProxyError::ConnectionRuntimes)?);
         let mut accept_loops = tokio::task::JoinSet::new();
         for bound in self.listeners.drain(..) {
             accept_loops.spawn(accept_loop(
                 self.shared.clone(),
                 bound,
                 tracker.clone(),
+                runtimes.clone(),
                 shutdown.clone(),
                 connections_cancel.clone(),
             ));
@@ -525,6 +609,11 @@ impl Proxy {
 
         helpers_cancel.cancel();
         while helpers.join_next().await.is_some() {}
+        // Last: pooled upstream connections of the helpers may be registered with them.
+        match Arc::try_unwrap(runtimes) {
+            Ok(runtimes) => runtimes.stop().await,
+            Err(_) => tracing::warn!("connection runtimes still referenced at shutdown"),
+        }
         self.intercept.remove();
         if let Some(knobs) = self.route_knobs.take() {
             if let Err(err) = knobs.remove() {
@@ -554,6 +643,7 @@ async fn accept_loop(
     shared: Arc<Shared>,
     bound: BoundListener,
     tracker: TaskTracker,
+    runtimes: Arc<ConnectionRuntimes>,
     shutdown: CancellationToken,
     connections_cancel: CancellationToken,
 ) {
@@ -637,7 +727,24 @@ async fn accept_loop(
             cancel: connections_cancel.clone(),
             _permits: (permit, client_permit),
         };
-        tracker.spawn(conn.serve(stream).instrument(span));
+        // Move the socket to the connection's runtime: it leaves this runtime's reactor here
+        // and joins the other's inside the task.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(err) => {
+                tracing::warn!(listener = %name, client = %peer, error = %err, "cannot hand the connection to a runtime; closed");
+                continue;
+            }
+        };
+        let serve = async move {
+            match TcpStream::from_std(stream) {
+                Ok(stream) => conn.serve(stream).await,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot register the connection with its runtime; closed");
+                }
+            }
+        };
+        tracker.spawn_on(serve.instrument(span), runtimes.pick());
     }
 }
 
@@ -681,6 +788,8 @@ enum SetupError {
     Profile(#[from] KnobError),
     #[error("an HTTP listener's connection reached the byte relay")]
     NotARelayListener,
+    #[error("{target} is in proxy.denied_destinations")]
+    DestinationDenied { target: String },
 }
 
 impl SetupError {
@@ -700,6 +809,7 @@ impl SetupError {
             SetupError::Connect { .. } | SetupError::SpoofFamily { .. } => "connect_error",
             SetupError::Profile(_) => "profile_error",
             SetupError::NotARelayListener => "internal",
+            SetupError::DestinationDenied { .. } => "denied_destination",
         }
     }
 
@@ -723,6 +833,7 @@ impl SetupError {
             SetupError::Connect { source, .. } => Some(ReplyCode::for_connect_error(source)),
             SetupError::SpoofFamily { .. } => Some(ReplyCode::AddressTypeNotSupported),
             SetupError::Profile(_) => Some(ReplyCode::GeneralFailure),
+            SetupError::DestinationDenied { .. } => Some(ReplyCode::NotAllowed),
             _ => None,
         }
     }
@@ -801,6 +912,8 @@ impl Connection {
     ) -> Result<TcpStream, SetupError> {
         local.apply_established(client.as_fd(), Role::Accepted)?;
         let config = &self.shared.config;
+        // Only a client-chosen target (SOCKS5) is checked against denied_destinations.
+        let mut denied: &[IpNet] = &[];
         let (target, spoof_from) = match &self.listener.intercept {
             Intercept::Forward { target } => (target.clone(), None),
             Intercept::Socks5 { auth } => {
@@ -808,6 +921,7 @@ impl Connection {
                     tokio::time::timeout(config.handshake_timeout, socks5::handshake(client, auth))
                         .await
                         .map_err(|_| SetupError::HandshakeTimeout)??;
+                denied = &config.denied_destinations;
                 (target, None)
             }
             Intercept::Transparent {
@@ -822,7 +936,7 @@ impl Connection {
             Intercept::Http => return Err(SetupError::NotARelayListener),
         };
         tracing::Span::current().record("dst", field::display(&target));
-        let server = connect(&target, remote, spoof_from, config.connect_timeout).await?;
+        let server = connect(&target, remote, spoof_from, denied, config.connect_timeout).await?;
         remote.apply_established(server.as_fd(), Role::Outgoing)?;
         if let Intercept::Socks5 { .. } = &self.listener.intercept {
             let bound = server.local_addr().ok();
@@ -1234,20 +1348,27 @@ impl SegmentSampler {
 /// The HTTP engine's way to open an upstream connection: the same `connect` and profile steps
 /// as a split connection's remote segment (profile before connect, route mark, established
 /// knobs), bounded by `connect_timeout`.
-fn upstream_connector(profile: TcpProfile, timeout: Duration) -> ConnectUpstream {
+fn upstream_connector(
+    profile: TcpProfile,
+    timeout: Duration,
+    denied: Arc<[IpNet]>,
+) -> ConnectUpstream {
     let profile = Arc::new(profile);
     Arc::new(move |addr: SocketAddr| {
         let profile = profile.clone();
+        let denied = denied.clone();
         Box::pin(async move {
             let to_io = |err: SetupError| {
                 let kind = match &err {
+                    // The HTTP engine answers 403 for this kind.
+                    SetupError::DestinationDenied { .. } => io::ErrorKind::PermissionDenied,
                     SetupError::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
                     SetupError::Connect { source, .. } => source.kind(),
                     _ => io::ErrorKind::Other,
                 };
                 io::Error::new(kind, err)
             };
-            let stream = connect(&TargetAddr::Ip(addr), &profile, None, timeout)
+            let stream = connect(&TargetAddr::Ip(addr), &profile, None, &denied, timeout)
                 .await
                 .map_err(to_io)?;
             profile
@@ -1258,11 +1379,13 @@ fn upstream_connector(profile: TcpProfile, timeout: Duration) -> ConnectUpstream
     })
 }
 
-/// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set.
+/// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,
+/// to the first of its addresses that is not in `denied` and accepts.
 async fn connect(
     target: &TargetAddr,
     profile: &TcpProfile,
     spoof_from: Option<IpAddr>,
+    denied: &[IpNet],
     timeout: Duration,
 ) -> Result<TcpStream, SetupError> {
     let target_text = target.to_string();
@@ -1277,6 +1400,16 @@ async fn connect(
                 })?
                 .collect(),
         };
+        let resolved_any = !addrs.is_empty();
+        let addrs: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|addr| !config::denied(denied, addr.ip()))
+            .collect();
+        if resolved_any && addrs.is_empty() {
+            return Err(SetupError::DestinationDenied {
+                target: target_text.clone(),
+            });
+        }
         let mut last_err = None;
         for addr in addrs {
             match connect_one(addr, profile, spoof_from).await {

@@ -1,6 +1,7 @@
 //! `mode = "http"` on loopback with the real curl: a cacheable page fetched twice through the
 //! proxy reaches the origin once (the second answer is a cache hit), a client outside
-//! `allowed_clients` is refused before any HTTP, and CONNECT tunnels work.
+//! `allowed_clients` is refused before any HTTP, CONNECT tunnels work, and origins in
+//! `denied_destinations` get 403 for GET and CONNECT alike.
 
 use std::net::SocketAddr;
 use std::process::Output;
@@ -68,6 +69,8 @@ fn config(allowed: &str) -> String {
         r#"
 [proxy]
 allowed_clients = ["{allowed}"]
+# The test origins live on loopback, which the default denied_destinations refuses.
+denied_destinations = []
 connect_timeout = "2s"
 shutdown_grace = "1s"
 [metrics]
@@ -254,4 +257,38 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     check().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_origin_is_forbidden_by_default() {
+    let (origin_addr, origin_requests, _origin) = origin().await;
+    let config = config("127.0.0.0/8").replace("denied_destinations = []\n", "");
+    let proxy = start(&config).await;
+    let proxy_url = format!("http://{}", proxy.addr("web"));
+    let out = curl(vec![
+        "--include".into(),
+        "-x".into(),
+        proxy_url.clone(),
+        format!("http://{origin_addr}/page"),
+    ])
+    .await;
+    assert!(
+        text(&out).starts_with("HTTP/1.1 403"),
+        "GET to a loopback origin: {out:?}"
+    );
+    // CONNECT: curl reports the proxy's refusal as a failed tunnel (exit code 56).
+    let out = curl(vec![
+        "--proxytunnel".into(),
+        "-x".into(),
+        proxy_url,
+        format!("http://localhost:{}/page", origin_addr.port()),
+    ])
+    .await;
+    assert!(!out.status.success(), "CONNECT to loopback: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("403"),
+        "CONNECT to loopback: {out:?}"
+    );
+    assert_eq!(origin_requests.load(Ordering::SeqCst), 0);
+    proxy.stop().await;
 }

@@ -1,5 +1,6 @@
 //! SOCKS5 on loopback: CONNECT by IPv4 and by name through both relay models, password
-//! authentication, garbage, unsupported commands, refused targets and the handshake timeout.
+//! authentication, garbage, unsupported commands, refused targets, targets in
+//! `denied_destinations` and the handshake timeout.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,6 +16,8 @@ fn socks_config(relay: &str, auth: &str) -> String {
         r#"
 [proxy]
 allowed_clients = ["127.0.0.0/8", "::1"]
+# The tests' targets live on loopback, which the default denied_destinations refuses.
+denied_destinations = []
 connect_timeout = "2s"
 handshake_timeout = "500ms"
 [metrics]
@@ -280,5 +283,46 @@ async fn connect_ipv6_target() {
     assert_eq!(code, 0);
     let (a, b) = echo_roundtrip(stream, 200_000, 15).await;
     assert_eq!(a, b);
+    proxy.stop().await;
+}
+
+/// Without `denied_destinations` in the config, the proxy host's loopback is out of reach: the
+/// reply is "not allowed by ruleset", the target never sees a connection, and the refusal is
+/// counted. IPv4-mapped IPv6 (`::ffff:127.0.0.1`) and names resolving to loopback are refused too.
+#[tokio::test]
+async fn loopback_targets_are_denied_by_default() {
+    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target_addr = target.local_addr().unwrap();
+    let config = socks_config("buffer", "").replace("denied_destinations = []\n", "");
+    let proxy = start(&config).await;
+
+    let (_s, code) = socks_connect(proxy.addr("socks"), &connect_request_v4(target_addr)).await;
+    assert_eq!(code, 2, "IPv4 loopback");
+
+    let mut mapped = vec![5, 1, 0, 4];
+    mapped.extend_from_slice(
+        &"::ffff:127.0.0.1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    mapped.extend_from_slice(&target_addr.port().to_be_bytes());
+    let (_s, code) = socks_connect(proxy.addr("socks"), &mapped).await;
+    assert_eq!(code, 2, "IPv4-mapped IPv6 loopback");
+
+    let (_s, code) = socks_connect(
+        proxy.addr("socks"),
+        &connect_request_domain("localhost", target_addr.port()),
+    )
+    .await;
+    assert_eq!(code, 2, "a name that resolves to loopback");
+
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), target.accept())
+            .await
+            .is_err(),
+        "the denied target saw a connection"
+    );
+    assert_eq!(refused(&proxy, "denied_destination").await, Some(3.0));
     proxy.stop().await;
 }

@@ -2,6 +2,12 @@
 //! by point (the full parameter set), then by case; each group gets its throughput quartiles, its
 //! gain of splitting against the baseline case and the medians of its other measurements.
 //!
+//! An experiment whose records carry `extra.page_load_seconds` ([`PAGE_LOAD_METRIC`]) is a web
+//! experiment: its primary measurement is the page load time (lower is better), summarised per
+//! row in [`CaseRow::page_load_seconds`] and [`CaseRow::page_load_mean`]. The gain of splitting
+//! stays computed on throughput, which for a web run is the pages' bytes over their summed load
+//! time, so `GoS = T_base / T_case - 1` in load time.
+//!
 //! The model keeps the raw samples of every group so later reports (percentiles over many runs,
 //! "paper says / we measured" tables, segment completion times from `extra`) can be computed from
 //! the same grouping instead of re-reading the records.
@@ -12,6 +18,12 @@ use serde_json::Value;
 
 use crate::record::RunRecord;
 use crate::stats::{self, PositiveShare, Spread};
+
+/// Name of the `extra` measurement that marks a web experiment: the mean page load time of a
+/// run, in seconds.
+pub const PAGE_LOAD_METRIC: &str = "page_load_seconds";
+/// Name of the throughput as a metric (claims and plots), in Mbit/s.
+pub const THROUGHPUT_METRIC: &str = "throughput";
 
 /// Everything a report states, computed from one results file.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +77,9 @@ pub struct Experiment {
     pub endpoints: Vec<String>,
     /// Names of the `extra` measurements seen.
     pub extra_names: Vec<String>,
+    /// True when a successful record carries [`PAGE_LOAD_METRIC`]: the table and plot then show
+    /// page load time instead of throughput.
+    pub web: bool,
     /// Scenario files and commits of this experiment's records (for the "reproduce" line).
     pub scenario_files: Vec<String>,
     pub commits: Vec<String>,
@@ -110,6 +125,29 @@ pub struct CaseRow {
     pub retransmits_median: BTreeMap<String, f64>,
     /// Median of each `extra` measurement.
     pub extra_median: BTreeMap<String, f64>,
+    /// Finite values of each `extra` measurement over the successful runs, in file order.
+    pub extra_values: BTreeMap<String, Vec<f64>>,
+    /// Quartiles of [`PAGE_LOAD_METRIC`] in seconds; `None` when no run has it.
+    pub page_load_seconds: Option<Spread>,
+    /// Mean of [`PAGE_LOAD_METRIC`] over the runs, in seconds.
+    pub page_load_mean: Option<f64>,
+}
+
+impl CaseRow {
+    /// The values of a metric over this row's successful runs: [`THROUGHPUT_METRIC`] (Mbit/s) or
+    /// the name of an `extra` measurement (empty when no run has it).
+    pub fn metric_values(&self, metric: &str) -> Vec<f64> {
+        if metric == THROUGHPUT_METRIC {
+            self.samples.iter().map(|s| s.throughput_mbps).collect()
+        } else {
+            self.extra_values.get(metric).cloned().unwrap_or_default()
+        }
+    }
+
+    /// Quartiles of [`CaseRow::metric_values`].
+    pub fn metric_spread(&self, metric: &str) -> Option<Spread> {
+        stats::spread(&self.metric_values(metric))
+    }
 }
 
 /// Mbit/s from bit/s.
@@ -284,6 +322,7 @@ fn analyse_experiment(name: &str, records: &[&RunRecord], baseline_case: &str) -
         extra_names.extend(record.extra.keys().cloned());
     }
 
+    let web = extra_names.contains(PAGE_LOAD_METRIC);
     Experiment {
         name: name.to_string(),
         sweep_param,
@@ -295,6 +334,7 @@ fn analyse_experiment(name: &str, records: &[&RunRecord], baseline_case: &str) -
         cases,
         endpoints: endpoints.into_iter().collect(),
         extra_names: extra_names.into_iter().collect(),
+        web,
         scenario_files: distinct(records.iter().map(|r| r.scenario_file.as_str())),
         commits: distinct(records.iter().map(|r| r.commit.as_str())),
         rows,
@@ -330,6 +370,12 @@ fn case_row(
         })
         .collect();
     let throughputs: Vec<f64> = samples.iter().map(|s| s.throughput_mbps).collect();
+    let mut extra_values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for record in &ok {
+        for (name, value) in record.extra.iter().filter(|(_, v)| v.is_finite()) {
+            extra_values.entry(name.clone()).or_default().push(*value);
+        }
+    }
 
     let (paired_gains, gos_of_medians) = match baseline_by_rep {
         Some(baseline) if !is_baseline => {
@@ -370,6 +416,13 @@ fn case_row(
                 .map(|(k, v)| (k.as_str(), *v))
                 .collect::<Vec<_>>()
         })),
+        page_load_seconds: extra_values
+            .get(PAGE_LOAD_METRIC)
+            .and_then(|v| stats::spread(v)),
+        page_load_mean: extra_values
+            .get(PAGE_LOAD_METRIC)
+            .and_then(|v| stats::mean(v)),
+        extra_values,
         samples,
     }
 }
@@ -497,6 +550,45 @@ mod tests {
         assert_eq!(midway_005.retransmits_median["client"], 0.5);
         assert_eq!(exp.rows[5].gos_median_paired, Some(1.0));
         assert!(exp.rows[0].paired_gains.is_empty());
+    }
+
+    #[test]
+    fn page_load_time_marks_a_web_experiment() {
+        let mut records = Vec::new();
+        for (rep, (direct, proxy)) in [(4.0, 1.0), (6.0, 2.0), (8.0, 9.0)].into_iter().enumerate() {
+            for (case, seconds) in [("direct", direct), ("proxy", proxy)] {
+                let mut r = record(case, 0.0, 20, rep as u32, 8.0 / seconds);
+                r.extra.insert(PAGE_LOAD_METRIC.into(), seconds);
+                r.extra.insert("connections_opened".into(), 20.0);
+                records.push(r);
+            }
+        }
+        let mut without = record("proxy", 0.0, 20, 3, 1.0);
+        without.extra.insert("connections_opened".into(), f64::NAN);
+        records.push(without);
+        let analysis = analyse(&records, "direct");
+        let exp = &analysis.experiments[0];
+        assert!(exp.web);
+        let proxy = &exp.rows[1];
+        let spread = proxy.page_load_seconds.expect("page loads");
+        // Three runs carry a page load time (the fourth does not): 1, 2, 9.
+        assert_eq!(
+            (spread.n, spread.q1, spread.median, spread.q3),
+            (3, 1.5, 2.0, 5.5)
+        );
+        assert_eq!(proxy.page_load_mean, Some(4.0));
+        assert_eq!(
+            proxy.metric_values("connections_opened"),
+            vec![20.0; 3],
+            "NaN left out"
+        );
+        assert_eq!(proxy.metric_values("throughput").len(), 4);
+        // GoS on throughput = direct time / proxy time - 1: 3, 2, -1/9 paired by repetition.
+        assert_eq!(proxy.gos_positive.positive, 2);
+        let gos = proxy.gos_median_paired.expect("paired");
+        assert!((gos - 2.0).abs() < 1e-12, "{gos}");
+        // A bulk experiment is not web.
+        assert!(!analyse(&[record("direct", 0.0, 20, 0, 1.0)], "direct").experiments[0].web);
     }
 
     #[test]

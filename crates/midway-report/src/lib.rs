@@ -4,8 +4,13 @@
 //! Experiments write data; plotting is a separate step, so a report can be rebuilt from the
 //! JSON lines alone (`midway lab report DIR`).
 //!
+//! Bulk experiments report throughput; web experiments (records with `extra.page_load_seconds`)
+//! report page load time. An optional `claims.toml` beside the results adds the "paper vs lab"
+//! table and annotations of the plots (format in [`claims`]).
+//!
 //! Layers: [`record`] (the line format), [`stats`] (pure numbers), [`analysis`] (records grouped
-//! into experiments, points and cases, no I/O), [`markdown`] (text of the report, no I/O),
+//! into experiments, points and cases, no I/O), [`claims`] (the claims file, its checks and plot
+//! annotations, no I/O but [`claims::load`]), [`markdown`] (text of the report, no I/O),
 //! [`plot`] (plotters figures) and [`write_report`], which reads and writes the files.
 
 pub mod analysis;
@@ -31,7 +36,7 @@ pub const DEFAULT_BASELINE_CASE: &str = "direct";
 /// How to write a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportOptions {
-    /// Title of the report; default "Lab report: <scenario>".
+    /// Title of the report; default `Lab report: <scenario>`.
     pub title: Option<String>,
     /// Case the gain of splitting is computed against (default "direct").
     pub baseline_case: String,
@@ -50,12 +55,15 @@ impl Default for ReportOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportSummary {
     pub report_path: PathBuf,
-    /// Every plot file written (PNG and SVG of each experiment that has successful runs).
+    /// Every plot file written (PNG and SVG of each experiment that has successful runs, then of
+    /// its extra plots).
     pub plots: Vec<PathBuf>,
     /// Records read, failed ones included.
     pub records: usize,
     /// Records with `ok = false`.
     pub failed_records: usize,
+    /// What the claims file's `[[plots]]` asked for and the results lack (also in the report).
+    pub warnings: Vec<String>,
 }
 
 /// Why a report could not be written.
@@ -149,7 +157,12 @@ pub fn read_records(path: &Path) -> Result<Vec<RunRecord>, ReportError> {
     Ok(records)
 }
 
-/// Read DIR/results.jsonl, write DIR/report.md and DIR/plots/<experiment>.{png,svg}.
+/// Read `DIR/results.jsonl`, write `DIR/report.md` and `DIR/plots/<experiment>.{png,svg}`.
+///
+/// When DIR holds a claims file ([`claims::CLAIMS_FILE`]), its `[[plots]]` entries add reference
+/// lines to the main plots and extra plots `DIR/plots/<experiment>-<n>.{png,svg}`, and its claims
+/// become the "paper vs lab" table at the end; what an entry names that the results lack is a
+/// warning line in the report (and in [`ReportSummary::warnings`]).
 ///
 /// Plots are drawn for every experiment with at least one successful run; the report is written
 /// last, so an existing report is only replaced once every plot it links to exists.
@@ -160,34 +173,49 @@ pub fn write_report(dir: &Path, opts: &ReportOptions) -> Result<ReportSummary, R
         return Err(ReportError::NoRecords { path: results_path });
     }
     let analysis = analysis::analyse(&records, &opts.baseline_case);
+    let claims = claims::load(dir)?;
+    let specs = claims.as_ref().map(|c| c.plots.as_slice()).unwrap_or(&[]);
+    let plan = plot::plan(&analysis.experiments, specs);
 
     let plots_dir = dir.join(PLOTS_DIR);
-    let stems = plot::file_stems(&analysis.experiments);
     let mut plot_links = Vec::with_capacity(analysis.experiments.len());
     let mut plots = Vec::new();
-    for (experiment, stem) in analysis.experiments.iter().zip(&stems) {
-        if !experiment.rows.iter().any(|r| r.throughput_mbps.is_some()) {
-            plot_links.push(None);
-            continue;
+    let mut draw =
+        |stem: &str, figure: &plot::Figure| -> Result<markdown::PlotLinks, ReportError> {
+            fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write {
+                path: plots_dir.clone(),
+                source,
+            })?;
+            let png = plots_dir.join(format!("{stem}.png"));
+            let svg = plots_dir.join(format!("{stem}.svg"));
+            plot::draw_figure_png(figure, &png)?;
+            plot::draw_figure_svg(figure, &svg)?;
+            plots.push(png);
+            plots.push(svg);
+            Ok(markdown::PlotLinks {
+                png: format!("{PLOTS_DIR}/{stem}.png"),
+                svg: format!("{PLOTS_DIR}/{stem}.svg"),
+            })
+        };
+    for planned in &plan.experiments {
+        let main = match &planned.main {
+            Some((stem, figure)) => Some(draw(stem, figure)?),
+            None => None,
+        };
+        let mut extra = Vec::with_capacity(planned.extra.len());
+        for (stem, figure) in &planned.extra {
+            extra.push(markdown::ExtraPlot {
+                title: figure.title.clone(),
+                links: draw(stem, figure)?,
+            });
         }
-        fs::create_dir_all(&plots_dir).map_err(|source| ReportError::Write {
-            path: plots_dir.clone(),
-            source,
-        })?;
-        let png = plots_dir.join(format!("{stem}.png"));
-        let svg = plots_dir.join(format!("{stem}.svg"));
-        plot::draw_png(experiment, &png)?;
-        plot::draw_svg(experiment, &svg)?;
-        plots.push(png);
-        plots.push(svg);
-        plot_links.push(Some(markdown::PlotLinks {
-            png: format!("{PLOTS_DIR}/{stem}.png"),
-            svg: format!("{PLOTS_DIR}/{stem}.svg"),
-        }));
+        plot_links.push(markdown::ExperimentPlots { main, extra });
     }
 
-    let text = markdown::render(&analysis, opts, &plot_links);
-    let text = claims::append_to_report(dir, &analysis, text)?;
+    let mut text = markdown::render_with(&analysis, opts, &plot_links, &plan.warnings);
+    if let Some(file) = &claims {
+        text = claims::append_table(file, &analysis, text);
+    }
     let report_path = dir.join(REPORT_FILE);
     fs::write(&report_path, text).map_err(|source| ReportError::Write {
         path: report_path.clone(),
@@ -198,5 +226,6 @@ pub fn write_report(dir: &Path, opts: &ReportOptions) -> Result<ReportSummary, R
         plots,
         records: analysis.records,
         failed_records: analysis.failed.len(),
+        warnings: plan.warnings,
     })
 }

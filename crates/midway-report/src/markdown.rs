@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Analysis, CaseRow, Experiment};
+use crate::analysis::{Analysis, CaseRow, Experiment, PAGE_LOAD_METRIC};
 use crate::stats::PositiveShare;
 use crate::ReportOptions;
 
@@ -14,27 +14,56 @@ pub struct PlotLinks {
     pub svg: String,
 }
 
+/// The plots of one experiment: its main plot and the extra plots of its `[[plots]]` entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExperimentPlots {
+    pub main: Option<PlotLinks>,
+    pub extra: Vec<ExtraPlot>,
+}
+
+/// An extra plot and the caption it is linked with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraPlot {
+    pub title: String,
+    pub links: PlotLinks,
+}
+
 /// The whole report. `plots[i]` belongs to `analysis.experiments[i]` (`None`: no plot).
 pub fn render(analysis: &Analysis, opts: &ReportOptions, plots: &[Option<PlotLinks>]) -> String {
+    let plots: Vec<ExperimentPlots> = plots
+        .iter()
+        .map(|main| ExperimentPlots {
+            main: main.clone(),
+            extra: Vec::new(),
+        })
+        .collect();
+    render_with(analysis, opts, &plots, &[])
+}
+
+/// The whole report with extra plots and warnings (about the claims file's `[[plots]]`, listed
+/// in the header). `plots[i]` belongs to `analysis.experiments[i]`.
+pub fn render_with(
+    analysis: &Analysis,
+    opts: &ReportOptions,
+    plots: &[ExperimentPlots],
+    warnings: &[String],
+) -> String {
     let mut out = String::new();
     let title = opts
         .title
         .clone()
         .unwrap_or_else(|| format!("Lab report: {}", analysis.scenarios.join(", ")));
     let _ = writeln!(out, "# {title}\n");
-    header(&mut out, analysis, opts);
+    header(&mut out, analysis, opts, warnings);
     failed_runs(&mut out, analysis);
+    let no_plots = ExperimentPlots::default();
     for (index, experiment) in analysis.experiments.iter().enumerate() {
-        experiment_section(
-            &mut out,
-            experiment,
-            plots.get(index).and_then(Option::as_ref),
-        );
+        experiment_section(&mut out, experiment, plots.get(index).unwrap_or(&no_plots));
     }
     out
 }
 
-fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions) {
+fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions, warnings: &[String]) {
     let _ = writeln!(out, "- Scenario: {}", code_list(&analysis.scenarios));
     let _ = writeln!(
         out,
@@ -60,6 +89,9 @@ fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions) {
         analysis.records,
         analysis.failed.len()
     );
+    for warning in warnings {
+        let _ = writeln!(out, "- **Warning:** {}", cell(warning));
+    }
     let _ = writeln!(
         out,
         "\nThroughput is application payload over the time from connect to the last byte, in \
@@ -98,7 +130,7 @@ fn failed_runs(out: &mut String, analysis: &Analysis) {
     out.push('\n');
 }
 
-fn experiment_section(out: &mut String, exp: &Experiment, plot: Option<&PlotLinks>) {
+fn experiment_section(out: &mut String, exp: &Experiment, plots: &ExperimentPlots) {
     let _ = writeln!(out, "## Experiment `{}`\n", exp.name);
     match &exp.sweep_param {
         Some(param) => {
@@ -115,6 +147,17 @@ fn experiment_section(out: &mut String, exp: &Experiment, plot: Option<&PlotLink
         let _ = write!(out, " Fixed: {}.", fixed.join(", "));
     }
     out.push_str("\n\n");
+    if exp.web {
+        let _ = writeln!(
+            out,
+            "Web experiment: the measurement is the page load time in seconds \
+             (`{PAGE_LOAD_METRIC}`, the mean load time of the pages of one run; lower is better), \
+             as median, quartiles and mean over the runs. The GoS columns stay computed on \
+             throughput (the pages' bytes over their summed load time), so GoS = T_{base} / T_case \
+             - 1 in load time: +1.00 means the pages loaded in half the time.\n",
+            base = exp.baseline_case
+        );
+    }
     if !exp.baseline_present {
         let _ = writeln!(
             out,
@@ -122,25 +165,44 @@ fn experiment_section(out: &mut String, exp: &Experiment, plot: Option<&PlotLink
             exp.baseline_case
         );
     }
-    if let Some(plot) = plot {
+    if let Some(plot) = &plots.main {
+        let what = if exp.web {
+            "page load time"
+        } else {
+            "throughput"
+        };
         let _ = writeln!(
             out,
-            "![{name}: throughput by case]({png})\n\n(vector version: [{svg}]({svg}))\n",
+            "![{name}: {what} by case]({png})\n\n(vector version: [{svg}]({svg}))\n",
             name = exp.name,
             png = plot.png,
             svg = plot.svg
         );
     }
+    for extra in &plots.extra {
+        let _ = writeln!(
+            out,
+            "![{title}]({png})\n\n(vector version: [{svg}]({svg}))\n",
+            title = extra.title.replace(['[', ']'], ""),
+            png = extra.links.png,
+            svg = extra.links.svg
+        );
+    }
 
+    let extra_names = table_extra_names(exp);
     let variants = distinct_variants(exp);
     for variant in &variants {
         if variants.len() > 1 {
             let _ = writeln!(out, "### {variant}\n");
         }
         let rows: Vec<&CaseRow> = exp.rows.iter().filter(|r| &r.variant == variant).collect();
-        throughput_table(out, exp, &rows);
-        if !exp.extra_names.is_empty() {
-            extra_table(out, exp, &rows);
+        if exp.web {
+            page_load_table(out, exp, &rows);
+        } else {
+            throughput_table(out, exp, &rows);
+        }
+        if !extra_names.is_empty() {
+            extra_table(out, exp, &extra_names, &rows);
         }
     }
 
@@ -155,6 +217,79 @@ fn experiment_section(out: &mut String, exp: &Experiment, plot: Option<&PlotLink
     if exp.scenario_files.len() > 1 {
         let _ = writeln!(out, "(records of this experiment come from {files})\n");
     }
+}
+
+/// The `extra` measurements of the "other measurements" table: all but the page load time of a
+/// web experiment, which has its own table.
+fn table_extra_names(exp: &Experiment) -> Vec<String> {
+    exp.extra_names
+        .iter()
+        .filter(|name| !(exp.web && name.as_str() == PAGE_LOAD_METRIC))
+        .cloned()
+        .collect()
+}
+
+/// GoS paired, GoS of medians and the GoS > 0 share of a row (blank for the baseline).
+fn gos_cells(row: &CaseRow) -> (String, String, String) {
+    if row.is_baseline {
+        ("(baseline)".to_string(), "".to_string(), "".to_string())
+    } else {
+        (
+            row.gos_median_paired.map(gain).unwrap_or_else(dash),
+            row.gos_of_medians.map(gain).unwrap_or_else(dash),
+            share_text(row.gos_positive),
+        )
+    }
+}
+
+fn retransmit_cells(out: &mut String, exp: &Experiment, row: &CaseRow) {
+    for endpoint in &exp.endpoints {
+        let value = row
+            .retransmits_median
+            .get(endpoint)
+            .map(|v| count(*v))
+            .unwrap_or_else(dash);
+        let _ = write!(out, " {value} |");
+    }
+}
+
+/// The table of a web experiment: page load time in seconds, GoS on throughput.
+fn page_load_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
+    let sweep = exp.sweep_param.as_deref().unwrap_or("point");
+    let base = &exp.baseline_case;
+    let _ = write!(
+        out,
+        "| {} | case | n | median page load s | Q1 | Q3 | mean | GoS paired vs {base} | GoS of medians | GoS > 0 |",
+        cell(sweep)
+    );
+    for endpoint in &exp.endpoints {
+        let _ = write!(out, " retrans {} |", cell(endpoint));
+    }
+    out.push('\n');
+    out.push_str(&"|---".repeat(10 + exp.endpoints.len()));
+    out.push_str("|\n");
+    for row in rows {
+        let (n, median, q1, q3) = match row.page_load_seconds {
+            Some(s) => (
+                s.n.to_string(),
+                number(s.median),
+                number(s.q1),
+                number(s.q3),
+            ),
+            None => ("0".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let mean = row.page_load_mean.map(number).unwrap_or_else(dash);
+        let (gos_paired, gos_medians, share) = gos_cells(row);
+        let _ = write!(
+            out,
+            "| {} | {} | {n} | {median} | {q1} | {q3} | {mean} | {gos_paired} | {gos_medians} | {share} |",
+            cell(&row.sweep_label),
+            cell(&row.case)
+        );
+        retransmit_cells(out, exp, row);
+        out.push('\n');
+    }
+    out.push('\n');
 }
 
 fn throughput_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
@@ -181,50 +316,35 @@ fn throughput_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
             ),
             None => ("0".into(), "-".into(), "-".into(), "-".into()),
         };
-        let (gos_paired, gos_medians, share) = if row.is_baseline {
-            ("(baseline)".to_string(), "".to_string(), "".to_string())
-        } else {
-            (
-                row.gos_median_paired.map(gain).unwrap_or_else(dash),
-                row.gos_of_medians.map(gain).unwrap_or_else(dash),
-                share_text(row.gos_positive),
-            )
-        };
+        let (gos_paired, gos_medians, share) = gos_cells(row);
         let _ = write!(
             out,
             "| {} | {} | {n} | {median} | {q1} | {q3} | {gos_paired} | {gos_medians} | {share} |",
             cell(&row.sweep_label),
             cell(&row.case)
         );
-        for endpoint in &exp.endpoints {
-            let value = row
-                .retransmits_median
-                .get(endpoint)
-                .map(|v| count(*v))
-                .unwrap_or_else(dash);
-            let _ = write!(out, " {value} |");
-        }
+        retransmit_cells(out, exp, row);
         out.push('\n');
     }
     out.push('\n');
 }
 
-fn extra_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
+fn extra_table(out: &mut String, exp: &Experiment, extra_names: &[String], rows: &[&CaseRow]) {
     let sweep = exp.sweep_param.as_deref().unwrap_or("point");
     let _ = write!(
         out,
         "Other measurements (medians):\n\n| {} | case |",
         cell(sweep)
     );
-    for name in &exp.extra_names {
+    for name in extra_names {
         let _ = write!(out, " {} |", cell(name));
     }
     out.push('\n');
-    out.push_str(&"|---".repeat(2 + exp.extra_names.len()));
+    out.push_str(&"|---".repeat(2 + extra_names.len()));
     out.push_str("|\n");
     for row in rows {
         let _ = write!(out, "| {} | {} |", cell(&row.sweep_label), cell(&row.case));
-        for name in &exp.extra_names {
+        for name in extra_names {
             let value = row
                 .extra_median
                 .get(name)

@@ -45,6 +45,12 @@ pub fn median(values: &[f64]) -> Option<f64> {
     quantile(values, 0.5)
 }
 
+/// Arithmetic mean of the finite values; `None` when there are none.
+pub fn mean(values: &[f64]) -> Option<f64> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64)
+}
+
 /// Sample size, quartiles and median of a set of measurements.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
@@ -143,6 +149,8 @@ mod tests {
         assert_eq!(quantile(&[1.0, 2.0], 1.5), None);
         assert_eq!(quantile(&[1.0, 2.0], -0.1), None);
         assert_eq!(median(&[f64::NAN]), None);
+        assert_eq!(mean(&[]), None);
+        assert_eq!(mean(&[f64::NAN, f64::INFINITY]), None);
     }
 
     #[test]
@@ -157,6 +165,12 @@ mod tests {
                 q3: 2.5
             }
         );
+    }
+
+    #[test]
+    fn mean_skips_non_finite_values() {
+        assert_eq!(mean(&[1.0, 2.0, 6.0]), Some(3.0));
+        assert_eq!(mean(&[f64::NAN, 4.0, f64::NEG_INFINITY, 2.0]), Some(3.0));
     }
 
     #[test]

@@ -278,3 +278,272 @@ fn missing_and_empty_results() {
     assert!(matches!(err, ReportError::NoRecords { .. }), "{err:?}");
     assert!(!dir.path().join("report.md").exists());
 }
+
+/// The bulk report of the synthetic records, byte for byte. The golden file was written by the
+/// report code before web experiments and `[[plots]]` existed, so this test shows bulk reports
+/// are unchanged by them. Rewrite it (after checking the diff by hand) with
+/// `MIDWAY_REPORT_BLESS=1 cargo test -p midway-report --test report`.
+#[test]
+fn bulk_report_matches_golden() {
+    let golden_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/bulk-report.md");
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_results(dir.path(), &synthetic_records());
+    let summary = write_report(dir.path(), &ReportOptions::default()).expect("report");
+    let report = std::fs::read_to_string(summary.report_path).expect("report.md");
+    if std::env::var_os("MIDWAY_REPORT_BLESS").is_some() {
+        std::fs::create_dir_all(golden_path.parent().expect("parent")).expect("golden dir");
+        std::fs::write(&golden_path, &report).expect("bless golden");
+    }
+    let golden = std::fs::read_to_string(&golden_path).expect("golden file");
+    assert_eq!(
+        report,
+        golden,
+        "bulk report differs from {}",
+        golden_path.display()
+    );
+}
+
+/// Page load time (s) of `case` in HTTP mode `http` at repetition `rep`.
+fn page_load(case: &str, http: &str, rep: u32) -> f64 {
+    let (base, step) = match (case, http) {
+        ("direct", "1.0") => (8.0, 0.5),
+        ("direct", "1.1") => (5.0, 0.5),
+        ("direct", _) => (4.0, 0.5),
+        ("midway-http", "1.0") => (3.0, 0.25),
+        ("midway-http", "1.1") => (2.5, 0.25),
+        ("midway-http", _) => (2.0, 0.25),
+        (_, "1.0") => (4.0, 0.25),
+        _ => (3.0, 0.25),
+    };
+    base + step * f64::from(rep)
+}
+
+/// A web experiment as the lab records it (one 65 kB page per run; throughput = bytes * 8 /
+/// load time; extras as the web workload writes them), next to the bulk records.
+fn web_and_bulk_records() -> Vec<RunRecord> {
+    let mut records = synthetic_records();
+    for http in ["1.0", "1.1", "pipelining"] {
+        for rep in 0..5 {
+            for case in ["direct", "midway-http", "squid"] {
+                let seconds = page_load(case, http, rep);
+                let mut r = record("web-http", case, Some(("http", json!(http))), rep, 1.0);
+                r.bytes = 65_000;
+                r.seconds = seconds;
+                r.throughput_bps = 65_000.0 * 8.0 / seconds;
+                r.retransmits.clear();
+                r.extra = BTreeMap::from([
+                    ("page_load_seconds".to_string(), seconds),
+                    ("page_load_max_seconds".to_string(), seconds),
+                    ("connections_opened".to_string(), 20.0 + f64::from(rep)),
+                    ("pages".to_string(), 1.0),
+                    ("objects".to_string(), 19.0),
+                ]);
+                if case != "direct" {
+                    r.extra.insert("cache_hits".into(), 0.0);
+                }
+                records.push(r);
+            }
+        }
+    }
+    records
+}
+
+const WEB_CLAIMS: &str = r#"
+paper = "satellite"
+
+[[claims]]
+figure = "Fig. 4"
+experiment = "web-http"
+says = "the HTTP proxy halves the page load time with HTTP/1.0"
+[claims.check]
+metric = "page_load_seconds"
+a = { case = "midway-http", x = "1.0" }
+b = { case = "direct", x = "1.0" }
+op = "<="
+value = 0.5
+
+[[claims]]
+figure = "Fig. 4"
+experiment = "web-http"
+says = "squid improves every repetition in every mode"
+[claims.check]
+metric = "gos_positive_share"
+a = { case = "squid" }
+op = ">="
+value = 1.0
+
+[[claims]]
+figure = "Fig. 4"
+experiment = "web-http"
+says = "(mean) squid is 3x faster than direct with HTTP/1.1"
+[claims.check]
+metric = "page_load_seconds"
+stat = "mean"
+a = { case = "squid", x = "1.1" }
+b = { case = "direct", x = "1.1" }
+op = "<="
+value = 0.333
+
+[[plots]]
+experiment = "web-http"
+[[plots.lines]]
+label = "paper: 2.5 s with a proxy"
+y = 2.5
+[[plots.lines]]
+label = "keep-alive"
+x = "1.1"
+
+[[plots]]
+experiment = "web-http"
+title = "web-http: TCP connections per run"
+metrics = ["connections_opened"]
+
+[[plots]]
+experiment = "fig5-size"
+metrics = ["remote_segment_seconds", "no_such_metric"]
+cases = ["midway"]
+[[plots.lines]]
+label = "buffer rule"
+x = 24000
+
+[[plots]]
+experiment = "fig99"
+metrics = ["remote_segment_seconds"]
+"#;
+
+#[test]
+fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_results(dir.path(), &web_and_bulk_records());
+    std::fs::write(dir.path().join("claims.toml"), WEB_CLAIMS).expect("claims");
+    let summary = write_report(dir.path(), &ReportOptions::default()).expect("report");
+    let report = std::fs::read_to_string(&summary.report_path).expect("report.md");
+
+    // The web table: page load quartiles and mean in seconds, GoS on throughput. midway-http
+    // with HTTP/1.0 loads in 3 + 0.25 rep s, direct in 8 + 0.5 rep s: medians 3.5 and 9, GoS of
+    // medians 9 / 3.5 - 1 = 1.571; paired gains 1.667 ... 1.5, median rep 2's 9 / 3.5 - 1.
+    assert!(
+        report.contains(
+            "| http | case | n | median page load s | Q1 | Q3 | mean | GoS paired vs direct | \
+             GoS of medians | GoS > 0 |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "| 1.0 | midway-http | 5 | 3.50 | 3.25 | 3.75 | 3.50 | +1.57 | +1.57 | 5/5 (100 %) |\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("| 1.0 | direct | 5 | 9.00 | 8.50 | 9.50 | 9.00 | (baseline) |  |  |\n")
+    );
+    assert!(report.contains("Web experiment: the measurement is the page load time in seconds"));
+    assert!(report.contains("![web-http: page load time by case](plots/web-http.png)"));
+    // Other extras in their own table, without the page load time.
+    assert!(
+        report.contains(
+            "| http | case | cache_hits | connections_opened | objects | page_load_max_seconds | pages |"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("| 1.1 | direct | - | 22.0 | 19.0 | 6.00 | 1.00 |"));
+    // The bulk experiments next to it are reported as before.
+    assert!(report.contains(
+        "| 0.01 | midway | 5 | 14.8 | 14.3 | 15.3 | +1.47 | +1.47 | 5/5 (100 %) | 2 | 4 |"
+    ));
+    assert!(report.contains("![fig8-loss: throughput by case](plots/fig8-loss.png)"));
+
+    // Claims: A, B and the ratio are shown, and by how much the target is met or missed.
+    assert!(
+        report.contains(
+            "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
+             = 3.500 s / 9.000 s = 0.389, needs <= 0.5: met by 0.111 | yes |"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("squid gos_positive_share @ 1.0 = 1.000 (5/5 runs with GoS > 0)"));
+    // squid 1.1: 3 + 0.25 rep (mean 3.5) vs direct 5 + 0.5 rep (mean 6): 0.583 > 0.333.
+    assert!(
+        report.contains(
+            "squid mean page_load_seconds @ 1.1 / direct mean page_load_seconds @ 1.1 = 3.500 s / \
+             6.000 s = 0.583, needs <= 0.333: missed by 0.250 | **no** |"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("2 of 3 checked claims agree"));
+
+    // [[plots]]: the extra plot is written and linked; what the results lack is a warning.
+    assert!(report.contains(
+        "![web-http: TCP connections per run](plots/web-http-1.png)\n\n(vector version: \
+         [plots/web-http-1.svg](plots/web-http-1.svg))"
+    ));
+    assert!(report
+        .contains("![fig5-size: remote_segment_seconds vs size_bytes](plots/fig5-size-1.png)"));
+    let expected_warnings = [
+        "claims.toml [[plots]] #3 (experiment `fig5-size`): metric `no_such_metric` is not measured in experiment `fig5-size`",
+        "claims.toml [[plots]] #4: experiment `fig99` is not in the results; nothing drawn for it",
+    ];
+    assert_eq!(summary.warnings.len(), 2, "{:?}", summary.warnings);
+    for (warning, expected) in summary.warnings.iter().zip(expected_warnings) {
+        assert!(warning.starts_with(expected), "{warning}");
+        assert!(
+            report.contains(&format!("- **Warning:** {warning}\n")),
+            "{report}"
+        );
+    }
+    let plots_dir = dir.path().join("plots");
+    for stem in ["web-http", "web-http-1", "fig5-size-1", "fig8-loss"] {
+        assert_png(&plots_dir.join(format!("{stem}.png")));
+        assert!(plots_dir.join(format!("{stem}.svg")).exists(), "{stem}.svg");
+    }
+    let web_svg = std::fs::read_to_string(plots_dir.join("web-http.svg")).expect("svg");
+    assert!(web_svg.contains("page load time (s), median and quartiles; lower is better"));
+    assert!(web_svg.contains("pipelining") && web_svg.contains("keep-alive"));
+    assert!(web_svg.contains("paper: 2.5 s with a proxy"));
+    assert!(!web_svg.contains("throughput (Mbit/s)"));
+    let extra_svg = std::fs::read_to_string(plots_dir.join("fig5-size-1.svg")).expect("svg");
+    assert!(extra_svg.contains("remote_segment_seconds (s), median and quartiles"));
+    // The extra plot of fig5-size holds only the chosen case.
+    assert!(extra_svg.contains("midway") && !extra_svg.contains("direct"));
+    // The main plot of fig5-size has its reference line.
+    let fig5_svg = std::fs::read_to_string(plots_dir.join("fig5-size.svg")).expect("svg");
+    assert!(fig5_svg.contains("buffer rule"));
+
+    if let Some(keep) = std::env::var_os("MIDWAY_REPORT_KEEP_WEB") {
+        let keep = Path::new(&keep);
+        std::fs::create_dir_all(keep.join("plots")).expect("keep dir");
+        std::fs::copy(&summary.report_path, keep.join("report.md")).expect("copy");
+        for plot in &summary.plots {
+            std::fs::copy(
+                plot,
+                keep.join("plots").join(plot.file_name().expect("name")),
+            )
+            .expect("copy plot");
+        }
+    }
+}
+
+#[test]
+fn a_broken_claims_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_results(dir.path(), &synthetic_records());
+    std::fs::write(
+        dir.path().join("claims.toml"),
+        "paper = \"p\"\n[[plots]]\nexperiment = \"fig8-loss\"\nlines = 3\n",
+    )
+    .expect("claims");
+    let err = write_report(dir.path(), &ReportOptions::default()).expect_err("bad claims");
+    assert!(
+        matches!(
+            err,
+            ReportError::Claims(midway_report::claims::ClaimsError::Parse { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with("claims.toml: not a valid claims file"),
+        "{err}"
+    );
+}
