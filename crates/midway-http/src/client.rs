@@ -45,6 +45,9 @@ pub struct ClientReport {
     pub tunnels: u64,
     /// Bytes written to the client (heads and bodies, tunnel bytes included).
     pub bytes_to_client: u64,
+    /// Bytes read from the client (request heads and bodies, tunnel bytes included; the
+    /// discarded rest of a rejected request is not counted).
+    pub bytes_from_client: u64,
 }
 
 #[derive(Default)]
@@ -53,6 +56,7 @@ struct Counters {
     rejected: AtomicU64,
     tunnels: AtomicU64,
     bytes_to_client: AtomicU64,
+    bytes_from_client: AtomicU64,
 }
 
 /// A piece of one response on its way to the writer.
@@ -310,6 +314,7 @@ impl HttpProxy {
                 rejected: counters.rejected.load(Ordering::Relaxed),
                 tunnels: counters.tunnels.load(Ordering::Relaxed),
                 bytes_to_client: counters.bytes_to_client.load(Ordering::Relaxed),
+                bytes_from_client: counters.bytes_from_client.load(Ordering::Relaxed),
             })
         }
         .instrument(span)
@@ -322,6 +327,7 @@ impl HttpProxy {
         &self,
         read_half: &mut OwnedReadHalf,
         buf: &mut BytesMut,
+        counters: &Counters,
         outstanding: &AtomicUsize,
         wait: ReadWait,
         stop: &CancellationToken,
@@ -338,7 +344,12 @@ impl HttpProxy {
             };
             tokio::select! {
                 _ = stop.cancelled() => return None,
-                result = read_half.read_buf(buf) => return Some(result),
+                result = read_half.read_buf(buf) => {
+                    if let Ok(read) = result {
+                        counters.bytes_from_client.fetch_add(read as u64, Ordering::Relaxed);
+                    }
+                    return Some(result);
+                }
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     let waiting_for_us = outstanding.load(Ordering::Acquire) > 0;
                     if wait != ReadWait::BetweenRequests || !waiting_for_us {
@@ -385,7 +396,14 @@ impl HttpProxy {
                     }
                     Ok(Parsed::Partial) => {
                         match self
-                            .read_more(&mut read_half, &mut buf, &outstanding, wait, &stop)
+                            .read_more(
+                                &mut read_half,
+                                &mut buf,
+                                &counters,
+                                &outstanding,
+                                wait,
+                                &stop,
+                            )
                             .await
                         {
                             None => return Ok(()),
@@ -488,6 +506,7 @@ impl HttpProxy {
                         &mut buf,
                         body_kind,
                         &body_tx,
+                        &counters,
                         &outstanding,
                         &stop,
                     )
@@ -553,12 +572,14 @@ impl HttpProxy {
     }
 
     /// Decodes the request body from the client and hands it to the fetch task.
+    #[allow(clippy::too_many_arguments)]
     async fn forward_request_body(
         &self,
         read_half: &mut OwnedReadHalf,
         buf: &mut BytesMut,
         kind: BodyKind,
         body_tx: &mpsc::Sender<BodyPiece>,
+        counters: &Counters,
         outstanding: &AtomicUsize,
         stop: &CancellationToken,
     ) -> Result<(), HttpError> {
@@ -569,7 +590,14 @@ impl HttpProxy {
             let step = decoder.step(buf).map_err(HttpError::ClientBody)?;
             if step.consumed == 0 {
                 match self
-                    .read_more(read_half, buf, outstanding, ReadWait::BodyProgress, stop)
+                    .read_more(
+                        read_half,
+                        buf,
+                        counters,
+                        outstanding,
+                        ReadWait::BodyProgress,
+                        stop,
+                    )
                     .await
                 {
                     None => return Err(HttpError::ClientGone),
@@ -709,8 +737,9 @@ impl HttpProxy {
             _ = stop.cancelled() => Ok(()),
             result = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
                 // Peers resetting a tunnel is their business, not a proxy error.
-                if let Ok((_, to_client)) = result {
+                if let Ok((from_client, to_client)) = result {
                     counters.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
+                    counters.bytes_from_client.fetch_add(from_client, Ordering::Relaxed);
                 }
                 Ok(())
             }

@@ -997,11 +997,16 @@ impl Connection {
         let duration_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(report) => {
-                ByteReporter::new(name).report(metrics, 0, report.bytes_to_client);
+                ByteReporter::new(name).report(
+                    metrics,
+                    report.bytes_from_client,
+                    report.bytes_to_client,
+                );
                 tracing::info!(
                     requests = report.requests,
                     rejected = report.rejected,
                     tunnels = report.tunnels,
+                    bytes_from_client = report.bytes_from_client,
                     bytes_to_client = report.bytes_to_client,
                     duration_ms,
                     "http connection closed"

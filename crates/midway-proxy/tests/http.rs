@@ -174,6 +174,23 @@ async fn curl_through_http_listener_second_fetch_is_a_cache_hit() {
         scrape(metrics).await
     );
 
+    // Both directions of an HTTP connection are counted: the two requests (curl's GET heads are
+    // well over 50 bytes each) and the two responses.
+    let text = scrape(metrics).await;
+    let up = metric(
+        &text,
+        "midway_bytes_total{listener=\"web\",direction=\"client_to_server\"}",
+    );
+    let down = metric(
+        &text,
+        "midway_bytes_total{listener=\"web\",direction=\"server_to_client\"}",
+    );
+    assert!(up.is_some_and(|b| b > 100.0), "{text}");
+    assert!(
+        down.is_some_and(|b| b > 2.0 * PAGE_BODY.len() as f64),
+        "{text}"
+    );
+
     let summary = proxy.stop().await;
     assert_eq!(summary.connections_served, 2);
 }
