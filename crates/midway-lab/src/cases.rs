@@ -1,12 +1,15 @@
 //! What each case puts on the proxy host, as pure functions: midway's generated config, HAProxy's
-//! config, the `ip route` arguments of route tuning, where the client connects; and parsers for
-//! what the lab reads back (midway's metrics, the listening sockets of `/proc/net/tcp`).
+//! and Squid's configs, the `ip route` arguments of route tuning, where the client connects; and
+//! parsers for what the lab reads back (midway's metrics, Squid's access log, the listening
+//! sockets of `/proc/net/tcp`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::scenario::{Case, CaseKind, Intercept, MidwayCase, RelayKind, RouteTuning};
+use crate::scenario::{
+    Case, CaseKind, Intercept, MidwayCase, RelayKind, RouteTuning, SquidCase, UpstreamPersistence,
+};
 
 /// Port the proxy listens on inside the proxy host (each topology is its own namespace set, so a
 /// fixed port cannot collide with another run).
@@ -42,8 +45,21 @@ pub fn connect_target(case: &Case, placement: &Placement) -> SocketAddr {
         {
             placement.server
         }
-        CaseKind::Midway | CaseKind::Haproxy => SocketAddr::new(placement.proxy_addr, PROXY_PORT),
+        CaseKind::Midway | CaseKind::Haproxy | CaseKind::Squid => {
+            SocketAddr::new(placement.proxy_addr, PROXY_PORT)
+        }
     }
+}
+
+/// The explicit HTTP proxy a web client must be configured with: Squid, or midway with
+/// `intercept = "http"`. None when the client talks to `connect_target` itself.
+pub fn explicit_proxy(case: &Case, placement: &Placement) -> Option<SocketAddr> {
+    let explicit = match case.kind {
+        CaseKind::Squid => true,
+        CaseKind::Midway => case.midway.as_ref().map(|m| m.intercept) == Some(Intercept::Http),
+        CaseKind::Direct | CaseKind::Haproxy => false,
+    };
+    explicit.then(|| SocketAddr::new(placement.proxy_addr, PROXY_PORT))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,14 +77,17 @@ pub fn midway_config(case: &MidwayCase, placement: &Placement) -> Result<String,
     let mut listener = toml::Table::new();
     listener.insert("name".into(), LISTENER_NAME.into());
     listener.insert("listen".into(), format!("0.0.0.0:{PROXY_PORT}").into());
-    listener.insert(
-        "relay".into(),
-        match case.relay {
-            RelayKind::Buffer => "buffer",
-            RelayKind::Spool => "spool",
-        }
-        .into(),
-    );
+    // An HTTP listener answers requests itself and refuses relay settings.
+    if case.intercept != Intercept::Http {
+        listener.insert(
+            "relay".into(),
+            match case.relay {
+                RelayKind::Buffer => "buffer",
+                RelayKind::Spool => "spool",
+            }
+            .into(),
+        );
+    }
     match case.intercept {
         Intercept::Forward => {
             listener.insert("mode".into(), "forward".into());
@@ -87,6 +106,13 @@ pub fn midway_config(case: &MidwayCase, placement: &Placement) -> Result<String,
                 Value::Array(vec![Value::Integer(i64::from(placement.server.port()))]),
             );
             listener.insert("nftables".into(), Value::Table(nft));
+        }
+        Intercept::Http => {
+            // Requests name their origin; the proxy resolves it (the hosts file of its host).
+            listener.insert("mode".into(), "http".into());
+            if !case.http.is_empty() {
+                listener.insert("http".into(), Value::Table(case.http.clone()));
+            }
         }
     }
     if let Some(profile) = &case.local_profile {
@@ -159,6 +185,127 @@ pub fn haproxy_config(placement: &Placement) -> String {
         port = PROXY_PORT,
         server = placement.server,
     )
+}
+
+/// User Squid drops to after binding its port (Debian's package creates it and makes it the
+/// owner of Squid's own folders).
+pub const SQUID_USER: &str = "proxy";
+/// What `upstream_persistence = "long"` keeps idle upstream connections for (midway's default).
+pub const SQUID_LONG_IDLE: &str = "10 minutes";
+
+/// Squid's service name (`squid -n`) for a topology: it names Squid's shared-memory segments
+/// (`/dev/shm/<name>-cf__*.shm`), which Squids with the same name would share.
+pub fn squid_service_name(topology_tag: &str) -> String {
+    format!("mwlab{topology_tag}")
+}
+
+/// Squid's files inside `dir` (a folder the [`SQUID_USER`] can write).
+pub fn squid_access_log(dir: &Path) -> PathBuf {
+    dir.join("access.log")
+}
+
+/// Squid as an explicit HTTP proxy on the proxy's client-side address, for the client link only,
+/// in the foreground (`squid -N -f FILE`), with its pid, logs and core files in `dir`. Everything
+/// else keeps the defaults of Debian's Squid (5.x): memory cache of 256 MB, objects up to 512 KB
+/// in memory, no disk cache, no pipelined-request prefetch, idle upstream connections closed after
+/// 1 minute, Debian's refresh patterns.
+pub fn squid_config(case: &SquidCase, placement: &Placement, dir: &Path) -> String {
+    let dir = dir.display();
+    let mut text = format!(
+        "# generated by midway lab\n\
+         http_port {proxy}:{port}\n\
+         acl lab_clients src {clients}\n\
+         http_access allow lab_clients\n\
+         http_access deny all\n\
+         # Debian's refresh patterns (used only when a response has no freshness of its own).\n\
+         refresh_pattern ^ftp: 1440 20% 10080\n\
+         refresh_pattern ^gopher: 1440 0% 1440\n\
+         refresh_pattern -i (/cgi-bin/|\\?) 0 0% 0\n\
+         refresh_pattern . 0 20% 4320\n\
+         # Files of this run; the names come from the lab's hosts file (/etc/hosts).\n\
+         pid_filename {dir}/squid.pid\n\
+         access_log stdio:{dir}/access.log squid\n\
+         cache_log {dir}/cache.log\n\
+         cache_store_log none\n\
+         coredump_dir {dir}\n\
+         logfile_rotate 0\n\
+         cache_effective_user {user}\n\
+         visible_hostname midway-lab-squid\n\
+         # No ICMP helper process: nothing here uses network measurements.\n\
+         pinger_enable off\n\
+         # Stop within a second when the run ends (default: 30 s of grace for clients).\n\
+         shutdown_lifetime 1 second\n",
+        proxy = placement.proxy_addr,
+        port = PROXY_PORT,
+        clients = placement.client_prefix,
+        user = SQUID_USER,
+    );
+    if !case.cache {
+        text.push_str(
+            "# cache = false: nothing is stored or served from the cache.\ncache deny all\n",
+        );
+    }
+    match case.upstream_persistence {
+        UpstreamPersistence::Default => {}
+        UpstreamPersistence::Long => {
+            // pconn_lifetime stays at its default (0 = no limit on a connection's age).
+            text.push_str(&format!(
+                "# upstream_persistence = \"long\": idle upstream connections kept like midway's.\n\
+                 server_idle_pconn_timeout {SQUID_LONG_IDLE}\n"
+            ));
+        }
+    }
+    text
+}
+
+/// Whether a user (`uid`, primary group `gid`) may enter a folder with this mode and owner:
+/// the owner's, the group's or the others' execute bit, whichever class applies first.
+pub fn may_traverse(mode: u32, owner: u32, group: u32, uid: u32, gid: u32) -> bool {
+    if uid == 0 {
+        return true;
+    }
+    let bit = if uid == owner {
+        0o100
+    } else if gid == group {
+        0o010
+    } else {
+        0o001
+    };
+    mode & bit != 0
+}
+
+/// What Squid's access log (native `squid` format) says about a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SquidLogSummary {
+    /// Requests logged.
+    pub requests: u64,
+    /// Requests answered from the cache (`TCP_HIT`, `TCP_MEM_HIT`, `TCP_IMS_HIT`, ...;
+    /// `TCP_REFRESH_UNMODIFIED`, a revalidation, is not a hit).
+    pub cache_hits: u64,
+}
+
+/// Counts requests (`TCP_*` results) and cache hits in Squid's native access log. The fourth
+/// field of a line is `RESULT/STATUS`, e.g. `TCP_MEM_HIT/200`.
+pub fn parse_squid_access_log(text: &str) -> SquidLogSummary {
+    let mut summary = SquidLogSummary::default();
+    for line in text.lines() {
+        let Some(result) = line.split_whitespace().nth(3) else {
+            continue;
+        };
+        let Some((code, _status)) = result.split_once('/') else {
+            continue;
+        };
+        // `NONE_NONE/000` lines are connections closed before a request (a browser's
+        // preconnect), not requests.
+        if !code.starts_with("TCP_") {
+            continue;
+        }
+        summary.requests += 1;
+        if code.split('_').any(|part| part == "HIT") {
+            summary.cache_hits += 1;
+        }
+    }
+    summary
 }
 
 /// `ip` arguments that replace the proxy host's connected route toward the client with one that
@@ -330,7 +477,172 @@ mod tests {
                 .unwrap(),
             listener: toml::from_str("buffer_bytes = 65536").unwrap(),
             config: toml::from_str("[proxy]\nmax_connections = 10").unwrap(),
+            http: toml::Table::new(),
         }
+    }
+
+    fn web_placement() -> Placement {
+        Placement {
+            server: "10.0.2.2:80".parse().unwrap(),
+            ..placement()
+        }
+    }
+
+    #[test]
+    fn http_config_is_an_explicit_proxy_with_the_case_http_table_and_midway_accepts_it() {
+        let case = MidwayCase {
+            intercept: Intercept::Http,
+            relay: RelayKind::Buffer,
+            local_profile: Some("hfc-local".into()),
+            remote_profile: Some("wan".into()),
+            profiles: toml::Table::new(),
+            listener: toml::Table::new(),
+            config: toml::Table::new(),
+            http: toml::from_str("cache = false\nupstream_idle_keep = \"10m\"").unwrap(),
+        };
+        let text = midway_config(&case, &web_placement()).unwrap();
+        let config: toml::Table = toml::from_str(&text).unwrap();
+        let listener = &config["listeners"][0];
+        assert_eq!(listener["mode"].as_str(), Some("http"));
+        assert!(listener.get("relay").is_none(), "{text}");
+        assert!(listener.get("target").is_none(), "{text}");
+        assert_eq!(listener["http"]["cache"].as_bool(), Some(false));
+        // midway's own parser takes it as an HTTP listener with the cache off.
+        let parsed = midway_proxy::config::parse_config(&text, "generated").unwrap();
+        let http = parsed.listeners[0].http.as_ref().expect("an HTTP listener");
+        assert!(!http.cache.enabled);
+        let forward = midway_config(&midway(Intercept::Forward), &placement()).unwrap();
+        midway_proxy::config::parse_config(&forward, "generated").unwrap();
+    }
+
+    #[test]
+    fn explicit_proxies_are_squid_and_midway_http_only() {
+        let placement = web_placement();
+        let case = |kind: CaseKind, midway: Option<MidwayCase>| Case {
+            name: "c".into(),
+            kind,
+            host: "proxy".into(),
+            midway,
+            squid: None,
+            route_tuning: None,
+        };
+        let proxy: SocketAddr = "10.0.1.2:8080".parse().unwrap();
+        let mut http = midway(Intercept::Http);
+        http.listener = toml::Table::new();
+        assert_eq!(
+            explicit_proxy(&case(CaseKind::Squid, None), &placement),
+            Some(proxy)
+        );
+        assert_eq!(
+            explicit_proxy(&case(CaseKind::Midway, Some(http.clone())), &placement),
+            Some(proxy)
+        );
+        assert_eq!(
+            connect_target(&case(CaseKind::Midway, Some(http)), &placement),
+            proxy
+        );
+        let transparent = case(CaseKind::Midway, Some(midway(Intercept::Transparent)));
+        assert_eq!(explicit_proxy(&transparent, &placement), None);
+        assert_eq!(connect_target(&transparent, &placement), placement.server);
+        assert_eq!(
+            explicit_proxy(&case(CaseKind::Direct, None), &placement),
+            None
+        );
+        assert_eq!(
+            explicit_proxy(&case(CaseKind::Haproxy, None), &placement),
+            None
+        );
+    }
+
+    #[test]
+    fn squid_config_limits_access_and_keeps_files_in_the_point_folder() {
+        let dir = Path::new("/out/points/00001-web-squid-r0/squid");
+        let default = squid_config(
+            &SquidCase {
+                cache: true,
+                upstream_persistence: UpstreamPersistence::Default,
+            },
+            &web_placement(),
+            dir,
+        );
+        let lines: Vec<&str> = default.lines().collect();
+        for wanted in [
+            "http_port 10.0.1.2:8080",
+            "acl lab_clients src 10.0.1.0/24",
+            "http_access allow lab_clients",
+            "http_access deny all",
+            "pid_filename /out/points/00001-web-squid-r0/squid/squid.pid",
+            "access_log stdio:/out/points/00001-web-squid-r0/squid/access.log squid",
+            "cache_log /out/points/00001-web-squid-r0/squid/cache.log",
+            "cache_effective_user proxy",
+            r"refresh_pattern -i (/cgi-bin/|\?) 0 0% 0",
+        ] {
+            assert!(lines.contains(&wanted), "missing `{wanted}` in:\n{default}");
+        }
+        // Allow comes before the final deny (Squid applies the first match).
+        let allow = lines
+            .iter()
+            .position(|l| *l == "http_access allow lab_clients");
+        let deny = lines.iter().position(|l| *l == "http_access deny all");
+        assert!(allow < deny);
+        assert!(!default.contains("cache deny all"));
+        assert!(!default.contains("server_idle_pconn_timeout"));
+        assert!(!default.contains("cache_dir"), "memory cache only");
+
+        let off_long = squid_config(
+            &SquidCase {
+                cache: false,
+                upstream_persistence: UpstreamPersistence::Long,
+            },
+            &web_placement(),
+            dir,
+        );
+        let lines: Vec<&str> = off_long.lines().collect();
+        assert!(lines.contains(&"cache deny all"), "{off_long}");
+        assert!(
+            lines.contains(&"server_idle_pconn_timeout 10 minutes"),
+            "{off_long}"
+        );
+    }
+
+    #[test]
+    fn squid_service_names_are_short_alphanumeric_and_per_topology() {
+        let longest = squid_service_name(&"z".repeat(midway_labnet::MAX_TAG));
+        assert!(longest.len() <= 32, "{longest}");
+        assert!(longest.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_ne!(squid_service_name("a1"), squid_service_name("a2"));
+    }
+
+    #[test]
+    fn traversal_follows_the_first_matching_permission_class() {
+        assert!(may_traverse(0o700, 13, 13, 13, 13));
+        assert!(!may_traverse(0o700, 0, 0, 13, 13));
+        assert!(may_traverse(0o701, 0, 0, 13, 13));
+        assert!(may_traverse(0o710, 0, 13, 13, 13));
+        // The owner class applies even when others could enter.
+        assert!(!may_traverse(0o011, 13, 0, 13, 13));
+        assert!(may_traverse(0o000, 5, 5, 0, 0));
+    }
+
+    #[test]
+    fn squid_access_log_counts_requests_and_hits() {
+        let log = "\
+1700000000.100    120 10.0.1.1 TCP_MISS/200 3500 GET http://www.lab/page/0.html - HIER_DIRECT/10.0.2.2 text/html
+1700000000.200      0 10.0.1.1 TCP_MEM_HIT/200 3500 GET http://s1.lab/obj/0/0 - HIER_NONE/- application/octet-stream
+1700000000.300      1 10.0.1.1 TCP_HIT/200 3500 GET http://s1.lab/obj/0/1 - HIER_NONE/- application/octet-stream
+1700000000.400     80 10.0.1.1 TCP_REFRESH_UNMODIFIED/200 3500 GET http://s1.lab/obj/0/2 - HIER_DIRECT/10.0.2.2 -
+1700000000.500      0 10.0.1.1 TCP_DENIED/403 3900 GET http://other/ - HIER_NONE/- text/html
+1700000000.600      0 10.0.1.1 NONE_NONE/000 0 - error:transaction-end-before-headers - HIER_NONE/- -
+garbage line
+";
+        assert_eq!(
+            parse_squid_access_log(log),
+            SquidLogSummary {
+                requests: 5,
+                cache_hits: 2
+            }
+        );
+        assert_eq!(parse_squid_access_log(""), SquidLogSummary::default());
     }
 
     #[test]

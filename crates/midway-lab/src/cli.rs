@@ -282,6 +282,27 @@ pub fn check_summary(loaded: &LoadedScenario) -> anyhow::Result<String> {
             "  warning: a case needs haproxy, which is not on PATH (apt-get install haproxy)"
         );
     }
+    let needs_squid = loaded
+        .base
+        .cases
+        .values()
+        .any(|c| c.kind == CaseKind::Squid);
+    if needs_squid && which("squid").is_none() {
+        let _ = writeln!(
+            text,
+            "  warning: a case needs squid, which is not on PATH (apt-get install squid)"
+        );
+    }
+    let needs_chromium = full.iter().any(|point| {
+        matches!(&point.scenario.workload, crate::scenario::Workload::Web(web)
+            if web.client == crate::scenario::WebClient::Chromium)
+    });
+    if needs_chromium && which("chromium").is_none() {
+        let _ = writeln!(
+            text,
+            "  warning: the workload needs chromium, which is not on PATH (apt-get install chromium)"
+        );
+    }
     Ok(text)
 }
 
@@ -366,6 +387,10 @@ fn print_summary(summary: &RunSummary) {
 pub fn midway_binary() -> anyhow::Result<PathBuf> {
     match std::env::var_os("MIDWAY_BIN") {
         Some(path) => Ok(PathBuf::from(path)),
+        // The running binary's own image, even if the file is rebuilt during a long sweep
+        // (exec of /proc/self/exe in the forked child runs the parent's executable), so every
+        // point of a run uses the same midway.
+        None if Path::new("/proc/self/exe").exists() => Ok(PathBuf::from("/proc/self/exe")),
         None => std::env::current_exe().context("cannot find the midway binary (set MIDWAY_BIN)"),
     }
 }
@@ -568,7 +593,7 @@ fn check_concurrency_run(options: &RunOptions) -> anyhow::Result<()> {
 }
 
 /// Papers `midway lab reproduce` knows (each has scenarios/repro/PAPER.toml and .claims.toml).
-pub const REPRO_PAPERS: [&str; 2] = ["hfc-proxy", "hfc-tuning"];
+pub const REPRO_PAPERS: [&str; 4] = ["hfc-proxy", "hfc-tuning", "satellite", "umts"];
 
 /// The folder of the shipped reproduction scenarios: `MIDWAY_REPRO_DIR`, else `scenarios/repro`
 /// under the current folder, else under the source tree this binary was built from.

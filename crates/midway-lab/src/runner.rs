@@ -13,12 +13,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use midway_labnet::{HostChild, Topology};
+use midway_labnet::{HostChild, SpawnOptions, Topology};
 use midway_report::RunRecord;
 
 use crate::cases::{self, Placement, METRICS_LISTEN, PROXY_PORT};
 use crate::plan::{skeleton_record, Point};
-use crate::scenario::{CaseKind, Intercept, Scenario, Workload};
+use crate::scenario::{CaseKind, Intercept, Scenario, WebClient, Workload};
 use crate::workload::{self, BulkServer, SocketOptions};
 
 /// How often and how long to poll for a proxy's listener (bounded; no blind sleeps).
@@ -26,6 +26,8 @@ const READY_POLL_INTERVAL: Duration = Duration::from_millis(20);
 const READY_POLL_TRIES: u32 = 500;
 /// Last bytes of a proxy's log quoted in an error.
 const LOG_TAIL_BYTES: usize = 1500;
+/// Squid's folder inside a point's folder (owned by Squid's user).
+const SQUID_DIR: &str = "squid";
 
 /// Everything a point needs besides the point itself.
 #[derive(Debug, Clone)]
@@ -189,6 +191,10 @@ fn measure(context: &RunContext, point: &Point, point_dir: &Path) -> anyhow::Res
     let tag = midway_labnet::fresh_tag();
     let topology = Topology::build(&spec, &tag, point.seed).context("cannot build the topology")?;
     let result = measure_in(context, point, point_dir, &topology);
+    if scenario.cases[&point.case].kind == CaseKind::Squid {
+        // Squid (stopped by now) leaves its shared-memory segments behind.
+        remove_squid_segments(&cases::squid_service_name(&tag));
+    }
     let teardown = topology.teardown();
     let measurement = result?;
     teardown.context("the topology was measured but not removed cleanly")?;
@@ -203,12 +209,23 @@ fn measure_in(
 ) -> anyhow::Result<Measurement> {
     let scenario = &point.scenario;
     let case = &scenario.cases[&point.case];
-    let port = match &scenario.workload {
-        Workload::Bulk(bulk) => bulk.port,
-        Workload::Command(command) => command.port,
-    };
+    let port = scenario.workload.port();
     pin_neighbours(scenario, topology)?;
     let addresses = addresses(scenario, topology, &case.host, port, point_dir)?;
+    // Web: every program the lab spawns (proxy, browser) resolves the site's names to the
+    // server's address on the client-side path, through a hosts file of this point.
+    let spawn_options = match &scenario.workload {
+        Workload::Web(web) => {
+            let names = crate::web::resolve_all(web, addresses.server.ip());
+            let text = midway_labnet::hosts_file_text(&names)?;
+            let path = point_dir.join("hosts");
+            fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            SpawnOptions {
+                hosts_file: Some(path),
+            }
+        }
+        Workload::Bulk(_) | Workload::Command(_) => SpawnOptions::default(),
+    };
     let needs_placement = case.kind != CaseKind::Direct || case.route_tuning.is_some();
     let placement = match (&addresses.placement, needs_placement) {
         (Some(p), _) => Some(p.clone()),
@@ -237,7 +254,14 @@ fn measure_in(
         }
     }
 
-    let mut proxy = start_proxy(context, topology, case, placement.as_ref(), point_dir)?;
+    let mut proxy = start_proxy(
+        context,
+        topology,
+        case,
+        placement.as_ref(),
+        point_dir,
+        &spawn_options,
+    )?;
     let target = match &placement {
         Some(p) => cases::connect_target(case, p),
         None => addresses.server,
@@ -265,6 +289,7 @@ fn measure_in(
                 })?
                 .context("bulk server")?;
             let (bytes, timeout) = (bulk.bytes, bulk.timeout);
+            let connections = bulk.connections;
             let warmup = bulk.warmup_bytes;
             let (warm_tx, warm_rx) = std::sync::mpsc::channel();
             let server_thread = std::thread::spawn(move || {
@@ -277,7 +302,7 @@ fn measure_in(
                         return Ok(None);
                     }
                 }
-                server.serve_one(bytes, timeout).map(Some)
+                server.serve_many(connections, bytes, timeout).map(Some)
             });
             if let Some(warmup) = warmup {
                 let client_options = client_options.clone();
@@ -306,7 +331,7 @@ fn measure_in(
             }
             let client = topology
                 .try_in_host(&scenario.client, move || {
-                    workload::bulk_client(target, bytes, &client_options, timeout)
+                    workload::bulk_clients(target, connections, bytes, &client_options, timeout)
                 })?
                 .context("bulk client");
             let client = match client {
@@ -361,6 +386,48 @@ fn measure_in(
         Workload::Command(command) => {
             run_command_workload(topology, command, target, addresses.server, point_dir)?
         }
+        Workload::Web(web) => {
+            let route = crate::web::ClientRoute {
+                target,
+                proxy: placement
+                    .as_ref()
+                    .and_then(|p| cases::explicit_proxy(case, p)),
+                server: addresses.server,
+            };
+            let origin = crate::web::RunningOrigin::start(topology, &scenario.server, web)?;
+            let outcome = match web.client {
+                WebClient::Loader => {
+                    crate::web::run_loader(topology, &scenario.client, web, &route)?
+                }
+                WebClient::Chromium => crate::web::run_chromium(
+                    topology,
+                    &scenario.client,
+                    web,
+                    &route,
+                    spawn_options
+                        .hosts_file
+                        .as_deref()
+                        .context("web point without a hosts file")?,
+                    point_dir,
+                )?,
+            };
+            let stats = origin.stats();
+            drop(origin);
+            let mut m = Measurement {
+                bytes: outcome.bytes,
+                seconds: outcome.seconds,
+                extra: outcome.extra,
+                ..Measurement::default()
+            };
+            // What reached the origin: fewer requests than objects = a cache answered.
+            m.extra.insert(
+                "origin_connections".into(),
+                stats.connections_accepted as f64,
+            );
+            m.extra
+                .insert("origin_requests".into(), stats.requests_served as f64);
+            m
+        }
     };
 
     if let Some(child) = proxy.take() {
@@ -378,12 +445,39 @@ fn measure_in(
                             .retransmits
                             .insert(format!("proxy-{segment}"), count);
                     }
+                    // The HTTP engine's counters (absent for a TCP listener).
+                    for (metric, key) in [
+                        ("http_requests_total", "proxy_requests"),
+                        ("http_cache_hits_total", "cache_hits"),
+                        ("http_upstream_connects_total", "proxy_upstream_connects"),
+                        ("http_upstream_reuses_total", "proxy_upstream_reuses"),
+                    ] {
+                        if let Some(value) = cases::metric_sum(&text, metric) {
+                            measurement.extra.insert(key.into(), value);
+                        }
+                    }
                 }
                 Err(error) => tracing::warn!("point {}: no proxy metrics: {error:#}", point.index),
             }
         }
         let status = child.stop().context("cannot stop the proxy")?;
         tracing::debug!(?status, "proxy stopped");
+        if case.kind == CaseKind::Squid {
+            // Squid has written its access log by the time it exits.
+            let log = cases::squid_access_log(&point_dir.join(SQUID_DIR));
+            let text = fs::read_to_string(&log)
+                .with_context(|| format!("cannot read Squid's access log {}", log.display()))?;
+            let summary = cases::parse_squid_access_log(&text);
+            if summary.requests == 0 {
+                bail!("the client's requests did not pass through Squid (its access log is empty)");
+            }
+            measurement
+                .extra
+                .insert("proxy_requests".into(), summary.requests as f64);
+            measurement
+                .extra
+                .insert("cache_hits".into(), summary.cache_hits as f64);
+        }
     }
 
     // Loss-recovery counters of every host's namespace (fresh per point): on the proxy host they
@@ -480,6 +574,7 @@ fn start_proxy(
     case: &crate::scenario::Case,
     placement: Option<&Placement>,
     point_dir: &Path,
+    spawn_options: &SpawnOptions,
 ) -> anyhow::Result<Option<HostChild>> {
     let Some(placement) = placement else {
         return Ok(None);
@@ -487,6 +582,8 @@ fn start_proxy(
     let log_path = point_dir.join("proxy.log");
     let log =
         File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+    // A log of the proxy's own beside proxy.log, quoted when it fails to start.
+    let mut own_log: Option<PathBuf> = None;
     let (mut command, transparent) = match case.kind {
         CaseKind::Direct => return Ok(None),
         CaseKind::Midway => {
@@ -515,14 +612,41 @@ fn start_proxy(
             command.arg("-f").arg(&config_path).arg("-db");
             (command, false)
         }
+        CaseKind::Squid => {
+            let squid = case.squid.context("squid case without settings")?;
+            let dir = point_dir.join(SQUID_DIR);
+            prepare_squid_dir(&dir)?;
+            let config_path = point_dir.join("squid.conf");
+            fs::write(&config_path, cases::squid_config(&squid, placement, &dir))
+                .with_context(|| format!("cannot write {}", config_path.display()))?;
+            own_log = Some(dir.join("cache.log"));
+            let mut command = Command::new("squid");
+            // -N: foreground, no daemon; runs as root until it has bound its port, then as
+            // cache_effective_user. -n: a service name of this topology, which names Squid's
+            // shared-memory segments, so Squids of parallel points do not share them.
+            command
+                .arg("-N")
+                .arg("-n")
+                .arg(cases::squid_service_name(topology.tag()))
+                .arg("-f")
+                .arg(&config_path);
+            (command, false)
+        }
     };
     command
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("cannot duplicate the log file")?)
         .stderr(log);
     let mut child = topology
-        .spawn(&case.host, command)
+        .spawn_with(&case.host, command, spawn_options)
         .with_context(|| format!("cannot start the {} proxy", case.kind))?;
+    let logs = || {
+        let mut text = log_tail(&log_path);
+        if let Some(own) = &own_log {
+            text.push_str(&format!("\n{}:\n{}", own.display(), log_tail(own)));
+        }
+        text
+    };
     let mut wanted = vec![PROXY_PORT];
     if case.kind == CaseKind::Midway {
         let metrics_port: SocketAddr = METRICS_LISTEN.parse().expect("constant address");
@@ -533,7 +657,7 @@ fn start_proxy(
             bail!(
                 "the {} proxy exited during start-up ({status}); its log ends with:\n{}",
                 case.kind,
-                log_tail(&log_path)
+                logs()
             );
         }
         let listening = listening_ports(topology, &case.host)?;
@@ -559,8 +683,64 @@ fn start_proxy(
         "the {} proxy did not listen on port {PROXY_PORT} within {:?}; its log ends with:\n{}",
         case.kind,
         READY_POLL_INTERVAL * READY_POLL_TRIES,
-        log_tail(&log_path)
+        logs()
     )
+}
+
+/// Makes Squid's folder, owned by its user, and checks that the user can reach it (Squid drops
+/// to that user before it opens its logs).
+fn prepare_squid_dir(dir: &Path) -> anyhow::Result<()> {
+    let user = nix::unistd::User::from_name(cases::SQUID_USER)
+        .context("cannot look up Squid's user")?
+        .with_context(|| {
+            format!(
+                "no user `{}` (Debian's squid package creates it: apt-get install squid)",
+                cases::SQUID_USER
+            )
+        })?;
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    nix::unistd::chown(dir, Some(user.uid), Some(user.gid))
+        .with_context(|| format!("cannot give {} to {}", dir.display(), cases::SQUID_USER))?;
+    if let Some(blocked) = untraversable_ancestor(dir, user.uid.as_raw(), user.gid.as_raw()) {
+        bail!(
+            "Squid runs as user `{}`, which cannot enter {} (mode {:o}); use an --out folder \
+             that others may traverse (chmod o+x)",
+            cases::SQUID_USER,
+            blocked.0.display(),
+            blocked.1
+        );
+    }
+    Ok(())
+}
+
+/// Removes `/dev/shm/<service>-*` (Squid's segments of one point; the name is unique to it).
+fn remove_squid_segments(service: &str) {
+    let prefix = format!("{service}-");
+    let Ok(entries) = fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            if let Err(error) = fs::remove_file(entry.path()) {
+                tracing::warn!("cannot remove {}: {error}", entry.path().display());
+            }
+        }
+    }
+}
+
+/// The first folder on the way to `dir` (from `/`) that `uid`/`gid` may not enter, with its mode.
+fn untraversable_ancestor(dir: &Path, uid: u32, gid: u32) -> Option<(PathBuf, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let absolute = std::path::absolute(dir).ok()?;
+    let mut walked = PathBuf::new();
+    for part in absolute.components() {
+        walked.push(part);
+        let metadata = fs::metadata(&walked).ok()?;
+        if !cases::may_traverse(metadata.mode(), metadata.uid(), metadata.gid(), uid, gid) {
+            return Some((walked, metadata.mode() & 0o7777));
+        }
+    }
+    None
 }
 
 fn log_tail(path: &Path) -> String {

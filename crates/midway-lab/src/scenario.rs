@@ -17,10 +17,26 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::units::{ByteSize, HumanDuration, LossSpec, QueueSpec, Rate};
+use crate::units::{ByteSize, HumanDuration, LossSpec, MaxAge, QueueSpec, Rate};
 
 /// Default TCP port of the bulk server and of commands' `{port}`.
 pub const DEFAULT_SERVER_PORT: u16 = 5001;
+/// Most parallel connections of one bulk run (`workload.connections`).
+pub const MAX_BULK_CONNECTIONS: u32 = 64;
+/// Default port of the web workload's origin.
+pub const DEFAULT_WEB_PORT: u16 = 80;
+/// Web workload defaults (see `scenarios/README.md`).
+pub const DEFAULT_WEB_HOST: &str = "www.lab";
+pub const DEFAULT_CONNECTIONS_PER_HOST: u32 = 6;
+/// Origin's `Cache-Control: max-age` (1 h).
+pub const DEFAULT_CACHE_MAX_AGE_SECS: u64 = 3600;
+/// Origin's idle keep-alive limit: Apache's default.
+pub const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 15;
+/// Bounds that keep a web workload's description sane (a typo, not an experiment, beyond them).
+pub const MAX_WEB_HOSTS: usize = 64;
+pub const MAX_WEB_PAGES: u32 = 10_000;
+pub const MAX_WEB_OBJECTS: u32 = 10_000;
+pub const MAX_CONNECTIONS_PER_HOST: u32 = 256;
 /// Default limit on one workload run; a point that takes longer fails with a timeout.
 pub const DEFAULT_WORKLOAD_TIMEOUT_SECS: u64 = 300;
 /// Default base seed when the file gives none.
@@ -143,6 +159,9 @@ pub enum WorkloadKind {
     Bulk,
     /// External programs (iperf3, curl, ...) run in hosts; timed from start to exit.
     Command,
+    /// Page loads: an origin serving pages with embedded objects on the server, a page loader
+    /// (or headless Chromium) on the client; timed per page, first connect to last byte.
+    Web,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -170,6 +189,11 @@ pub struct WorkloadFile {
     /// the peer, and route-metric knobs such as `reordering` apply; see midway-tcp's README).
     #[serde(default)]
     pub warmup_bytes: Option<ByteSize>,
+    /// Bulk: parallel connections the client opens at once (default 1), each downloading
+    /// `bytes` (hfc-tuning fig. 10: several connections share one cable modem). The record's
+    /// bytes are the sum, its time runs until the last connection finished.
+    #[serde(default)]
+    pub connections: Option<u32>,
     /// Port the server listens on (bulk server, or `{port}` in commands).
     #[serde(default)]
     pub port: Option<u16>,
@@ -179,9 +203,123 @@ pub struct WorkloadFile {
     /// Command: started first (in the background) in its host, killed after the client ends.
     #[serde(default)]
     pub server: Option<CommandFile>,
-    /// Command: the timed program.
+    /// Command: the timed program (a table). Web: `"loader"` or `"chromium"`.
     #[serde(default)]
-    pub client: Option<CommandFile>,
+    pub client: Option<Spanned<WorkloadClientFile>>,
+    /// Web: host names the origin serves; all resolve to the server's address.
+    #[serde(default)]
+    pub hosts: Option<Spanned<Vec<String>>>,
+    /// Web: distinct pages loaded one after the other per run.
+    #[serde(default)]
+    pub pages: Option<Spanned<u32>>,
+    /// Web: bytes of one page, base document and objects together.
+    #[serde(default)]
+    pub page_bytes: Option<Spanned<ByteSize>>,
+    /// Web: embedded objects per page.
+    #[serde(default)]
+    pub objects: Option<Spanned<u32>>,
+    /// Web: objects are spread over hosts[1..=object_hosts] (0 = all on hosts[0]).
+    #[serde(default)]
+    pub object_hosts: Option<Spanned<u32>>,
+    /// Web: "1.0", "1.1" or "pipelining".
+    #[serde(default)]
+    pub http: Option<Spanned<HttpVersion>>,
+    /// Web: parallel connections per host name (per proxy when proxied).
+    #[serde(default)]
+    pub connections_per_host: Option<Spanned<u32>>,
+    /// Web: "plain", "miss" (no-cache request headers) or "hit" (an unmeasured load first).
+    #[serde(default)]
+    pub cache: Option<Spanned<WebCache>>,
+    /// Web: the origin's `max-age`, or "none" (no-cache responses).
+    #[serde(default)]
+    pub cache_max_age: Option<MaxAge>,
+    /// Web: the origin closes a persistent connection idle this long.
+    #[serde(default)]
+    pub keepalive_timeout: Option<HumanDuration>,
+    /// Web: pause between consecutive pages.
+    #[serde(default)]
+    pub think_time: Option<HumanDuration>,
+}
+
+/// `workload.client`: a command table (command workloads) or a web client's name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadClientFile {
+    Command(CommandFile),
+    Web(WebClient),
+}
+
+impl<'de> Deserialize<'de> for WorkloadClientFile {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ClientVisitor;
+        impl<'de> serde::de::Visitor<'de> for ClientVisitor {
+            type Value = WorkloadClientFile;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"loader\" or \"chromium\" (web), or a table { host, argv } (command)")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                match text {
+                    "loader" => Ok(WorkloadClientFile::Web(WebClient::Loader)),
+                    "chromium" => Ok(WorkloadClientFile::Web(WebClient::Chromium)),
+                    other => Err(E::unknown_variant(other, &["loader", "chromium"])),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                // The map access stays toml's, so the command's spanned fields keep their spans.
+                CommandFile::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(WorkloadClientFile::Command)
+            }
+        }
+        deserializer.deserialize_any(ClientVisitor)
+    }
+}
+
+/// HTTP behaviour of the page loader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum HttpVersion {
+    /// HTTP/1.0: one connection per object.
+    #[serde(rename = "1.0")]
+    Http10,
+    /// HTTP/1.1 keep-alive, one outstanding request per connection.
+    #[serde(rename = "1.1")]
+    KeepAlive,
+    /// HTTP/1.1 with every request of a connection written at once.
+    #[serde(rename = "pipelining")]
+    Pipelining,
+}
+
+/// Cache situation of a web run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebCache {
+    /// Ordinary requests.
+    Plain,
+    /// Requests say `Pragma: no-cache` / `Cache-Control: no-cache`: every cache forwards them.
+    Miss,
+    /// One unmeasured load of every page first (fills a proxy's cache), then the measured one.
+    Hit,
+}
+
+/// Who loads the pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebClient {
+    /// midway-web's page loader (threads in the client host).
+    Loader,
+    /// Headless Chromium (`/usr/bin/chromium`) spawned in the client host.
+    Chromium,
+}
+
+/// How long Squid keeps idle upstream connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamPersistence {
+    /// Squid's own default (`server_idle_pconn_timeout` 1 minute).
+    Default,
+    /// Ten minutes, as midway's HTTP mode keeps them.
+    Long,
 }
 
 /// A program run in a host. `argv` may use `{target}` (address the client must connect to in
@@ -206,6 +344,8 @@ pub enum CaseKind {
     Midway,
     /// HAProxy in TCP mode on the proxy host (Debian's package).
     Haproxy,
+    /// Squid (Debian's package) as an explicit HTTP proxy on the proxy host.
+    Squid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -215,6 +355,8 @@ pub enum Intercept {
     Forward,
     /// nftables TPROXY on the proxy host; the client connects to the server's address.
     Transparent,
+    /// An explicit HTTP proxy (midway's `mode = "http"`): the web client is configured with it.
+    Http,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -256,6 +398,15 @@ pub struct CaseFile {
     /// midway: deep-merged into the generated config (for anything else midway accepts).
     #[serde(default)]
     pub config: Option<toml::Table>,
+    /// midway with `intercept = "http"`: merged into the listener's `[listeners.http]`.
+    #[serde(default)]
+    pub http: Option<toml::Table>,
+    /// squid: memory cache on (default) or off.
+    #[serde(default)]
+    pub cache: Option<Spanned<bool>>,
+    /// squid: `default` or `long` (idle upstream connections kept 10 min).
+    #[serde(default)]
+    pub upstream_persistence: Option<Spanned<UpstreamPersistence>>,
     /// Any case: route metrics set on the proxy host's route toward the client (the best an
     /// operator gets without midway: `initcwnd`, `quickack`, `rto_min`, `congctl`).
     #[serde(default)]
@@ -362,6 +513,38 @@ pub struct Link {
 pub enum Workload {
     Bulk(BulkWorkload),
     Command(CommandWorkload),
+    Web(WebWorkload),
+}
+
+impl Workload {
+    /// The port the server side listens on.
+    pub fn port(&self) -> u16 {
+        match self {
+            Workload::Bulk(bulk) => bulk.port,
+            Workload::Command(command) => command.port,
+            Workload::Web(web) => web.port,
+        }
+    }
+}
+
+/// Page loads (see [`WorkloadKind::Web`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebWorkload {
+    pub hosts: Vec<String>,
+    pub pages: u32,
+    pub page_bytes: u64,
+    pub objects: u32,
+    pub object_hosts: u32,
+    pub http: HttpVersion,
+    pub connections_per_host: u32,
+    pub client: WebClient,
+    pub cache: WebCache,
+    /// None = the origin sends no-cache.
+    pub cache_max_age: Option<std::time::Duration>,
+    pub keepalive_timeout: std::time::Duration,
+    pub think_time: std::time::Duration,
+    pub port: u16,
+    pub timeout: std::time::Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -372,6 +555,8 @@ pub struct BulkWorkload {
     pub server_congestion_control: Option<String>,
     pub client_congestion_control: Option<String>,
     pub warmup_bytes: Option<u64>,
+    /// Parallel connections, each moving `bytes` (>= 1).
+    pub connections: u32,
     pub port: u16,
     pub timeout: std::time::Duration,
 }
@@ -399,7 +584,15 @@ pub struct Case {
     /// Host running the proxy (unused by `direct` except for route tuning).
     pub host: String,
     pub midway: Option<MidwayCase>,
+    pub squid: Option<SquidCase>,
     pub route_tuning: Option<RouteTuning>,
+}
+
+/// Settings of a `squid` case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SquidCase {
+    pub cache: bool,
+    pub upstream_persistence: UpstreamPersistence,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -411,6 +604,8 @@ pub struct MidwayCase {
     pub profiles: toml::Table,
     pub listener: toml::Table,
     pub config: toml::Table,
+    /// Extra keys of `[listeners.http]` (intercept = "http" only).
+    pub http: toml::Table,
 }
 
 impl Scenario {
@@ -520,12 +715,40 @@ impl Scenario {
                 if let Some(b) = bulk.warmup_bytes {
                     params.insert("warmup_bytes".into(), json!(b));
                 }
+                if bulk.connections > 1 {
+                    params.insert("connections".into(), json!(bulk.connections));
+                }
             }
             Workload::Command(command) => {
                 if let Some(bytes) = command.bytes {
                     params.insert("bytes".into(), json!(bytes));
                 }
                 params.insert("client_argv".into(), json!(command.client.argv.join(" ")));
+            }
+            Workload::Web(web) => {
+                params.insert("page_bytes".into(), json!(web.page_bytes));
+                params.insert("pages".into(), json!(web.pages));
+                params.insert("objects".into(), json!(web.objects));
+                params.insert("object_hosts".into(), json!(web.object_hosts));
+                params.insert("http".into(), json!(web.http));
+                params.insert(
+                    "connections_per_host".into(),
+                    json!(web.connections_per_host),
+                );
+                params.insert("web_client".into(), json!(web.client));
+                params.insert("cache".into(), json!(web.cache));
+                params.insert(
+                    "cache_max_age_s".into(),
+                    web.cache_max_age
+                        .map_or(serde_json::Value::Null, |d| json!(d.as_secs_f64())),
+                );
+                params.insert(
+                    "keepalive_timeout_s".into(),
+                    json!(web.keepalive_timeout.as_secs_f64()),
+                );
+                if web.think_time > std::time::Duration::ZERO {
+                    params.insert("think_time_s".into(), json!(web.think_time.as_secs_f64()));
+                }
             }
         }
         params
@@ -740,19 +963,33 @@ impl LoadedScenario {
             file,
             base,
         };
-        // Every override of every point must give a valid scenario: fail now, not mid-run.
+        // Every override of every point must give a valid scenario, in which every case of the
+        // experiment can run: fail now, not mid-run.
         for experiment in &loaded.file.experiments {
+            let check_cases = |scenario: &Scenario| -> Result<(), ScenarioError> {
+                for case in &experiment.cases {
+                    if let Some(message) =
+                        case_workload_conflict(scenario, &scenario.cases[case.get_ref()])
+                    {
+                        return Err(loaded.error_at(
+                            &case.span(),
+                            format!("experiment `{}`: {message}", experiment.name.get_ref()),
+                        ));
+                    }
+                }
+                Ok(())
+            };
             for quick in [false, true] {
                 let fixed = loaded.fixed_overrides(experiment, quick);
                 match &experiment.sweep {
                     None => {
-                        loaded.point_scenario(&fixed)?;
+                        check_cases(&loaded.point_scenario(&fixed)?)?;
                     }
                     Some(sweep) => {
                         for index in 0..sweep.values.get_ref().len() {
                             let mut all = fixed.clone();
                             all.extend(loaded.sweep_overrides(sweep, index));
-                            loaded.point_scenario(&all)?;
+                            check_cases(&loaded.point_scenario(&all)?)?;
                         }
                     }
                 }
@@ -959,6 +1196,7 @@ fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
             server_congestion_control: None,
             client_congestion_control: None,
             warmup_bytes: None,
+            connections: 1,
             port: 0,
             timeout: std::time::Duration::ZERO,
         }),
@@ -986,16 +1224,26 @@ fn validate_workload(
     host_exists: HostCheck<'_>,
 ) -> Result<Workload, Blame> {
     let kind_span = workload.kind.span();
+    let kind = *workload.kind.get_ref();
     let timeout = workload
         .timeout
         .map(|t| t.0)
         .unwrap_or(std::time::Duration::from_secs(
             DEFAULT_WORKLOAD_TIMEOUT_SECS,
         ));
-    let port = workload.port.unwrap_or(DEFAULT_SERVER_PORT);
+    let port = workload.port.unwrap_or(if kind == WorkloadKind::Web {
+        DEFAULT_WEB_PORT
+    } else {
+        DEFAULT_SERVER_PORT
+    });
     if port == 0 {
         return Err((kind_span, "workload.port must not be 0".into()));
     }
+    let kind_text = match kind {
+        WorkloadKind::Bulk => "bulk",
+        WorkloadKind::Command => "command",
+        WorkloadKind::Web => "web",
+    };
     let not_for = |present: bool, field: &str, kind: &str| -> Result<(), Blame> {
         if present {
             Err((
@@ -1006,7 +1254,48 @@ fn validate_workload(
             Ok(())
         }
     };
-    match workload.kind.get_ref() {
+    if kind != WorkloadKind::Web {
+        let web_only = [
+            (workload.hosts.is_some(), "hosts"),
+            (workload.pages.is_some(), "pages"),
+            (workload.page_bytes.is_some(), "page_bytes"),
+            (workload.objects.is_some(), "objects"),
+            (workload.object_hosts.is_some(), "object_hosts"),
+            (workload.http.is_some(), "http"),
+            (
+                workload.connections_per_host.is_some(),
+                "connections_per_host",
+            ),
+            (workload.cache.is_some(), "cache"),
+            (workload.cache_max_age.is_some(), "cache_max_age"),
+            (workload.keepalive_timeout.is_some(), "keepalive_timeout"),
+            (workload.think_time.is_some(), "think_time"),
+        ];
+        for (present, field) in web_only {
+            not_for(present, field, kind_text)?;
+        }
+    }
+    if kind != WorkloadKind::Bulk {
+        not_for(workload.warmup_bytes.is_some(), "warmup_bytes", kind_text)?;
+        not_for(workload.connections.is_some(), "connections", kind_text)?;
+        not_for(
+            workload.client_recv_buffer.is_some(),
+            "client_recv_buffer",
+            kind_text,
+        )?;
+        not_for(
+            workload.server_send_buffer.is_some(),
+            "server_send_buffer",
+            kind_text,
+        )?;
+        not_for(
+            workload.server_congestion_control.is_some()
+                || workload.client_congestion_control.is_some(),
+            "*_congestion_control",
+            kind_text,
+        )?;
+    }
+    match kind {
         WorkloadKind::Bulk => {
             not_for(workload.server.is_some(), "server", "bulk")?;
             not_for(workload.client.is_some(), "client", "bulk")?;
@@ -1019,6 +1308,15 @@ fn validate_workload(
             if bytes.0 == 0 {
                 return Err((kind_span, "workload.bytes must be at least 1".into()));
             }
+            let connections = workload.connections.unwrap_or(1);
+            if !(1..=MAX_BULK_CONNECTIONS).contains(&connections) {
+                return Err((
+                    kind_span,
+                    format!(
+                        "workload.connections must be between 1 and {MAX_BULK_CONNECTIONS} (got {connections})"
+                    ),
+                ));
+            }
             Ok(Workload::Bulk(BulkWorkload {
                 bytes: bytes.0,
                 // 0 = left to the kernel's autotuning, so an experiment can lift a file-wide
@@ -1028,28 +1326,12 @@ fn validate_workload(
                 server_congestion_control: workload.server_congestion_control.clone(),
                 client_congestion_control: workload.client_congestion_control.clone(),
                 warmup_bytes: workload.warmup_bytes.map(|b| b.0).filter(|&b| b > 0),
+                connections,
                 port,
                 timeout,
             }))
         }
         WorkloadKind::Command => {
-            not_for(workload.warmup_bytes.is_some(), "warmup_bytes", "command")?;
-            not_for(
-                workload.client_recv_buffer.is_some(),
-                "client_recv_buffer",
-                "command",
-            )?;
-            not_for(
-                workload.server_send_buffer.is_some(),
-                "server_send_buffer",
-                "command",
-            )?;
-            not_for(
-                workload.server_congestion_control.is_some()
-                    || workload.client_congestion_control.is_some(),
-                "*_congestion_control",
-                "command",
-            )?;
             let command = |file: &CommandFile, what: &str| -> Result<HostCommand, Blame> {
                 let host = host_exists(&file.host, what)?;
                 if file.argv.get_ref().is_empty() {
@@ -1061,12 +1343,23 @@ fn validate_workload(
                     listen_port: file.listen_port,
                 })
             };
-            let client = workload.client.as_ref().ok_or_else(|| {
-                (
-                    kind_span.clone(),
-                    "a command workload needs [workload.client] with host and argv".to_string(),
-                )
-            })?;
+            let client = match workload.client.as_ref().map(|c| (c.span(), c.get_ref())) {
+                Some((_, WorkloadClientFile::Command(client))) => client,
+                Some((span, WorkloadClientFile::Web(_))) => {
+                    return Err((
+                        span,
+                        "a command workload's client is a table { host, argv }; \
+                         \"loader\" and \"chromium\" are web clients"
+                            .to_string(),
+                    ))
+                }
+                None => {
+                    return Err((
+                        kind_span,
+                        "a command workload needs [workload.client] with host and argv".to_string(),
+                    ))
+                }
+            };
             Ok(Workload::Command(CommandWorkload {
                 bytes: workload.bytes.map(|b| b.0),
                 port,
@@ -1079,7 +1372,202 @@ fn validate_workload(
                 client: command(client, "workload.client")?,
             }))
         }
+        WorkloadKind::Web => validate_web(workload, port, timeout),
     }
+}
+
+fn validate_web(
+    workload: &WorkloadFile,
+    port: u16,
+    timeout: std::time::Duration,
+) -> Result<Workload, Blame> {
+    let kind_span = workload.kind.span();
+    let not_for_web = |present: bool, field: &str| -> Result<(), Blame> {
+        if present {
+            Err((
+                kind_span.clone(),
+                format!("workload.{field} does not apply to a `web` workload"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    not_for_web(workload.bytes.is_some(), "bytes (use page_bytes)")?;
+    not_for_web(workload.server.is_some(), "server")?;
+    let client = match workload.client.as_ref().map(|c| (c.span(), c.get_ref())) {
+        None => WebClient::Loader,
+        Some((_, WorkloadClientFile::Web(client))) => *client,
+        Some((span, WorkloadClientFile::Command(_))) => {
+            return Err((
+                span,
+                "a web workload's client is \"loader\" or \"chromium\", not a command".into(),
+            ))
+        }
+    };
+    let hosts = match &workload.hosts {
+        None => vec![DEFAULT_WEB_HOST.to_string()],
+        Some(hosts) => {
+            let list = hosts.get_ref();
+            if list.is_empty() || list.len() > MAX_WEB_HOSTS {
+                return Err((
+                    hosts.span(),
+                    format!("workload.hosts needs 1 to {MAX_WEB_HOSTS} names"),
+                ));
+            }
+            let mut seen = BTreeSet::new();
+            for name in list {
+                if !midway_labnet::is_valid_host_name(name) {
+                    return Err((
+                        hosts.span(),
+                        format!(
+                            "workload.hosts: {}",
+                            midway_labnet::BadHostName { name: name.clone() }
+                        ),
+                    ));
+                }
+                if !seen.insert(name.to_ascii_lowercase()) {
+                    return Err((hosts.span(), format!("workload.hosts names `{name}` twice")));
+                }
+            }
+            list.clone()
+        }
+    };
+    let pages = workload.pages.as_ref().map_or(1, |p| *p.get_ref());
+    if !(1..=MAX_WEB_PAGES).contains(&pages) {
+        let span = workload
+            .pages
+            .as_ref()
+            .map_or(kind_span.clone(), |p| p.span());
+        return Err((span, format!("workload.pages must be 1 to {MAX_WEB_PAGES}")));
+    }
+    let objects = workload.objects.as_ref().map_or(0, |o| *o.get_ref());
+    if objects > MAX_WEB_OBJECTS {
+        let span = workload
+            .objects
+            .as_ref()
+            .map_or(kind_span.clone(), |o| o.span());
+        return Err((
+            span,
+            format!("workload.objects must be at most {MAX_WEB_OBJECTS}"),
+        ));
+    }
+    let page_bytes = workload.page_bytes.as_ref().ok_or_else(|| {
+        (
+            kind_span.clone(),
+            "a web workload needs `page_bytes` (base document and objects of one page, \
+             e.g. page_bytes = \"65KB\")"
+                .to_string(),
+        )
+    })?;
+    // Objects go to hosts[1..=object_hosts]; with a single host they can only be on hosts[0].
+    let extra_hosts = u32::try_from(hosts.len() - 1).unwrap_or(u32::MAX);
+    let object_hosts = match &workload.object_hosts {
+        None => extra_hosts.min(1),
+        Some(count) => {
+            if *count.get_ref() > extra_hosts {
+                return Err((
+                    count.span(),
+                    format!(
+                        "workload.object_hosts = {} but hosts has only {extra_hosts} name{} \
+                         after the first (objects go to hosts[1..=object_hosts]; 0 = hosts[0])",
+                        count.get_ref(),
+                        if extra_hosts == 1 { "" } else { "s" }
+                    ),
+                ));
+            }
+            *count.get_ref()
+        }
+    };
+    let connections_per_host = workload
+        .connections_per_host
+        .as_ref()
+        .map_or(DEFAULT_CONNECTIONS_PER_HOST, |c| *c.get_ref());
+    if !(1..=MAX_CONNECTIONS_PER_HOST).contains(&connections_per_host) {
+        let span = workload
+            .connections_per_host
+            .as_ref()
+            .map_or(kind_span.clone(), |c| c.span());
+        return Err((
+            span,
+            format!("workload.connections_per_host must be 1 to {MAX_CONNECTIONS_PER_HOST}"),
+        ));
+    }
+    let http = workload
+        .http
+        .as_ref()
+        .map_or(HttpVersion::KeepAlive, |h| *h.get_ref());
+    let cache = workload
+        .cache
+        .as_ref()
+        .map_or(WebCache::Plain, |c| *c.get_ref());
+    if client == WebClient::Chromium {
+        // The browser speaks HTTP/1.1 with its own 6 connections per host, and sends no
+        // no-cache headers on an ordinary load.
+        if let Some(h) = workload
+            .http
+            .as_ref()
+            .filter(|h| *h.get_ref() != HttpVersion::KeepAlive)
+        {
+            return Err((
+                h.span(),
+                "workload.http: Chromium speaks HTTP/1.1 keep-alive only (\"1.1\")".into(),
+            ));
+        }
+        if let Some(c) = workload
+            .connections_per_host
+            .as_ref()
+            .filter(|c| *c.get_ref() != DEFAULT_CONNECTIONS_PER_HOST)
+        {
+            return Err((
+                c.span(),
+                format!(
+                    "workload.connections_per_host: Chromium opens its own \
+                     {DEFAULT_CONNECTIONS_PER_HOST} per host"
+                ),
+            ));
+        }
+        if let Some(c) = workload
+            .cache
+            .as_ref()
+            .filter(|c| *c.get_ref() == WebCache::Miss)
+        {
+            return Err((
+                c.span(),
+                "workload.cache = \"miss\" needs the loader (Chromium sends no no-cache \
+                 headers on a load)"
+                    .into(),
+            ));
+        }
+    }
+    let web = WebWorkload {
+        hosts,
+        pages,
+        page_bytes: page_bytes.get_ref().0,
+        objects,
+        object_hosts,
+        http,
+        connections_per_host,
+        client,
+        cache,
+        cache_max_age: workload.cache_max_age.map_or(
+            Some(std::time::Duration::from_secs(DEFAULT_CACHE_MAX_AGE_SECS)),
+            |m| m.0,
+        ),
+        keepalive_timeout: workload.keepalive_timeout.map_or(
+            std::time::Duration::from_secs(DEFAULT_KEEPALIVE_TIMEOUT_SECS),
+            |d| d.0,
+        ),
+        think_time: workload
+            .think_time
+            .map_or(std::time::Duration::ZERO, |d| d.0),
+        port,
+        timeout,
+    };
+    // The origin's own check of the page layout (its HTML needs room for the object tags).
+    if let Err(error) = crate::web::site_spec(&web).layout() {
+        return Err((page_bytes.span(), format!("workload: {error}")));
+    }
+    Ok(Workload::Web(web))
 }
 
 fn validate_case(
@@ -1116,7 +1604,7 @@ fn validate_case(
             ),
         ));
     }
-    let midway_only: [(&str, Option<Range<usize>>); 7] = [
+    let midway_only: [(&str, Option<Range<usize>>); 8] = [
         ("intercept", case.intercept.as_ref().map(|s| s.span())),
         ("relay", case.relay.as_ref().map(|s| s.span())),
         (
@@ -1130,7 +1618,29 @@ fn validate_case(
         ("profiles", case.profiles.as_ref().map(|_| case.kind.span())),
         ("listener", case.listener.as_ref().map(|_| case.kind.span())),
         ("config", case.config.as_ref().map(|_| case.kind.span())),
+        ("http", case.http.as_ref().map(|_| case.kind.span())),
     ];
+    let squid_only: [(&str, Option<Range<usize>>); 2] = [
+        ("cache", case.cache.as_ref().map(|s| s.span())),
+        (
+            "upstream_persistence",
+            case.upstream_persistence.as_ref().map(|s| s.span()),
+        ),
+    ];
+    let refuse = |field: &str, span: Range<usize>, owner: &str| -> Blame {
+        (
+            span,
+            format!(
+                "case `{name}` is `{}`; `{field}` applies only to `{owner}` cases",
+                kind_name(kind)
+            ),
+        )
+    };
+    if kind != CaseKind::Squid {
+        if let Some((field, Some(span))) = squid_only.iter().find(|(_, s)| s.is_some()) {
+            return Err(refuse(field, span.clone(), "squid"));
+        }
+    }
     let midway = if kind == CaseKind::Midway {
         if host == scenario.client || host == scenario.server {
             return Err((
@@ -1138,11 +1648,40 @@ fn validate_case(
                 format!("case `{name}`: the proxy cannot run on the client or server host"),
             ));
         }
-        Some(MidwayCase {
-            intercept: case
+        let intercept = case
+            .intercept
+            .as_ref()
+            .map_or(Intercept::Forward, |s| *s.get_ref());
+        if let Some(relay) = case.relay.as_ref().filter(|_| intercept == Intercept::Http) {
+            return Err((
+                relay.span(),
+                format!(
+                    "case `{name}`: an HTTP proxy answers requests itself; `relay` applies to \
+                     forward and transparent cases"
+                ),
+            ));
+        }
+        if case.http.is_some() && intercept != Intercept::Http {
+            return Err((
+                case.kind.span(),
+                format!("case `{name}`: `http` applies only with intercept = \"http\""),
+            ));
+        }
+        if intercept == Intercept::Http && matches!(scenario.workload, Workload::Bulk(_)) {
+            let span = case
                 .intercept
                 .as_ref()
-                .map_or(Intercept::Forward, |s| *s.get_ref()),
+                .map_or(case.kind.span(), |s| s.span());
+            return Err((
+                span,
+                format!(
+                    "case `{name}`: an HTTP proxy needs HTTP requests; a bulk workload sends \
+                     none (use a web or command workload)"
+                ),
+            ));
+        }
+        Some(MidwayCase {
+            intercept,
             relay: case
                 .relay
                 .as_ref()
@@ -1152,22 +1691,39 @@ fn validate_case(
             profiles: case.profiles.clone().unwrap_or_default(),
             listener: case.listener.clone().unwrap_or_default(),
             config: case.config.clone().unwrap_or_default(),
+            http: case.http.clone().unwrap_or_default(),
         })
     } else {
         for (field, span) in midway_only {
             if let Some(span) = span {
-                return Err((
-                    span,
-                    format!(
-                        "case `{name}` is `{}`; `{field}` applies only to `midway` cases",
-                        kind_name(kind)
-                    ),
-                ));
+                return Err(refuse(field, span, "midway"));
             }
         }
         None
     };
-    if kind == CaseKind::Haproxy && (host == scenario.client || host == scenario.server) {
+    let squid = if kind == CaseKind::Squid {
+        if matches!(scenario.workload, Workload::Bulk(_)) {
+            return Err((
+                case.kind.span(),
+                format!(
+                    "case `{name}`: Squid needs HTTP requests; a bulk workload sends none \
+                     (use a web or command workload)"
+                ),
+            ));
+        }
+        Some(SquidCase {
+            cache: case.cache.as_ref().is_none_or(|c| *c.get_ref()),
+            upstream_persistence: case
+                .upstream_persistence
+                .as_ref()
+                .map_or(UpstreamPersistence::Default, |u| *u.get_ref()),
+        })
+    } else {
+        None
+    };
+    if matches!(kind, CaseKind::Haproxy | CaseKind::Squid)
+        && (host == scenario.client || host == scenario.server)
+    {
         return Err((
             case.kind.span(),
             format!("case `{name}`: the proxy cannot run on the client or server host"),
@@ -1178,7 +1734,28 @@ fn validate_case(
         kind,
         host,
         midway,
+        squid,
         route_tuning: case.route_tuning.clone(),
+    })
+}
+
+/// Why a point cannot run `case` with its workload, for combinations that depend on both (a case
+/// may be fine for one experiment's workload and not for another's).
+pub fn case_workload_conflict(scenario: &Scenario, case: &Case) -> Option<String> {
+    let chromium =
+        matches!(&scenario.workload, Workload::Web(w) if w.client == WebClient::Chromium);
+    let forward = match case.kind {
+        CaseKind::Haproxy => true,
+        CaseKind::Midway => case.midway.as_ref().map(|m| m.intercept) == Some(Intercept::Forward),
+        CaseKind::Direct | CaseKind::Squid => false,
+    };
+    (chromium && forward).then(|| {
+        format!(
+            "case `{}` forwards the proxy's port to a fixed target, which Chromium (loading from \
+             the origin's names and port) cannot use; give it intercept = \"transparent\" or \
+             \"http\", or run it with client = \"loader\"",
+            case.name
+        )
     })
 }
 
@@ -1187,6 +1764,7 @@ pub fn kind_name(kind: CaseKind) -> &'static str {
         CaseKind::Direct => "direct",
         CaseKind::Midway => "midway",
         CaseKind::Haproxy => "haproxy",
+        CaseKind::Squid => "squid",
     }
 }
 
@@ -1256,6 +1834,244 @@ mod tests {
             toml::from_str::<toml::Table>("x = { bernoulli = 0.03 }").unwrap()["x"].clone();
         assert_eq!(derived_axis_value(&loss), Some(0.03));
         assert_eq!(derived_axis_value(&"modern".into()), None);
+    }
+
+    #[test]
+    fn bulk_connections_default_to_one_and_go_into_the_params() {
+        let text = |extra: &str| {
+            format!(
+                "name = \"c\"\ndescription = \"d\"\nsource = \"s\"\n[hosts.client]\n[hosts.server]\n[roles]\nclient = \"client\"\n\
+                 proxy = \"server\"\nserver = \"server\"\n[links.l]\na = \"client\"\n\
+                 b = \"server\"\n[workload]\nkind = \"bulk\"\nbytes = \"300KB\"\n{extra}\
+                 [cases.direct]\nkind = \"direct\"\n[[experiments]]\nname = \"e\"\n\
+                 cases = [\"direct\"]\n"
+            )
+        };
+        let connections = |extra: &str| {
+            let loaded = LoadedScenario::from_text(Path::new("c.toml"), text(extra)).unwrap();
+            match &loaded.base.workload {
+                Workload::Bulk(bulk) => bulk.connections,
+                other => panic!("not bulk: {other:?}"),
+            }
+        };
+        assert_eq!(connections(""), 1);
+        assert_eq!(connections("connections = 3\n"), 3);
+        let params = |extra: &str| {
+            LoadedScenario::from_text(Path::new("c.toml"), text(extra))
+                .unwrap()
+                .base
+                .flat_params()
+        };
+        assert_eq!(params("connections = 3\n")["connections"], 3);
+        assert!(!params("").contains_key("connections"));
+        let error = LoadedScenario::from_text(Path::new("c.toml"), text("connections = 65\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("between 1 and 64 (got 65)"), "{error}");
+    }
+
+    const WEB: &str = r#"
+name = "web"
+description = "d"
+source = "s"
+[hosts.client]
+[hosts.proxy]
+[hosts.server]
+[roles]
+client = "client"
+proxy = "proxy"
+server = "server"
+[links.access]
+a = "client"
+b = "proxy"
+[links.internet]
+a = "proxy"
+b = "server"
+[workload]
+kind = "web"
+page_bytes = "65KB"
+objects = 19
+[cases.direct]
+kind = "direct"
+[cases.squid]
+kind = "squid"
+upstream_persistence = "long"
+[cases.midway-http]
+kind = "midway"
+intercept = "http"
+http = { cache = false }
+[quick]
+set = { "workload.pages" = 1 }
+[[experiments]]
+name = "modes"
+cases = ["direct", "squid", "midway-http"]
+set = { "workload.pages" = 3 }
+[experiments.sweep]
+param = "workload.http"
+label = "http"
+values = ["1.0", "1.1", "pipelining"]
+"#;
+
+    fn web_of(scenario: &Scenario) -> &WebWorkload {
+        match &scenario.workload {
+            Workload::Web(web) => web,
+            other => panic!("not web: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn web_defaults_follow_the_interface() {
+        let loaded = LoadedScenario::from_text(Path::new("web.toml"), WEB.into()).unwrap();
+        let web = web_of(&loaded.base);
+        assert_eq!(web.hosts, ["www.lab"]);
+        assert_eq!(web.pages, 1);
+        // A single host: the objects can only be on it.
+        assert_eq!(web.object_hosts, 0);
+        assert_eq!(web.http, HttpVersion::KeepAlive);
+        assert_eq!(web.connections_per_host, 6);
+        assert_eq!(web.client, WebClient::Loader);
+        assert_eq!(web.cache, WebCache::Plain);
+        assert_eq!(
+            web.cache_max_age,
+            Some(std::time::Duration::from_secs(3600))
+        );
+        assert_eq!(web.keepalive_timeout, std::time::Duration::from_secs(15));
+        assert_eq!(web.think_time, std::time::Duration::ZERO);
+        assert_eq!(web.port, 80);
+        let squid = loaded.base.cases["squid"].squid.unwrap();
+        assert!(squid.cache);
+        assert_eq!(squid.upstream_persistence, UpstreamPersistence::Long);
+        let http = loaded.base.cases["midway-http"].midway.as_ref().unwrap();
+        assert_eq!(http.intercept, Intercept::Http);
+        assert_eq!(http.http["cache"].as_bool(), Some(false));
+    }
+
+    #[test]
+    fn web_values_are_swept_set_and_quick_overridden_by_dotted_path() {
+        let loaded = LoadedScenario::from_text(Path::new("web.toml"), WEB.into()).unwrap();
+        let experiment = &loaded.file.experiments[0];
+        let sweep = experiment.sweep.as_ref().unwrap();
+        let modes: Vec<(HttpVersion, u32)> = (0..3)
+            .map(|index| {
+                let mut all = loaded.fixed_overrides(experiment, false);
+                all.extend(loaded.sweep_overrides(sweep, index));
+                let scenario = loaded.point_scenario(&all).unwrap();
+                let web = web_of(&scenario);
+                (web.http, web.pages)
+            })
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                (HttpVersion::Http10, 3),
+                (HttpVersion::KeepAlive, 3),
+                (HttpVersion::Pipelining, 3)
+            ]
+        );
+        let quick = loaded
+            .point_scenario(&loaded.fixed_overrides(experiment, true))
+            .unwrap();
+        assert_eq!(web_of(&quick).pages, 1);
+        // A swept value is checked like a written one.
+        let bad = Override {
+            path: "workload.cache_max_age".into(),
+            value: "forever".into(),
+            path_span: 0..0,
+            value_span: 0..0,
+        };
+        assert!(loaded.point_scenario(&[bad]).is_err());
+        let chromium = Override {
+            path: "workload.client".into(),
+            value: "chromium".into(),
+            path_span: 0..0,
+            value_span: 0..0,
+        };
+        assert_eq!(
+            web_of(&loaded.point_scenario(&[chromium]).unwrap()).client,
+            WebClient::Chromium
+        );
+    }
+
+    #[test]
+    fn web_and_command_clients_do_not_mix_and_proxy_kinds_need_requests() {
+        let with = |from: &str, to: &str| {
+            assert!(WEB.contains(from), "{from}");
+            LoadedScenario::from_text(Path::new("web.toml"), WEB.replace(from, to))
+        };
+        let error = with(
+            "objects = 19\n",
+            "objects = 19\n[workload.client]\nhost = \"client\"\nargv = [\"true\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("not a command"), "{error}");
+        let error = with(
+            "kind = \"web\"\npage_bytes = \"65KB\"\nobjects = 19",
+            "kind = \"bulk\"\nbytes = \"1MB\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("needs HTTP requests"), "{error}");
+        let error = with(
+            "upstream_persistence = \"long\"",
+            "upstream_persistence = \"forever\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("unknown variant `forever`"), "{error}");
+        let error = with(
+            "kind = \"direct\"",
+            "kind = \"direct\"\nupstream_persistence = \"long\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("applies only to `squid` cases"), "{error}");
+        let error = with(
+            "http = { cache = false }",
+            "intercept = \"forward\"\nhttp = {}",
+        )
+        .unwrap_err()
+        .to_string();
+        // TOML itself refuses the second `intercept`; a forward case with `http` is refused by us.
+        assert!(error.contains("intercept"), "{error}");
+        let error = with(
+            "intercept = \"http\"\nhttp = { cache = false }",
+            "http = { cache = false }",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("only with intercept = \"http\""), "{error}");
+        // The command workload still takes its client table (spans kept for its errors).
+        let command = with(
+            "kind = \"web\"\npage_bytes = \"65KB\"\nobjects = 19",
+            "kind = \"command\"\n[workload.client]\nhost = \"nohost\"\nargv = [\"curl\"]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(command.contains("web.toml:21:8"), "{command}");
+        assert!(command.contains("`nohost`"), "{command}");
+    }
+
+    #[test]
+    fn a_forward_case_is_refused_only_in_experiments_that_run_chromium() {
+        let text = WEB.replace("[quick]", "[cases.haproxy]\nkind = \"haproxy\"\n[quick]");
+        let browser = |cases: &str| {
+            format!(
+                "{text}[[experiments]]\nname = \"browser\"\ncases = {cases}\n\
+                 set = {{ \"workload.client\" = \"chromium\" }}\n"
+            )
+        };
+        LoadedScenario::from_text(Path::new("web.toml"), browser("[\"direct\", \"squid\"]"))
+            .unwrap();
+        let error =
+            LoadedScenario::from_text(Path::new("web.toml"), browser("[\"direct\", \"haproxy\"]"))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            error.contains("experiment `browser`: case `haproxy`"),
+            "{error}"
+        );
     }
 
     #[test]

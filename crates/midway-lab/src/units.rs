@@ -49,14 +49,15 @@ impl HumanDuration {
             "ms" => value * 1e-3,
             "s" => value,
             "min" => value * 60.0,
+            "h" => value * 3600.0,
             "" => {
                 return Err(UnitError(format!(
-                    "`{text}` needs a unit: ns, us, ms, s or min"
+                    "`{text}` needs a unit: ns, us, ms, s, min or h"
                 )))
             }
             other => {
                 return Err(UnitError(format!(
-                    "unknown time unit `{other}` in `{text}`; use ns, us, ms, s or min"
+                    "unknown time unit `{other}` in `{text}`; use ns, us, ms, s, min or h"
                 )))
             }
         };
@@ -74,6 +75,31 @@ impl fmt::Display for HumanDuration {
             write!(f, "{}ms", micros / 1000)
         } else {
             write!(f, "{micros}us")
+        }
+    }
+}
+
+/// A cache lifetime: a duration ("1h", "30s") or "none" (no lifetime: the responses say
+/// `no-cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MaxAge(pub Option<Duration>);
+
+impl MaxAge {
+    pub fn parse(text: &str) -> Result<Self, UnitError> {
+        if text.trim() == "none" {
+            return Ok(Self(None));
+        }
+        HumanDuration::parse(text)
+            .map(|d| Self(Some(d.0)))
+            .map_err(|e| UnitError(format!("{e} (or \"none\" for no-cache responses)")))
+    }
+}
+
+impl fmt::Display for MaxAge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => f.write_str("none"),
+            Some(duration) => write!(f, "{}", HumanDuration(duration)),
         }
     }
 }
@@ -233,6 +259,7 @@ macro_rules! string_unit_serde {
 }
 
 string_unit_serde!(HumanDuration, "a duration such as \"10ms\"");
+string_unit_serde!(MaxAge, "a duration such as \"1h\", or \"none\"");
 string_unit_serde!(Rate, "a rate such as \"25Mbit\"");
 string_unit_serde!(ByteSize, "a size such as \"3MB\" or a number of bytes");
 string_unit_serde!(
@@ -328,6 +355,22 @@ mod tests {
         assert!(HumanDuration::parse("10").is_err());
         assert!(HumanDuration::parse("10 parsecs").is_err());
         assert_eq!(HumanDuration::parse("20ms").unwrap().to_string(), "20ms");
+        assert_eq!(
+            HumanDuration::parse("1h").unwrap().0,
+            Duration::from_secs(3600)
+        );
+    }
+
+    #[test]
+    fn max_age_is_a_duration_or_none() {
+        assert_eq!(
+            MaxAge::parse("1h").unwrap(),
+            MaxAge(Some(Duration::from_secs(3600)))
+        );
+        assert_eq!(MaxAge::parse("none").unwrap(), MaxAge(None));
+        assert_eq!(MaxAge::parse("none").unwrap().to_string(), "none");
+        let error = MaxAge::parse("forever").unwrap_err().to_string();
+        assert!(error.contains("none"), "{error}");
     }
 
     #[test]

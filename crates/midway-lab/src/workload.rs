@@ -119,7 +119,8 @@ impl BulkServer {
         socket
             .bind(&SockAddr::from(addr))
             .map_err(setup("server", "bind"))?;
-        socket.listen(16).map_err(setup("server", "listen"))?;
+        // Room for every parallel client of `serve_many` at once (a refused SYN costs 1 s).
+        socket.listen(128).map_err(setup("server", "listen"))?;
         Ok(Self {
             listener: socket.into(),
         })
@@ -134,12 +135,18 @@ impl BulkServer {
     /// retransmissions and when its peer had acknowledged every byte.
     pub fn serve_one(&self, bytes: u64, timeout: Duration) -> Result<ServerOutcome, WorkloadError> {
         let deadline = Instant::now() + timeout;
+        let stream = self.accept(timeout)?;
+        send_and_drain(stream, bytes, deadline)
+    }
+
+    /// Accepts one client within `timeout`.
+    fn accept(&self, timeout: Duration) -> Result<TcpStream, WorkloadError> {
         // SO_RCVTIMEO bounds accept() on Linux.
         let socket = socket2::SockRef::from(&self.listener);
         socket
             .set_read_timeout(Some(timeout))
             .map_err(setup("server", "SO_RCVTIMEO"))?;
-        let (mut stream, _) = self.listener.accept().map_err(|e| {
+        let (stream, _) = self.listener.accept().map_err(|e| {
             if matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -153,58 +160,120 @@ impl BulkServer {
                 }
             }
         })?;
-        let remaining = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
+        Ok(stream)
+    }
+}
+
+/// Sends `bytes` on an accepted stream, closes its sending side, waits for the client to close
+/// (so every retransmission is counted), and returns the socket's total retransmissions and when
+/// its peer had acknowledged every byte.
+fn send_and_drain(
+    mut stream: TcpStream,
+    bytes: u64,
+    deadline: Instant,
+) -> Result<ServerOutcome, WorkloadError> {
+    let remaining = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    stream
+        .set_write_timeout(Some(remaining))
+        .map_err(setup("server", "SO_SNDTIMEO"))?;
+    stream
+        .set_read_timeout(Some(remaining))
+        .map_err(setup("server", "SO_RCVTIMEO"))?;
+    let chunk = vec![0x5a_u8; CHUNK];
+    let mut sent = 0u64;
+    while sent < bytes {
+        let len = (bytes - sent).min(CHUNK as u64) as usize;
         stream
-            .set_write_timeout(Some(remaining))
-            .map_err(setup("server", "SO_SNDTIMEO"))?;
-        stream
-            .set_read_timeout(Some(remaining))
-            .map_err(setup("server", "SO_RCVTIMEO"))?;
-        let chunk = vec![0x5a_u8; CHUNK];
-        let mut sent = 0u64;
-        while sent < bytes {
-            let len = (bytes - sent).min(CHUNK as u64) as usize;
-            stream
-                .write_all(&chunk[..len])
-                .map_err(|source| WorkloadError::Transfer {
-                    side: "server",
-                    bytes: sent,
-                    source,
-                })?;
-            sent += len as u64;
-        }
-        stream
-            .shutdown(std::net::Shutdown::Write)
+            .write_all(&chunk[..len])
             .map_err(|source| WorkloadError::Transfer {
                 side: "server",
                 bytes: sent,
                 source,
             })?;
-        let all_acked = wait_all_acked(&stream, deadline);
-        // The client closes once it has everything; its FIN ends this read.
-        let mut sink = [0u8; 1024];
-        loop {
-            match stream.read(&mut sink) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // A reset after all data was sent (a proxy closing hard) still ends the run.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
-                Err(source) => {
-                    return Err(WorkloadError::Transfer {
-                        side: "server",
-                        bytes: sent,
-                        source,
-                    })
-                }
+        sent += len as u64;
+    }
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .map_err(|source| WorkloadError::Transfer {
+            side: "server",
+            bytes: sent,
+            source,
+        })?;
+    let all_acked = wait_all_acked(&stream, deadline);
+    // The client closes once it has everything; its FIN ends this read.
+    let mut sink = [0u8; 1024];
+    loop {
+        match stream.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A reset after all data was sent (a proxy closing hard) still ends the run.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+            Err(source) => {
+                return Err(WorkloadError::Transfer {
+                    side: "server",
+                    bytes: sent,
+                    source,
+                })
             }
         }
-        let retransmits = total_retransmits(&stream).map_err(setup("server", "TCP_INFO"))?;
-        Ok(ServerOutcome {
-            retransmits,
-            all_acked,
+    }
+    let retransmits = total_retransmits(&stream).map_err(setup("server", "TCP_INFO"))?;
+    Ok(ServerOutcome {
+        retransmits,
+        all_acked,
+    })
+}
+
+impl BulkServer {
+    /// Serves `connections` clients at once (`workload.connections`): accepts each within what
+    /// is left of `timeout` and sends it `bytes` on its own thread while the next is accepted.
+    /// Retransmissions are summed; `all_acked` is the last connection's (`None` if any could
+    /// not be observed). One connection is exactly [`BulkServer::serve_one`].
+    pub fn serve_many(
+        &self,
+        connections: u32,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<ServerOutcome, WorkloadError> {
+        if connections <= 1 {
+            return self.serve_one(bytes, timeout);
+        }
+        let deadline = Instant::now() + timeout;
+        std::thread::scope(|scope| {
+            let mut senders = Vec::new();
+            for _ in 0..connections {
+                let remaining = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1));
+                let stream = self.accept(remaining)?;
+                senders.push(scope.spawn(move || send_and_drain(stream, bytes, deadline)));
+            }
+            let mut total = ServerOutcome {
+                retransmits: 0,
+                all_acked: None,
+            };
+            let mut all_observed = true;
+            for sender in senders {
+                let outcome = sender.join().unwrap_or_else(|_| {
+                    Err(WorkloadError::Transfer {
+                        side: "server",
+                        bytes: 0,
+                        source: io::Error::other("a sending thread panicked"),
+                    })
+                })?;
+                total.retransmits += outcome.retransmits;
+                match outcome.all_acked {
+                    Some(at) => total.all_acked = Some(total.all_acked.map_or(at, |t| t.max(at))),
+                    None => all_observed = false,
+                }
+            }
+            if !all_observed {
+                total.all_acked = None;
+            }
+            Ok(total)
         })
     }
 }
@@ -315,6 +384,61 @@ pub fn bulk_client(
     })
 }
 
+/// Opens `connections` connections to `target` at once (each on its own thread, in the
+/// caller's network namespace), each reading `bytes`. The outcome covers them all: bytes and
+/// retransmissions summed, `started` the earliest `connect()`, `seconds` until the last byte of
+/// the last connection, `connect_seconds` the slowest handshake. The first error wins. One
+/// connection is exactly [`bulk_client`].
+pub fn bulk_clients(
+    target: SocketAddr,
+    connections: u32,
+    bytes: u64,
+    options: &SocketOptions,
+    timeout: Duration,
+) -> Result<BulkOutcome, WorkloadError> {
+    if connections <= 1 {
+        return bulk_client(target, bytes, options, timeout);
+    }
+    let outcomes: Vec<Result<BulkOutcome, WorkloadError>> = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..connections)
+            .map(|_| scope.spawn(|| bulk_client(target, bytes, options, timeout)))
+            .collect();
+        readers
+            .into_iter()
+            .map(|reader| {
+                reader.join().unwrap_or_else(|_| {
+                    Err(WorkloadError::Transfer {
+                        side: "client",
+                        bytes: 0,
+                        source: io::Error::other("a receiving thread panicked"),
+                    })
+                })
+            })
+            .collect()
+    });
+    let outcomes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(combine_outcomes(&outcomes).expect("at least two connections"))
+}
+
+/// One outcome for parallel connections (see [`bulk_clients`]); `None` for none.
+pub fn combine_outcomes(outcomes: &[BulkOutcome]) -> Option<BulkOutcome> {
+    let started = outcomes.iter().map(|o| o.started).min()?;
+    let last_byte = outcomes
+        .iter()
+        .map(|o| o.started + Duration::from_secs_f64(o.seconds))
+        .max()?;
+    Some(BulkOutcome {
+        bytes: outcomes.iter().map(|o| o.bytes).sum(),
+        seconds: (last_byte - started).as_secs_f64(),
+        connect_seconds: outcomes
+            .iter()
+            .map(|o| o.connect_seconds)
+            .fold(0.0, f64::max),
+        retransmits: outcomes.iter().map(|o| o.retransmits).sum(),
+        started,
+    })
+}
+
 /// Replaces `{name}` placeholders in a command's arguments.
 pub fn expand_argv(argv: &[String], values: &BTreeMap<&str, String>) -> Vec<String> {
     argv.iter()
@@ -374,6 +498,65 @@ mod tests {
         assert_eq!(outcome.bytes, 1_000_003);
         assert!(outcome.seconds >= outcome.connect_seconds);
         handle.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn parallel_connections_each_move_the_bytes_and_are_summed() {
+        let server =
+            BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let target = server.local_addr().unwrap();
+        let timeout = Duration::from_secs(30);
+        let handle = std::thread::spawn(move || server.serve_many(3, 200_001, timeout));
+        let outcome = bulk_clients(target, 3, 200_001, &SocketOptions::default(), timeout).unwrap();
+        assert_eq!(outcome.bytes, 3 * 200_001);
+        assert!(outcome.seconds >= outcome.connect_seconds);
+        let served = handle.join().unwrap().unwrap();
+        assert!(served.all_acked.is_some());
+    }
+
+    #[test]
+    fn a_missing_parallel_client_makes_the_server_time_out() {
+        let server =
+            BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let target = server.local_addr().unwrap();
+        let handle =
+            std::thread::spawn(move || server.serve_many(2, 1000, Duration::from_millis(500)));
+        // Only one of the two expected clients comes.
+        bulk_client(
+            target,
+            1000,
+            &SocketOptions::default(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let error = handle.join().unwrap().unwrap_err();
+        assert!(matches!(error, WorkloadError::AcceptTimeout(_)), "{error}");
+    }
+
+    #[test]
+    fn combined_outcome_spans_first_connect_to_last_byte() {
+        let t0 = Instant::now();
+        let outcome = |start_ms: u64, seconds: f64, retransmits: u64| BulkOutcome {
+            bytes: 100,
+            seconds,
+            connect_seconds: seconds / 10.0,
+            retransmits,
+            started: t0 + Duration::from_millis(start_ms),
+        };
+        let combined =
+            combine_outcomes(&[outcome(10, 1.0, 2), outcome(0, 0.5, 1), outcome(5, 2.0, 0)])
+                .unwrap();
+        assert_eq!(combined.bytes, 300);
+        assert_eq!(combined.retransmits, 3);
+        assert_eq!(combined.started, t0);
+        // The last byte came at 5 ms + 2 s.
+        assert!(
+            (combined.seconds - 2.005).abs() < 1e-6,
+            "{}",
+            combined.seconds
+        );
+        assert!((combined.connect_seconds - 0.2).abs() < 1e-9);
+        assert_eq!(combine_outcomes(&[]), None);
     }
 
     #[test]

@@ -246,3 +246,106 @@ fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
     let left = namespaces_of_pid(std::process::id());
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
 }
+
+const WEB_SCENARIO: &str = r#"
+name = "web-test"
+description = "page loads through the library runner"
+source = "test"
+[hosts.client]
+[hosts.proxy]
+[hosts.server]
+[roles]
+client = "client"
+proxy = "proxy"
+server = "server"
+[links.access]
+a = "client"
+b = "proxy"
+[links.access.b_to_a]
+delay = "2ms"
+rate = "20Mbit"
+[links.internet]
+a = "proxy"
+b = "server"
+[workload]
+kind = "web"
+hosts = ["www.lab", "s1.lab", "s2.lab"]
+object_hosts = 2
+pages = 2
+page_bytes = "30KB"
+objects = 6
+http = "1.0"
+timeout = "30s"
+[cases.direct]
+kind = "direct"
+[cases.haproxy]
+kind = "haproxy"
+[cases.squid]
+kind = "squid"
+cache = false
+upstream_persistence = "long"
+[[experiments]]
+name = "web"
+cases = ["direct", "haproxy", "squid"]
+"#;
+
+#[test]
+fn web_pages_load_direct_through_a_forward_proxy_and_through_squid() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let with_squid = std::path::Path::new("/usr/sbin/squid").exists();
+    let dir = tempfile::tempdir().unwrap();
+    // Squid drops to its own user, which must be able to enter the output folder.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let scenario = dir.path().join("web-test.toml");
+    let text = if with_squid {
+        WEB_SCENARIO.to_string()
+    } else {
+        eprintln!("note: squid is not installed; its case is not run");
+        WEB_SCENARIO.replace(
+            "cases = [\"direct\", \"haproxy\", \"squid\"]",
+            "cases = [\"direct\", \"haproxy\"]",
+        )
+    };
+    std::fs::write(&scenario, text).unwrap();
+    let summary = run(&RunOptions {
+        scenario,
+        out: Some(dir.path().join("out")),
+        plan: PlanOptions::default(),
+        jobs: 3,
+        resume: false,
+        keep_point_dirs: false,
+        progress: false,
+    })
+    .unwrap();
+    assert_eq!(summary.records, if with_squid { 3 } else { 2 });
+    for record in &summary.records_written {
+        assert!(record.ok, "{} failed: {:?}", record.case, record.error);
+        assert_eq!(record.bytes, 60_000, "two pages");
+        let extra = |key: &str| record.extra[key];
+        assert_eq!(extra("pages"), 2.0);
+        assert_eq!(extra("objects"), 12.0);
+        // HTTP/1.0: one connection per request, 7 requests per page, all reaching the origin.
+        assert_eq!(extra("connections_opened"), 14.0, "{}", record.case);
+        assert_eq!(extra("origin_requests"), 14.0, "{}", record.case);
+        assert!(extra("page_load_max_seconds") >= extra("page_load_seconds"));
+        assert!((record.seconds - 2.0 * extra("page_load_seconds")).abs() < 1e-9);
+    }
+    if with_squid {
+        let squid = summary
+            .records_written
+            .iter()
+            .find(|r| r.case == "squid")
+            .unwrap();
+        assert_eq!(squid.extra["proxy_requests"], 14.0);
+        assert_eq!(squid.extra["cache_hits"], 0.0, "cache = false");
+    }
+    let left = namespaces_of_pid(std::process::id());
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}

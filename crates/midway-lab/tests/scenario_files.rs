@@ -125,3 +125,29 @@ fn the_format_example_in_the_scenarios_readme_is_valid() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.base.cases.len(), 3);
 }
+
+#[test]
+fn the_web_example_in_the_scenarios_readme_is_valid() {
+    let readme = std::fs::read_to_string(repo_root().join("scenarios/README.md")).unwrap();
+    let section = &readme[readme.find("## Web workload").expect("a web section")..];
+    let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + section[start..].find("```").expect("closed block");
+    // The block shows [workload] and [cases]; the rest comes from a minimal frame.
+    let text = format!(
+        "name = \"readme-web\"\ndescription = \"d\"\nsource = \"s\"\n\
+         [hosts.client]\n[hosts.proxy]\n[hosts.server]\n\
+         [roles]\nclient = \"client\"\nproxy = \"proxy\"\nserver = \"server\"\n\
+         [links.access]\na = \"client\"\nb = \"proxy\"\n\
+         [links.internet]\na = \"proxy\"\nb = \"server\"\n\
+         {}\n[[experiments]]\nname = \"all\"\n\
+         cases = [\"direct\", \"midway-tcp\", \"midway-http\", \"squid\"]\n",
+        &section[start..end]
+    );
+    let loaded =
+        LoadedScenario::from_text(Path::new("README.md"), text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.base.cases.len(), 4);
+    assert!(matches!(
+        loaded.base.workload,
+        midway_lab::scenario::Workload::Web(_)
+    ));
+}

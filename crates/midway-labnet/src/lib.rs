@@ -17,10 +17,14 @@
 //! covers Ctrl-C and SIGTERM, and [`clean_leftovers`] removes what a killed run left (owner pids
 //! are recorded per tag in `/run/midway-lab/<tag>.pid`).
 //!
+//! Programs spawned in a host ([`Topology::spawn_with`]) may get a hosts file of their own as
+//! `/etc/hosts` ([`SpawnOptions`], [`hosts_file_text`]), so lab names resolve without a resolver.
+//!
 //! [`selftest`] checks the emulated links against their configuration with real traffic.
 
 mod cleanup;
 mod error;
+mod hosts;
 pub mod probe;
 pub mod selftest;
 mod spec;
@@ -32,6 +36,7 @@ pub use cleanup::{
     clean_leftovers, cleanup_live_topologies, install_cleanup_on_signal, require_root, PID_DIR,
 };
 pub use error::LabNetError;
+pub use hosts::{hosts_file_text, is_valid_host_name, BadHostName};
 pub use midway_linkemu::{DirectionConfig, DirectionStats, LossModel, QueueLimit};
 pub use spec::{
     host_netns_name, link_netns_name, tag_of_netns_name, validate, validate_tag, HostSpec,
@@ -42,4 +47,4 @@ pub use stack::{
     LEGACY_RTO_MIN_MS,
 };
 pub use sys::NETNS_DIR;
-pub use topology::{fresh_tag, link_seed, HostChild, Topology, MTU};
+pub use topology::{fresh_tag, link_seed, HostChild, SpawnOptions, Topology, MTU};

@@ -1,8 +1,10 @@
 //! Building and removing a topology: namespaces, veth pairs, addresses, routes, stack profiles and
 //! one emulator per link; running code and processes inside its hosts.
 
+use std::ffi::CString;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
@@ -430,16 +432,57 @@ impl Topology {
     /// [`Topology::command`]: the child joins the host's namespace before exec either way. It runs
     /// in its own process group, which is stopped (SIGTERM, SIGKILL after 2 s) when the returned
     /// handle is dropped, and killed by the signal cleanup.
-    pub fn spawn(&self, host: &str, mut cmd: Command) -> Result<HostChild, LabNetError> {
+    pub fn spawn(&self, host: &str, cmd: Command) -> Result<HostChild, LabNetError> {
+        self.spawn_with(host, cmd, &SpawnOptions::default())
+    }
+
+    /// [`Topology::spawn`] with options, e.g. a hosts file the child sees as `/etc/hosts`.
+    pub fn spawn_with(
+        &self,
+        host: &str,
+        mut cmd: Command,
+        options: &SpawnOptions,
+    ) -> Result<HostChild, LabNetError> {
         let path = sys::netns_path(&self.plan.hosts[self.host_index(host)?].netns);
         let ns = std::fs::File::open(&path)
             .map_err(|e| LabNetError::io("cannot open network namespace", &path, e))?;
         let program = cmd.get_program().to_string_lossy().into_owned();
-        // SAFETY: between fork and exec the hook calls only setns(2) and setpgid(2), which are
-        // async-signal-safe, and allocates nothing.
+        // Everything the hook needs is prepared here: after fork it may not allocate.
+        let hosts_mount = match &options.hosts_file {
+            None => None,
+            Some(file) => {
+                let metadata = std::fs::metadata(file)
+                    .map_err(|e| LabNetError::io("cannot use hosts file", file, e))?;
+                if !metadata.is_file() {
+                    return Err(LabNetError::io(
+                        "hosts file is not a regular file",
+                        file,
+                        std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                    ));
+                }
+                let source = CString::new(file.as_os_str().as_bytes()).map_err(|_| {
+                    LabNetError::io(
+                        "hosts file path contains a NUL byte",
+                        file,
+                        std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                    )
+                })?;
+                Some(HostsMount {
+                    source,
+                    target: CString::from(c"/etc/hosts"),
+                    root: CString::from(c"/"),
+                })
+            }
+        };
+        // SAFETY: between fork and exec the hook calls only setns(2), unshare(2), mount(2) and
+        // setpgid(2), which are async-signal-safe system calls, on strings made before the fork;
+        // it allocates nothing (an `io::Error` from errno does not allocate).
         unsafe {
             cmd.pre_exec(move || {
                 setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+                if let Some(mount) = &hosts_mount {
+                    mount.apply()?;
+                }
                 nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
                     .map_err(std::io::Error::from)?;
                 Ok(())
@@ -524,6 +567,56 @@ impl Drop for Topology {
     fn drop(&mut self) {
         if let Err(e) = self.teardown_inner() {
             tracing::error!(tag = %self.tag, error = %e, "topology teardown failed");
+        }
+    }
+}
+
+/// Opt-in settings of [`Topology::spawn_with`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpawnOptions {
+    /// A file the child (and its descendants) see as `/etc/hosts`: the child gets a mount
+    /// namespace of its own with private propagation, and the file is bind-mounted over
+    /// `/etc/hosts` there, so the host system and other children are not affected. Make it with
+    /// [`crate::hosts_file_text`]. The file must exist when spawning.
+    pub hosts_file: Option<PathBuf>,
+}
+
+/// The C strings of a hosts-file bind mount, made before the fork.
+struct HostsMount {
+    source: CString,
+    target: CString,
+    root: CString,
+}
+
+impl HostsMount {
+    /// Runs in the child between fork and exec: only system calls, no allocation.
+    fn apply(&self) -> std::io::Result<()> {
+        let check = |rc: libc::c_int| {
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        // SAFETY: plain system calls on NUL-terminated strings owned by `self`.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            // Private propagation first, or the bind mount would appear in the parent's
+            // namespace too (/ is usually a shared mount).
+            check(libc::mount(
+                std::ptr::null(),
+                self.root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                self.source.as_ptr(),
+                self.target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))
         }
     }
 }

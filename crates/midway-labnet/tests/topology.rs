@@ -314,6 +314,76 @@ fn spawned_child_runs_in_the_host_and_is_stopped_on_drop() {
     assert!(ns_of(pid).is_none(), "child still alive after drop");
 }
 
+/// Runs `getent hosts NAME` in `host` with `options`; (exit code, stdout).
+fn getent_hosts(
+    topology: &Topology,
+    host: &str,
+    name: &str,
+    options: &midway_labnet::SpawnOptions,
+) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut getent = Command::new("getent");
+    getent
+        .args(["hosts", name])
+        .stdout(std::process::Stdio::piped());
+    let mut child = topology.spawn_with(host, getent, options).expect("spawns");
+    let status = child
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap()
+        .expect("getent ends");
+    let mut out = String::new();
+    child
+        .child_mut()
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    (status.code(), out)
+}
+
+#[test]
+fn a_hosts_file_is_seen_by_the_spawned_child_only() {
+    let tag = fresh_tag();
+    let topology = Topology::build(&chain(), &tag, 1).expect("builds");
+    let server = topology.addr("server", "proxy");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hosts");
+    let entries = std::collections::BTreeMap::from([
+        ("www.lab".to_string(), server),
+        ("s1.lab".to_string(), server),
+    ]);
+    std::fs::write(&file, midway_labnet::hosts_file_text(&entries).unwrap()).unwrap();
+    let before = std::fs::read_to_string("/etc/hosts").unwrap();
+    let with_file = midway_labnet::SpawnOptions {
+        hosts_file: Some(file.clone()),
+    };
+    let (code, out) = getent_hosts(&topology, "client", "s1.lab", &with_file);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        out.split_whitespace().next(),
+        Some(server.to_string().as_str()),
+        "{out}"
+    );
+    // Neither this process nor a child spawned without the option sees the lab's names.
+    assert_eq!(std::fs::read_to_string("/etc/hosts").unwrap(), before);
+    let (code, out) = getent_hosts(
+        &topology,
+        "client",
+        "s1.lab",
+        &midway_labnet::SpawnOptions::default(),
+    );
+    assert_ne!(code, Some(0), "resolved without the hosts file: {out}");
+    // A missing file is an error before anything is spawned.
+    let missing = midway_labnet::SpawnOptions {
+        hosts_file: Some(dir.path().join("no-such-file")),
+    };
+    let error = topology
+        .spawn_with("client", Command::new("true"), &missing)
+        .unwrap_err();
+    assert!(matches!(error, LabNetError::Io { .. }), "{error}");
+}
+
 #[test]
 fn clean_leftovers_removes_namespaces_of_a_dead_owner() {
     // A finished child process provides a pid that is certainly dead.

@@ -25,6 +25,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::instrument::WithSubscriber;
 use tracing::{field, Instrument};
 
 use crate::access::{canonical, AccessList, ClientLimits, ClientPermit};
@@ -744,7 +745,12 @@ async fn accept_loop(
                 }
             }
         };
-        tracker.spawn_on(serve.instrument(span), runtimes.pick());
+        // The connection logs to whatever subscriber the accept loop has (a scoped one in
+        // tests, say), even on the other runtime's thread.
+        tracker.spawn_on(
+            serve.instrument(span).with_current_subscriber(),
+            runtimes.pick(),
+        );
     }
 }
 
@@ -790,6 +796,8 @@ enum SetupError {
     NotARelayListener,
     #[error("{target} is in proxy.denied_destinations")]
     DestinationDenied { target: String },
+    #[error("cannot set TCP_NODELAY on the client socket")]
+    ClientNodelay(#[source] io::Error),
 }
 
 impl SetupError {
@@ -810,6 +818,7 @@ impl SetupError {
             SetupError::Profile(_) => "profile_error",
             SetupError::NotARelayListener => "internal",
             SetupError::DestinationDenied { .. } => "denied_destination",
+            SetupError::ClientNodelay(_) => "client_socket",
         }
     }
 
@@ -971,9 +980,23 @@ impl Connection {
         let metrics = &self.shared.metrics;
         let (local_name, _) = self.listener.profiles_for(canonical(self.peer.ip()));
         let local = &self.shared.profiles[local_name];
-        let prepared = local
-            .apply_established(client.as_fd(), Role::Accepted)
-            .map_err(SetupError::from)
+        // The engine writes a response's head and its body pieces as they come; with Nagle on,
+        // a short piece waits for the client's (often delayed) ACK of the previous one, which
+        // cost the lab's web pages more than a second each. So HTTP client sockets get
+        // TCP_NODELAY unless the local profile decides `nodelay` itself.
+        let nodelay = if local.nodelay.is_none() {
+            client
+                .set_nodelay(true)
+                .map_err(SetupError::ClientNodelay)
+        } else {
+            Ok(())
+        };
+        let prepared = nodelay
+            .and_then(|()| {
+                local
+                    .apply_established(client.as_fd(), Role::Accepted)
+                    .map_err(SetupError::from)
+            })
             .and_then(|()| match &self.listener.intercept {
                 // The origin comes from the Host header; the original destination is only
                 // checked for a loop back into this listener.
