@@ -190,6 +190,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 summary.records,
                 summary.failed_records
             );
+            print_report_warnings(&summary.warnings);
             Ok(())
         }
         LabCommand::Selftest { quick } => {
@@ -498,7 +499,10 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
     bar.finish_and_clear();
     let report =
         match midway_report::write_report(&out_dir, &midway_report::ReportOptions::default()) {
-            Ok(summary) => Some(summary.report_path),
+            Ok(summary) => {
+                print_report_warnings(&summary.warnings);
+                Some(summary.report_path)
+            }
             Err(error) => {
                 eprintln!("no report: {:#}", anyhow::Error::from(error));
                 None
@@ -590,6 +594,14 @@ fn check_concurrency_run(options: &RunOptions) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the report builder could not honour (e.g. a `[[plots]]` entry naming an unknown
+/// experiment); the same lines are at the top of the report.
+fn print_report_warnings(warnings: &[String]) {
+    for warning in warnings {
+        eprintln!("report warning: {warning}");
+    }
 }
 
 /// Papers `midway lab reproduce` knows (each has scenarios/repro/PAPER.toml and .claims.toml).
