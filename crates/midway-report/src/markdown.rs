@@ -196,11 +196,7 @@ fn experiment_section(out: &mut String, exp: &Experiment, plots: &ExperimentPlot
             let _ = writeln!(out, "### {variant}\n");
         }
         let rows: Vec<&CaseRow> = exp.rows.iter().filter(|r| &r.variant == variant).collect();
-        if exp.web {
-            page_load_table(out, exp, &rows);
-        } else {
-            throughput_table(out, exp, &rows);
-        }
+        main_table(out, exp, &rows);
         if !extra_names.is_empty() {
             extra_table(out, exp, &extra_names, &rows);
         }
@@ -253,23 +249,37 @@ fn retransmit_cells(out: &mut String, exp: &Experiment, row: &CaseRow) {
     }
 }
 
-/// The table of a web experiment: page load time in seconds, GoS on throughput.
-fn page_load_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
+/// The main table of an experiment: the primary metric's spread per row (page load time in
+/// seconds for a web experiment, with its mean; throughput in Mbit/s otherwise), the gain of
+/// splitting (always on throughput) and the retransmit medians.
+fn main_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
     let sweep = exp.sweep_param.as_deref().unwrap_or("point");
     let base = &exp.baseline_case;
+    let (label, with_mean) = if exp.web {
+        ("median page load s", true)
+    } else {
+        ("median Mbit/s", false)
+    };
+    let mean_header = if with_mean { " mean |" } else { "" };
     let _ = write!(
         out,
-        "| {} | case | n | median page load s | Q1 | Q3 | mean | GoS paired vs {base} | GoS of medians | GoS > 0 |",
+        "| {} | case | n | {label} | Q1 | Q3 |{mean_header} GoS paired vs {base} | GoS of medians | GoS > 0 |",
         cell(sweep)
     );
     for endpoint in &exp.endpoints {
         let _ = write!(out, " retrans {} |", cell(endpoint));
     }
     out.push('\n');
-    out.push_str(&"|---".repeat(10 + exp.endpoints.len()));
+    let columns = 9 + usize::from(with_mean) + exp.endpoints.len();
+    out.push_str(&"|---".repeat(columns));
     out.push_str("|\n");
     for row in rows {
-        let (n, median, q1, q3) = match row.page_load_seconds {
+        let spread = if exp.web {
+            row.page_load_seconds
+        } else {
+            row.throughput_mbps
+        };
+        let (n, median, q1, q3) = match spread {
             Some(s) => (
                 s.n.to_string(),
                 number(s.median),
@@ -278,48 +288,15 @@ fn page_load_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
             ),
             None => ("0".into(), "-".into(), "-".into(), "-".into()),
         };
-        let mean = row.page_load_mean.map(number).unwrap_or_else(dash);
-        let (gos_paired, gos_medians, share) = gos_cells(row);
-        let _ = write!(
-            out,
-            "| {} | {} | {n} | {median} | {q1} | {q3} | {mean} | {gos_paired} | {gos_medians} | {share} |",
-            cell(&row.sweep_label),
-            cell(&row.case)
-        );
-        retransmit_cells(out, exp, row);
-        out.push('\n');
-    }
-    out.push('\n');
-}
-
-fn throughput_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
-    let sweep = exp.sweep_param.as_deref().unwrap_or("point");
-    let base = &exp.baseline_case;
-    let _ = write!(
-        out,
-        "| {} | case | n | median Mbit/s | Q1 | Q3 | GoS paired vs {base} | GoS of medians | GoS > 0 |",
-        cell(sweep)
-    );
-    for endpoint in &exp.endpoints {
-        let _ = write!(out, " retrans {} |", cell(endpoint));
-    }
-    out.push('\n');
-    out.push_str(&"|---".repeat(9 + exp.endpoints.len()));
-    out.push_str("|\n");
-    for row in rows {
-        let (n, median, q1, q3) = match row.throughput_mbps {
-            Some(s) => (
-                s.n.to_string(),
-                number(s.median),
-                number(s.q1),
-                number(s.q3),
-            ),
-            None => ("0".into(), "-".into(), "-".into(), "-".into()),
+        let mean = if with_mean {
+            format!(" {} |", row.page_load_mean.map(number).unwrap_or_else(dash))
+        } else {
+            String::new()
         };
         let (gos_paired, gos_medians, share) = gos_cells(row);
         let _ = write!(
             out,
-            "| {} | {} | {n} | {median} | {q1} | {q3} | {gos_paired} | {gos_medians} | {share} |",
+            "| {} | {} | {n} | {median} | {q1} | {q3} |{mean} {gos_paired} | {gos_medians} | {share} |",
             cell(&row.sweep_label),
             cell(&row.case)
         );
