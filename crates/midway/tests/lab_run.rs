@@ -1,76 +1,10 @@
 //! End to end: the README's main experiment in its quick form, with the real binary as the lab
 //! runner and as the proxy. Needs root (network namespaces); skipped with a message otherwise.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use midway_report::RunRecord;
 
-fn midway() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_midway"))
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// /proc/self belongs to the effective user of the process reading it.
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// A fresh folder under the system temp dir, removed on drop (also when the test fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("midway-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn base36(mut n: u32) -> String {
-    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(digits[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
-}
-
-/// Namespaces made by process `pid` (labnet tags are the pid in base 36 plus a counter; the
-/// quick run makes 9 topologies, so the counter is one character).
-fn namespaces_of_pid(pid: u32) -> Vec<String> {
-    let prefix = format!("mw{}", base36(pid));
-    std::fs::read_dir("/run/netns")
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| {
-                    name.strip_prefix(&prefix).is_some_and(|rest| {
-                        let rest = rest.as_bytes();
-                        rest.len() > 2 && (rest[1] == b'-' || rest[1] == b'.')
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
+mod support;
+use support::*;
 
 #[test]
 fn quick_hfc_demo_measures_every_case_and_writes_the_report() {

@@ -4,10 +4,12 @@
 //! midway's metrics, Squid's access log) and that a warm cache answers. Needs root (network
 //! namespaces) and Squid; skipped with a message otherwise.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use midway_report::RunRecord;
+
+mod support;
+use support::*;
 
 /// One page of 1 base document + 4 objects on a second host name, over a fast short path.
 const SCENARIO: &str = r#"
@@ -69,76 +71,6 @@ set = { "workload.client" = "chromium" }
 
 /// Requests of one page load: the base document and its objects.
 const PAGE_REQUESTS: f64 = 5.0;
-
-fn midway() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_midway"))
-}
-
-/// /proc/self belongs to the effective user of the process reading it.
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
-}
-
-/// A fresh folder under the system temp dir (Squid's user must be able to enter it), removed on
-/// drop, also when the test fails.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        use std::os::unix::fs::PermissionsExt;
-        let path = std::env::temp_dir().join(format!("midway-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn base36(mut n: u32) -> String {
-    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(digits[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
-}
-
-/// Namespaces made by process `pid` (labnet tags are the pid in base 36 plus a counter, one
-/// character for the few topologies of this test).
-fn namespaces_of_pid(pid: u32) -> Vec<String> {
-    let prefix = format!("mw{}", base36(pid));
-    std::fs::read_dir("/run/netns")
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| {
-                    name.strip_prefix(&prefix).is_some_and(|rest| {
-                        let rest = rest.as_bytes();
-                        rest.len() > 2 && (rest[1] == b'-' || rest[1] == b'.')
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 fn extra(record: &RunRecord, key: &str) -> f64 {
     *record.extra.get(key).unwrap_or_else(|| {
