@@ -25,7 +25,6 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::instrument::WithSubscriber;
 use tracing::{field, Instrument};
 
 use crate::access::{canonical, AccessList, ClientLimits, ClientPermit};
@@ -99,8 +98,6 @@ pub enum ProxyError {
         #[source]
         source: HttpError,
     },
-    #[error("cannot start the threads that run connections")]
-    ConnectionRuntimes(#[source] io::Error),
 }
 
 /// What happened during shutdown.
@@ -130,82 +127,6 @@ struct HttpListener {
     engine: Arc<HttpProxy>,
     /// Opens upstream sockets exactly like the remote segment of a split connection.
     connect_upstream: ConnectUpstream,
-}
-
-/// Where connections run: one single-threaded tokio runtime per CPU, each on its own thread,
-/// fed round-robin by the accept loops.
-///
-/// Why not the caller's multi-threaded runtime: a relay spends nearly all its time in the
-/// kernel (splice), and the work-stealing scheduler moved a connection's task between
-/// workers and woke idle workers to steal it (futex wake-ups, context switches, socket state
-/// touched from both CPUs). Pinning each connection to one runtime is how HAProxy runs its
-/// threads. The profile and figures are in docs/results/bench/README.md ("Session 2 profile").
-struct ConnectionRuntimes {
-    handles: Vec<tokio::runtime::Handle>,
-    next: std::sync::atomic::AtomicUsize,
-    /// Ends every runtime thread; fired by [`ConnectionRuntimes::stop`] or on drop.
-    stop: CancellationToken,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl ConnectionRuntimes {
-    /// Starts `count` (at least one) runtime threads.
-    fn start(count: usize) -> io::Result<ConnectionRuntimes> {
-        let mut runtimes = ConnectionRuntimes {
-            handles: Vec::new(),
-            next: std::sync::atomic::AtomicUsize::new(0),
-            stop: CancellationToken::new(),
-            threads: Vec::new(),
-        };
-        for index in 0..count.max(1) {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let handle = runtime.handle().clone();
-            let stop = runtime_stop(&runtimes.stop);
-            // On error `runtimes` drops, which stops the threads already started.
-            let thread = std::thread::Builder::new()
-                .name(format!("midway-conn-{index}"))
-                .spawn(move || runtime.block_on(stop))?;
-            runtimes.handles.push(handle);
-            runtimes.threads.push(thread);
-        }
-        Ok(runtimes)
-    }
-
-    /// The runtime for the next connection.
-    fn pick(&self) -> &tokio::runtime::Handle {
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        &self.handles[index]
-    }
-
-    /// Ends the runtime threads (dropping any task still on them) and waits for them.
-    async fn stop(mut self) {
-        self.stop.cancel();
-        let threads = std::mem::take(&mut self.threads);
-        let joined = tokio::task::spawn_blocking(move || {
-            for thread in threads {
-                let _ = thread.join();
-            }
-        })
-        .await;
-        if joined.is_err() {
-            tracing::warn!("connection runtime threads did not join");
-        }
-    }
-}
-
-/// The future a runtime thread blocks on: ends when `stop` fires.
-fn runtime_stop(
-    stop: &CancellationToken,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    stop.clone().cancelled_owned()
-}
-
-impl Drop for ConnectionRuntimes {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
 }
 
 /// State shared by accept loops and connection tasks.
@@ -559,16 +480,12 @@ impl Proxy {
             helpers.spawn(engine.clone().run_pool_maintenance(helpers_cancel.clone()));
         }
 
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let runtimes =
-            Arc::new(ConnectionRuntimes::start(workers).map_err(ProxyError::ConnectionRuntimes)?);
         let mut accept_loops = tokio::task::JoinSet::new();
         for bound in self.listeners.drain(..) {
             accept_loops.spawn(accept_loop(
                 self.shared.clone(),
                 bound,
                 tracker.clone(),
-                runtimes.clone(),
                 shutdown.clone(),
                 connections_cancel.clone(),
             ));
@@ -610,11 +527,6 @@ impl Proxy {
 
         helpers_cancel.cancel();
         while helpers.join_next().await.is_some() {}
-        // Last: pooled upstream connections of the helpers may be registered with them.
-        match Arc::try_unwrap(runtimes) {
-            Ok(runtimes) => runtimes.stop().await,
-            Err(_) => tracing::warn!("connection runtimes still referenced at shutdown"),
-        }
         self.intercept.remove();
         if let Some(knobs) = self.route_knobs.take() {
             if let Err(err) = knobs.remove() {
@@ -644,7 +556,6 @@ async fn accept_loop(
     shared: Arc<Shared>,
     bound: BoundListener,
     tracker: TaskTracker,
-    runtimes: Arc<ConnectionRuntimes>,
     shutdown: CancellationToken,
     connections_cancel: CancellationToken,
 ) {
@@ -728,29 +639,7 @@ async fn accept_loop(
             cancel: connections_cancel.clone(),
             _permits: (permit, client_permit),
         };
-        // Move the socket to the connection's runtime: it leaves this runtime's reactor here
-        // and joins the other's inside the task.
-        let stream = match stream.into_std() {
-            Ok(stream) => stream,
-            Err(err) => {
-                tracing::warn!(listener = %name, client = %peer, error = %err, "cannot hand the connection to a runtime; closed");
-                continue;
-            }
-        };
-        let serve = async move {
-            match TcpStream::from_std(stream) {
-                Ok(stream) => conn.serve(stream).await,
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot register the connection with its runtime; closed");
-                }
-            }
-        };
-        // The connection logs to whatever subscriber the accept loop has (a scoped one in
-        // tests, say), even on the other runtime's thread.
-        tracker.spawn_on(
-            serve.instrument(span).with_current_subscriber(),
-            runtimes.pick(),
-        );
+        tracker.spawn(conn.serve(stream).instrument(span));
     }
 }
 
@@ -796,8 +685,8 @@ enum SetupError {
     NotARelayListener,
     #[error("{target} is in proxy.denied_destinations")]
     DestinationDenied { target: String },
-    #[error("cannot set TCP_NODELAY on the client socket")]
-    ClientNodelay(#[source] io::Error),
+    #[error("cannot set TCP_NODELAY")]
+    Nodelay(#[source] io::Error),
 }
 
 impl SetupError {
@@ -818,7 +707,7 @@ impl SetupError {
             SetupError::Profile(_) => "profile_error",
             SetupError::NotARelayListener => "internal",
             SetupError::DestinationDenied { .. } => "denied_destination",
-            SetupError::ClientNodelay(_) => "client_socket",
+            SetupError::Nodelay(_) => "socket_option",
         }
     }
 
@@ -919,6 +808,7 @@ impl Connection {
         local: &TcpProfile,
         remote: &TcpProfile,
     ) -> Result<TcpStream, SetupError> {
+        default_nodelay(client, local)?;
         local.apply_established(client.as_fd(), Role::Accepted)?;
         let config = &self.shared.config;
         // Only a client-chosen target (SOCKS5) is checked against denied_destinations.
@@ -946,6 +836,7 @@ impl Connection {
         };
         tracing::Span::current().record("dst", field::display(&target));
         let server = connect(&target, remote, spoof_from, denied, config.connect_timeout).await?;
+        default_nodelay(&server, remote)?;
         remote.apply_established(server.as_fd(), Role::Outgoing)?;
         if let Intercept::Socks5 { .. } = &self.listener.intercept {
             let bound = server.local_addr().ok();
@@ -982,16 +873,8 @@ impl Connection {
         let local = &self.shared.profiles[local_name];
         // The engine writes a response's head and its body pieces as they come; with Nagle on,
         // a short piece waits for the client's (often delayed) ACK of the previous one, which
-        // cost the lab's web pages more than a second each. So HTTP client sockets get
-        // TCP_NODELAY unless the local profile decides `nodelay` itself.
-        let nodelay = if local.nodelay.is_none() {
-            client
-                .set_nodelay(true)
-                .map_err(SetupError::ClientNodelay)
-        } else {
-            Ok(())
-        };
-        let prepared = nodelay
+        // cost the lab's web pages more than a second each.
+        let prepared = default_nodelay(&client, local)
             .and_then(|()| {
                 local
                     .apply_established(client.as_fd(), Role::Accepted)
@@ -1405,6 +1288,21 @@ fn upstream_connector(
             Ok(stream)
         })
     })
+}
+
+/// Turns Nagle's algorithm off on a proxy socket unless `profile` sets `nodelay` itself.
+///
+/// A proxy forwards what it has when it has it; the end hosts already decided how to batch
+/// their writes. With Nagle on, the short tail of every relayed chunk (or every small HTTP
+/// response piece) waits for the ACK of the data before it, which on a delayed-ACK receiver
+/// costs up to its delayed-ACK time per chunk, and under load keeps megabytes queued in the
+/// socket (see docs/results/bench/README.md, "Session 2 profile"). HAProxy and Squid also set
+/// TCP_NODELAY on both sides. A profile can still ask for Nagle with `nodelay = false`.
+fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), SetupError> {
+    if profile.nodelay.is_none() {
+        stream.set_nodelay(true).map_err(SetupError::Nodelay)?;
+    }
+    Ok(())
 }
 
 /// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,

@@ -84,3 +84,90 @@ local_profile = "op"
     let summary = proxy.stop().await;
     assert_eq!(summary.connections_served, 2);
 }
+
+/// TCP_NODELAY of the in-process proxy's socket whose local and peer addresses are these
+/// (found among this process's file descriptors; the proxy runs in the test process).
+fn proxy_socket_nodelay(local: std::net::SocketAddr, peer: std::net::SocketAddr) -> Option<bool> {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    let entries = std::fs::read_dir("/proc/self/fd").unwrap();
+    for entry in entries.flatten() {
+        let Ok(raw) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: the descriptor stays open while this function runs (the connections are held
+        // by the caller); a descriptor closed meanwhile only makes the calls below fail.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        let sock = socket2::SockRef::from(&fd);
+        let matches = sock.local_addr().ok().and_then(|a| a.as_socket()) == Some(local)
+            && sock.peer_addr().ok().and_then(|a| a.as_socket()) == Some(peer);
+        if matches {
+            assert_eq!(fd.as_raw_fd(), raw);
+            return sock.nodelay().ok();
+        }
+    }
+    None
+}
+
+/// Relayed sockets get TCP_NODELAY unless their profile sets `nodelay`; a profile asking for
+/// Nagle (`nodelay = false`) keeps it on its segment only.
+#[tokio::test]
+async fn relay_sockets_get_nodelay_unless_the_profile_decides() {
+    let (echo, _server) = echo_server().await;
+    let config = format!(
+        r#"
+[proxy]
+allowed_clients = ["127.0.0.0/8"]
+[spool]
+dir = "SPOOL_DIR"
+[profiles.nagle]
+nodelay = false
+[[listeners]]
+name = "plain"
+mode = "forward"
+listen = "127.0.0.1:0"
+target = "{echo}"
+[[listeners]]
+name = "nagle-local"
+mode = "forward"
+listen = "127.0.0.1:0"
+target = "{echo}"
+local_profile = "nagle"
+"#
+    );
+    let proxy = start(&config).await;
+    for (listener, local_expected) in [("plain", true), ("nagle-local", false)] {
+        let addr = proxy.addr(listener);
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"x").await.unwrap();
+        let mut b = [0u8; 1];
+        client.read_exact(&mut b).await.unwrap();
+        let client_addr = client.local_addr().unwrap();
+        assert_eq!(
+            proxy_socket_nodelay(addr, client_addr),
+            Some(local_expected),
+            "{listener}: accepted socket"
+        );
+        // The outgoing socket: the only socket of this process connected to the echo server
+        // whose own address is not the echo server's.
+        let remote = ss(&format!("( dport = :{} )", echo.port()));
+        let outgoing: Vec<std::net::SocketAddr> = remote
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(2)?.parse().ok())
+            .collect();
+        assert_eq!(outgoing.len(), 1, "{remote}");
+        assert_eq!(
+            proxy_socket_nodelay(outgoing[0], echo),
+            Some(true),
+            "{listener}: outgoing socket (default profile)"
+        );
+        drop(client);
+        // Let the relay close before the next listener's connection is counted in `ss`.
+        assert!(
+            eventually(|| ss(&format!("( dport = :{} )", echo.port()))
+                .trim()
+                .is_empty())
+            .await
+        );
+    }
+    proxy.stop().await;
+}

@@ -10,7 +10,7 @@
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,10 @@ struct Ctx<'a> {
     remote_finished_ns: AtomicU64,
     client_to_server: AtomicU64,
     server_to_client: AtomicU64,
+    /// Directions that have read their source's EOF and are done.
+    directions_finished: AtomicU8,
+    /// The last direction to finish left its FIN to the client socket's close.
+    last_fin_to_client: AtomicBool,
     counters: &'a RelayCounters,
     resources: &'a Arc<RelayResources>,
 }
@@ -173,6 +177,8 @@ pub(crate) async fn run(
         remote_finished_ns: AtomicU64::new(NOT_YET),
         client_to_server: AtomicU64::new(0),
         server_to_client: AtomicU64::new(0),
+        directions_finished: AtomicU8::new(0),
+        last_fin_to_client: AtomicBool::new(false),
         counters: &options.counters,
         resources,
     };
@@ -278,8 +284,16 @@ pub(crate) async fn run(
     if let Some(on_close) = &options.on_close {
         on_close(client.as_fd(), server.as_fd());
     }
-    drop(client);
-    drop(server);
+    // After a clean end one of these closes also sends the last direction's FIN
+    // (`finish_direction`). Close the other socket first, so that by the time the peer sees
+    // that FIN both descriptors are gone.
+    if ctx.last_fin_to_client.load(Ordering::Acquire) {
+        drop(server);
+        drop(client);
+    } else {
+        drop(client);
+        drop(server);
+    }
 
     let remote_ns = ctx.remote_finished_ns.load(Ordering::Relaxed);
     let report = RelayReport {
@@ -311,8 +325,20 @@ fn side_of(direction: Direction) -> (Side, Side) {
     }
 }
 
-/// `shutdown(SHUT_WR)` toward the destination: carries the FIN across.
-fn carry_fin(dst: &TcpStream, dst_side: Side) -> Result<(), PumpError> {
+/// Carries the FIN across once a direction has delivered everything up to its source's EOF.
+///
+/// The first direction to finish sends it with `shutdown(SHUT_WR)` (half-close: the other
+/// direction keeps flowing). The last one leaves it to the `close` that follows at once in
+/// [`run`]: both sockets have then read their peer's FIN and hold nothing unread, so `close`
+/// sends exactly that FIN, and the peer sees the end only after the relay has let go of both
+/// sockets (it can count on the descriptors being free, and one syscall is saved).
+fn finish_direction(dst: &TcpStream, dst_side: Side, ctx: &Ctx<'_>) -> Result<(), PumpError> {
+    let finished_before = ctx.directions_finished.fetch_add(1, Ordering::AcqRel);
+    if finished_before >= 1 {
+        ctx.last_fin_to_client
+            .store(dst_side == Side::Client, Ordering::Release);
+        return Ok(());
+    }
     SockRef::from(dst)
         .shutdown(Shutdown::Write)
         .map_err(|e| PumpError::new(dst_side, "sending FIN", false, e))
@@ -496,16 +522,22 @@ async fn forward(
     let (src_side, dst_side) = side_of(direction);
     let mut carrier: Option<Carrier<'_>> = None;
     let mut eof = false;
+    // The last read found the source empty (EAGAIN). Until then a drained carrier is kept and
+    // the next read tried at once: a busy direction keeps its pipe (or buffer) instead of
+    // handing it back and taking it again for every chunk, and waits for readiness only when
+    // the kernel said there is nothing to read.
+    let mut source_empty = true;
     loop {
         let held = carrier.as_ref().map_or(0, Carrier::held);
         ctx.held(direction, held);
-        if held == 0 {
-            // Drained: give the pipe back / free the buffer before waiting, so an idle
-            // direction holds nothing.
+        if held == 0 && eof {
             drop(carrier.take());
-            if eof {
-                return carry_fin(dst, dst_side);
-            }
+            return finish_direction(dst, dst_side, ctx);
+        }
+        if held == 0 && (source_empty || carrier.is_none()) {
+            // Drained and nothing to read: give the pipe back / free the buffer before
+            // waiting, so an idle direction holds nothing.
+            drop(carrier.take());
             src.readable()
                 .await
                 .map_err(|e| PumpError::new(src_side, "waiting to read", false, e))?;
@@ -528,12 +560,16 @@ async fn forward(
         if !read_blocked {
             match try_fill(src, active, capacity) {
                 Ok(Fill::Read(n)) => {
+                    source_empty = false;
                     if n > 0 {
                         ctx.touch();
                     }
                 }
                 Ok(Fill::Eof) => eof = true,
-                Ok(Fill::Blocked) => read_blocked = true,
+                Ok(Fill::Blocked) => {
+                    source_empty = true;
+                    read_blocked = true;
+                }
                 Err(e) => return Err(PumpError::new(src_side, "reading", active.held() > 0, e)),
             }
         }
@@ -904,7 +940,7 @@ async fn spool_writer(
         };
         let (front, file) = match next {
             Next::Send(front, file) => (front, file),
-            Next::Finished => return carry_fin(client, Side::Client),
+            Next::Finished => return finish_direction(client, Side::Client, ctx),
             Next::Wait => {
                 spool.data_ready.notified().await;
                 continue;
