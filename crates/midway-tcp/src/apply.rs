@@ -262,7 +262,9 @@ impl TcpProfile {
     }
 
     fn set_mark(&self, fd: BorrowedFd<'_>) -> Result<(), KnobError> {
-        if !self.needs_route_knobs() {
+        // A mark is also set when RouteKnobs gave the profile a table for another reason (an
+        // RTO floor on a host whose routes lock theirs).
+        if !self.needs_route_knobs() && self.route_mark.is_none() {
             return Ok(());
         }
         let Some(mark) = self.route_mark else {

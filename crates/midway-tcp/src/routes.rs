@@ -166,11 +166,11 @@ pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
         // connection measured.
         args.extend(["reordering".to_owned(), "lock".to_owned(), n.to_string()]);
     }
-    if let Some(ms) = profile
-        .rto_min_ms
-        .filter(|ms| *ms > crate::apply::SOCKET_RTO_MIN_MAX_MS)
-    {
-        // tcp_rto_min() honours only a locked metric; iproute2 always locks `rto_min`.
+    if let Some(ms) = profile.rto_min_ms {
+        // tcp_rto_min() honours only a locked metric; iproute2 always locks `rto_min`. Also
+        // written for floors the socket option could set (<= 200 ms): a locked `rto_min` on the
+        // copied route would otherwise override the socket's floor (see
+        // [`RouteKnobs::install`]).
         args.extend(["rto_min".to_owned(), format!("{ms}ms")]);
     }
     if profile.delayed_ack == Some(false) {
@@ -264,6 +264,31 @@ fn merged_metrics(existing: Vec<Vec<String>>, profile_metrics: &[String]) -> Vec
     merged
 }
 
+/// Whether any route of `main` (IPv4 or IPv6) sets `rto_min`, which iproute2 always locks.
+fn main_routes_lock_rto_min() -> Result<bool, RouteKnobsError> {
+    for family in ["-4", "-6"] {
+        let text = match ip(&strings(&[family, "route", "show", "table", "main"])) {
+            Ok(text) => text,
+            // IPv6 may be disabled.
+            Err(RouteKnobsError::Command { .. }) if family == "-6" => continue,
+            Err(e) => return Err(e),
+        };
+        if text_sets_rto_min(&text) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether an `ip route show` text has a route with an `rto_min` metric.
+fn text_sets_rto_min(text: &str) -> bool {
+    text.lines().any(|line| {
+        metric_groups(&line.split_whitespace().collect::<Vec<_>>())
+            .iter()
+            .any(|group| group[0] == "rto_min")
+    })
+}
+
 /// `ip route append` arguments that recreate `route` in `table` with `metrics` added.
 ///
 /// `append`, not `add`: the main table may hold several routes to one prefix that differ only
@@ -304,13 +329,23 @@ impl RouteKnobs {
     /// Installs one table and one rule per profile that [`TcpProfile::needs_route_knobs`]
     /// (others are ignored; duplicates by name once). On error, whatever was installed so far is
     /// removed again.
+    ///
+    /// A profile that sets `rto_min_ms` gets a table too when a route of `main` carries a
+    /// (always locked) `rto_min`: the kernel's `tcp_rto_min()` prefers a locked route floor to
+    /// the socket's `TCP_RTO_MIN_US`, so on such a host (e.g. the lab's legacy stack, 1 s) the
+    /// socket option alone would silently do nothing; the profile's table replaces the floor.
     pub fn install(
         profiles: &[&TcpProfile],
         base_table: u32,
         base_mark: u32,
     ) -> Result<RouteKnobs, RouteKnobsError> {
+        let floor_locked_by_routes =
+            profiles.iter().any(|p| p.rto_min_ms.is_some()) && main_routes_lock_rto_min()?;
+        let wanted_here = |p: &TcpProfile| {
+            p.needs_route_knobs() || (floor_locked_by_routes && p.rto_min_ms.is_some())
+        };
         let mut wanted: Vec<&TcpProfile> = Vec::new();
-        for p in profiles.iter().copied().filter(|p| p.needs_route_knobs()) {
+        for p in profiles.iter().copied().filter(|p| wanted_here(p)) {
             if !wanted.iter().any(|w| w.name == p.name) {
                 wanted.push(p);
             }
@@ -534,6 +569,15 @@ impl Drop for RouteKnobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rto_min_on_any_main_route_is_seen() {
+        let legacy = "default via 10.0.1.1 dev v0 mtu lock 576 advmss 536 rto_min lock 1s\n\
+                      10.0.1.0/24 dev v0 proto kernel scope link src 10.0.1.2\n";
+        assert!(text_sets_rto_min(legacy));
+        let plain = "default via 10.0.1.1 dev v0\n10.0.1.0/24 dev v0 proto kernel scope link\n";
+        assert!(!text_sets_rto_min(plain));
+    }
 
     fn route(dst: &str, dev: &str) -> JsonRoute {
         JsonRoute {

@@ -103,7 +103,7 @@ impl TcpProfile {
                 format!("{got}us"),
             );
         }
-        if let Some(mark) = self.route_mark.filter(|_| self.needs_route_knobs()) {
+        if let Some(mark) = self.route_mark {
             let got = get_int(fd, libc::SOL_SOCKET, libc::SO_MARK)? as u32;
             expect(
                 "route mark",

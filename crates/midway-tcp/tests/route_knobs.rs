@@ -679,3 +679,40 @@ fn copied_routes_keep_their_own_metrics() {
     assert!(line.contains("reordering lock 1"), "{line}");
     ns.run(|| knobs.remove()).unwrap();
 }
+
+/// On a host whose routes lock an RTO floor (the lab's legacy stack: 1 s), a profile's own floor
+/// below 200 ms still takes effect: `RouteKnobs` gives the profile a table whose routes carry
+/// the profile's floor instead, and its sockets the table's mark.
+#[test]
+fn profile_rto_floor_beats_a_locked_route_floor() {
+    let t = topology();
+    let c = t.client.name.as_str();
+    ip(&[
+        "-n",
+        c,
+        "route",
+        "replace",
+        "10.231.0.0/24",
+        "dev",
+        "vb",
+        "rto_min",
+        "1000ms",
+    ]);
+    let mut profile = TcpProfile::kernel_default("fine-timer");
+    profile.rto_min_ms = Some(40);
+    assert!(!profile.needs_route_knobs());
+    // `install` asserts that the profile got a table and a mark.
+    let (knobs, client_profile) = install(&t.client, &profile);
+    let plain = TcpProfile::kernel_default("plain");
+    let conn = connect(&t, &plain, &client_profile);
+    let rto = tcp_stats(conn.outgoing.as_fd()).unwrap().rto_us;
+    assert!(
+        (40_000..200_000).contains(&rto),
+        "the profile's 40 ms floor is not in effect: rto {rto} us"
+    );
+    // Control: an unmarked socket on the same host meets the locked 1 s floor.
+    let control = connect(&t, &plain, &plain);
+    let rto = tcp_stats(control.outgoing.as_fd()).unwrap().rto_us;
+    assert!(rto >= 1_000_000, "control: rto {rto} us");
+    t.client.run(|| knobs.remove()).unwrap();
+}
