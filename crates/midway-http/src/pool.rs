@@ -119,10 +119,10 @@ impl UpstreamPool {
         self.lock().get(origin).map_or(0, Vec::len)
     }
 
-    /// Applies keepalive probes to a fresh upstream socket.
+    /// Applies keepalive probes to a fresh upstream socket. TCP_NODELAY is the connector's
+    /// decision (midway's turns Nagle off unless the upstream profile sets `nodelay`).
     pub fn prepare_new(&self, stream: &TcpStream) -> std::io::Result<()> {
         self.metrics.upstream_connects.inc();
-        stream.set_nodelay(true)?;
         if let Some(probes) = self.config.keepalive {
             apply_keepalive(stream, probes)?;
         }

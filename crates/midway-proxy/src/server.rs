@@ -1258,7 +1258,7 @@ impl SegmentSampler {
 
 /// The HTTP engine's way to open an upstream connection: the same `connect` and profile steps
 /// as a split connection's remote segment (profile before connect, route mark, established
-/// knobs), bounded by `connect_timeout`.
+/// knobs, TCP_NODELAY unless the profile decides), bounded by `connect_timeout`.
 fn upstream_connector(
     profile: TcpProfile,
     timeout: Duration,
@@ -1282,6 +1282,7 @@ fn upstream_connector(
             let stream = connect(&TargetAddr::Ip(addr), &profile, None, &denied, timeout)
                 .await
                 .map_err(to_io)?;
+            default_nodelay(&stream, &profile).map_err(to_io)?;
             profile
                 .apply_established(stream.as_fd(), Role::Outgoing)
                 .map_err(|e| to_io(SetupError::Profile(e)))?;
