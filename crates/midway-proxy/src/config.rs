@@ -15,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::sockmem::SocketMemorySetting;
 use ipnet::IpNet;
 use midway_http::config as http_defaults;
 use midway_http::{
@@ -37,6 +38,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Time a SOCKS5 client has to complete its greeting, authentication and request.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Smallest explicit `socket_memory` budget: 16 MiB, a few hundred connections' worth of the
+/// guard's smallest buffers. Less would cap every busy gateway at once.
+pub const MIN_SOCKET_MEMORY_BUDGET: u64 = 16 << 20;
 /// Splice pipe pairs held at once (each costs two file descriptors).
 pub const DEFAULT_MAX_PIPES: usize = 1024;
 /// Destinations a client-chosen target (SOCKS5, HTTP) may not reach unless the operator says
@@ -123,8 +127,18 @@ pub struct FileProxy {
     #[serde(default, with = "humantime_serde")]
     pub handshake_timeout: Option<Duration>,
     pub max_pipes: Option<usize>,
+    /// Socket memory guard: "auto", "off", or a budget in bytes (see [`crate::sockmem`]).
+    pub socket_memory: Option<FileSocketMemory>,
     pub route_knobs_table_base: Option<u32>,
     pub route_knobs_mark_base: Option<u32>,
+}
+
+/// `socket_memory = "auto" | "off" | <bytes>`
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum FileSocketMemory {
+    Keyword(String),
+    Bytes(u64),
 }
 
 /// `[metrics]`
@@ -301,6 +315,8 @@ pub struct RuntimeConfig {
     pub shutdown_grace: Duration,
     pub handshake_timeout: Duration,
     pub max_pipes: usize,
+    /// Socket memory guard for relayed sockets.
+    pub socket_memory: SocketMemorySetting,
     /// First routing table / fwmark for profiles that need route-metric knobs.
     pub route_knobs_table_base: u32,
     pub route_knobs_mark_base: u32,
@@ -677,6 +693,33 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     )?;
     let max_pipes = proxy.max_pipes.unwrap_or(DEFAULT_MAX_PIPES);
+    let socket_memory = match proxy.socket_memory {
+        None => SocketMemorySetting::Auto,
+        Some(FileSocketMemory::Keyword(word)) if word == "auto" => SocketMemorySetting::Auto,
+        Some(FileSocketMemory::Keyword(word)) if word == "off" => SocketMemorySetting::Off,
+        Some(FileSocketMemory::Bytes(bytes)) if bytes >= MIN_SOCKET_MEMORY_BUDGET => {
+            SocketMemorySetting::Budget(bytes)
+        }
+        Some(FileSocketMemory::Bytes(bytes)) => {
+            return Err(v.invalid(
+                "proxy.socket_memory",
+                format!(
+                    "{bytes} bytes is too small a budget for the socket memory guard (at least \
+                     {MIN_SOCKET_MEMORY_BUDGET}); write \"auto\" (half of net.ipv4.tcp_mem's \
+                     pressure value), \"off\", or a byte count such as 536870912"
+                ),
+            ))
+        }
+        Some(FileSocketMemory::Keyword(word)) => {
+            return Err(v.invalid(
+                "proxy.socket_memory",
+                format!(
+                    "{word:?} is not a setting; write \"auto\" (half of net.ipv4.tcp_mem's \
+                     pressure value), \"off\", or a byte count such as 536870912"
+                ),
+            ))
+        }
+    };
     let connect_timeout = v.duration(
         "proxy.connect_timeout",
         proxy.connect_timeout,
@@ -758,6 +801,7 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         shutdown_grace,
         handshake_timeout,
         max_pipes,
+        socket_memory,
         route_knobs_table_base: proxy
             .route_knobs_table_base
             .unwrap_or(DEFAULT_ROUTE_KNOBS_TABLE_BASE),

@@ -44,6 +44,7 @@ pub mod config;
 pub mod metrics;
 pub mod nft;
 pub mod server;
+pub mod sockmem;
 pub mod socks5;
 
 pub use config::{load_config, parse_config};

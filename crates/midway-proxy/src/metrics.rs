@@ -65,6 +65,9 @@ pub struct Metrics {
     pub accept_backoffs: Family<ListenerLabels, Counter>,
     pub spool_bytes: Gauge,
     pub pipes_in_use: Gauge,
+    /// Socket memory guard: the receive-buffer cap in force (0 = none), and cap changes.
+    pub socket_buffer_cap: Gauge,
+    pub socket_buffer_cap_changes: Counter,
     pub retransmits: Family<SegmentLabels, Counter>,
     pub srtt: HistogramFamily,
     pub cwnd: HistogramFamily,
@@ -81,6 +84,8 @@ impl Default for Metrics {
             accept_backoffs: Family::default(),
             spool_bytes: Gauge::default(),
             pipes_in_use: Gauge::default(),
+            socket_buffer_cap: Gauge::default(),
+            socket_buffer_cap_changes: Counter::default(),
             retransmits: Family::default(),
             srtt: Family::new_with_constructor(srtt_histogram as fn() -> Histogram),
             cwnd: Family::new_with_constructor(cwnd_histogram as fn() -> Histogram),
@@ -130,6 +135,16 @@ impl Metrics {
             "midway_splice_pipes_in_use",
             "Splice pipe pairs leased by relays",
             self.pipes_in_use.clone(),
+        );
+        registry.register(
+            "midway_socket_buffer_cap_bytes",
+            "Receive-buffer cap the socket memory guard puts on relayed sockets now (0 = none)",
+            self.socket_buffer_cap.clone(),
+        );
+        registry.register(
+            "midway_socket_buffer_cap_changes",
+            "Times the socket memory guard changed or lifted the caps",
+            self.socket_buffer_cap_changes.clone(),
         );
         registry.register(
             "midway_segment_retransmits",

@@ -31,6 +31,9 @@ use crate::access::{canonical, AccessList, ClientLimits, ClientPermit};
 use crate::config::{self, Intercept, ListenerConfig, RuntimeConfig, TargetAddr};
 use crate::metrics::{DirectionLabels, ListenerLabels, Metrics, SegmentLabels};
 use crate::nft::{self, NftError};
+use crate::sockmem::{
+    self, Adjustable, BufferCaps, SocketCapper, SocketMemory, SocketMemorySetting,
+};
 use crate::socks5::{self, ReplyCode};
 
 /// Backlog of every listener. Large, so bursts and the total-limit wait queue in the kernel.
@@ -76,6 +79,8 @@ pub enum ProxyError {
         #[source]
         source: Box<KnobError>,
     },
+    #[error("proxy.socket_memory: cannot read the kernel's TCP memory limits (net.ipv4.tcp_mem, tcp_rmem, tcp_wmem); set socket_memory = \"off\" to run without the guard")]
+    SocketMemoryLimits(#[source] io::Error),
     #[error("metrics endpoint: cannot listen on {addr}")]
     MetricsBind {
         addr: SocketAddr,
@@ -140,6 +145,8 @@ struct Shared {
     client_limits: Arc<ClientLimits>,
     total_limit: Arc<Semaphore>,
     served: std::sync::atomic::AtomicU64,
+    /// The socket memory guard, unless `socket_memory = "off"`.
+    socket_memory: Option<Arc<SocketMemory>>,
 }
 
 /// A bound, ready proxy. [`Proxy::run`] serves it.
@@ -257,6 +264,7 @@ impl Proxy {
     /// the owned nftables table and policy routing. Errors name what failed; whatever was
     /// installed before an error is removed again.
     pub async fn bind(config: RuntimeConfig, registry: &mut Registry) -> Result<Proxy, ProxyError> {
+        let socket_memory = socket_memory_guard(config.socket_memory)?;
         let mut profiles = config.profiles.clone();
         let used = referenced_profiles(&config);
 
@@ -404,6 +412,7 @@ impl Proxy {
             metrics,
             resources,
             served: Default::default(),
+            socket_memory,
         });
         Ok(Proxy {
             shared,
@@ -453,6 +462,7 @@ impl Proxy {
             }
         };
         let mut helpers = tokio::task::JoinSet::new();
+        let mut memory_sampler = None;
         if let Some((listener, _)) = self.metrics_listener.take() {
             helpers.spawn(crate::metrics::serve(
                 listener,
@@ -474,6 +484,36 @@ impl Proxy {
             });
         }
 
+        if let Some(guard) = self.shared.socket_memory.clone() {
+            let metrics = self.shared.metrics.clone();
+            let on_change = move |caps: Option<BufferCaps>, machine: u64, live: usize| {
+                metrics
+                    .socket_buffer_cap
+                    .set(caps.map_or(0, |c| i64::from(c.recv)));
+                metrics.socket_buffer_cap_changes.inc();
+                let machine_mib = machine >> 20;
+                match caps {
+                    Some(caps) => tracing::info!(
+                        recv_cap = caps.recv,
+                        send_cap = caps.send,
+                        machine_tcp_mib = machine_mib,
+                        live,
+                        "socket memory guard: relayed sockets' buffers capped"
+                    ),
+                    None => tracing::info!(
+                        machine_tcp_mib = machine_mib,
+                        live,
+                        "socket memory guard: caps lifted"
+                    ),
+                }
+            };
+            match guard.spawn_sampler(on_change, helpers_cancel.clone()) {
+                Ok(thread) => memory_sampler = Some(thread),
+                Err(err) => {
+                    tracing::error!(error = %err, "socket memory guard: cannot start its thread; running without it")
+                }
+            }
+        }
         for engine in &self.http_engines {
             // Closes expired idle upstream connections; stops with the other helpers, after
             // the last client connection is gone.
@@ -527,6 +567,10 @@ impl Proxy {
 
         helpers_cancel.cancel();
         while helpers.join_next().await.is_some() {}
+        if let Some(thread) = memory_sampler {
+            // It sees the cancellation within one sample interval.
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         self.intercept.remove();
         if let Some(knobs) = self.route_knobs.take() {
             if let Err(err) = knobs.remove() {
@@ -798,7 +842,8 @@ impl Connection {
                 return;
             }
         };
-        self.relay(client, server, started).await;
+        let adjustable = (leaves_buffers(local), leaves_buffers(remote));
+        self.relay(client, server, started, adjustable).await;
     }
 
     /// Applies the local profile, finds the target, connects. Returns the remote segment.
@@ -928,9 +973,20 @@ impl Connection {
         }
     }
 
-    async fn relay(self, client: TcpStream, server: TcpStream, started: Instant) {
+    async fn relay(
+        self,
+        client: TcpStream,
+        server: TcpStream,
+        started: Instant,
+        adjustable: (Adjustable, Adjustable),
+    ) {
         let name = &self.listener.name;
         let metrics = &self.shared.metrics;
+        let mut memory = self
+            .shared
+            .socket_memory
+            .as_ref()
+            .map(|guard| MemoryCaps::new(guard, &client, &server, adjustable));
         let counters = Arc::new(RelayCounters::default());
         // The relay owns and closes both sockets; it hands them to this callback just before,
         // so the end-of-connection log and histograms get final values, not a stale sample.
@@ -969,6 +1025,13 @@ impl Connection {
         let result = loop {
             tokio::select! {
                 result = &mut relay => break result,
+                caps = MemoryCaps::changed(memory.as_mut()) => {
+                    // The relay future owns both sockets and is alive here, so their fds are
+                    // open (the same reasoning as the tcp_info sampling below).
+                    if let Some(memory) = memory.as_mut() {
+                        memory.apply(caps);
+                    }
+                }
                 _ = tick.tick() => {
                     let moved = (
                         counters.client_to_server.load(Ordering::Relaxed),
@@ -1304,6 +1367,102 @@ fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), Setup
         stream.set_nodelay(true).map_err(SetupError::Nodelay)?;
     }
     Ok(())
+}
+
+/// Whether a profile leaves a socket's buffers to the kernel (then the memory guard may cap them).
+fn leaves_buffers(profile: &TcpProfile) -> Adjustable {
+    Adjustable {
+        recv: profile.recv_buffer.is_none(),
+        send: profile.send_buffer.is_none(),
+    }
+}
+
+/// The socket memory guard as configured on this kernel, or `None` when it is off.
+fn socket_memory_guard(
+    setting: SocketMemorySetting,
+) -> Result<Option<Arc<SocketMemory>>, ProxyError> {
+    if setting == SocketMemorySetting::Off {
+        return Ok(None);
+    }
+    let limits = match sockmem::KernelMemoryLimits::read() {
+        Ok(limits) => limits,
+        Err(err) if setting == SocketMemorySetting::Auto => {
+            tracing::warn!(error = %err, "socket memory guard off: cannot read the kernel's TCP memory limits");
+            return Ok(None);
+        }
+        Err(err) => return Err(ProxyError::SocketMemoryLimits(err)),
+    };
+    let Some(settings) = sockmem::GuardSettings::new(setting, limits) else {
+        return Ok(None);
+    };
+    if settings.budget_bytes >= settings.pressure_bytes {
+        tracing::warn!(
+            budget = settings.budget_bytes,
+            pressure = settings.pressure_bytes,
+            "socket_memory is at or above net.ipv4.tcp_mem's pressure value: the kernel will be under memory pressure before the guard acts"
+        );
+    }
+    tracing::info!(
+        budget_mib = settings.budget_bytes >> 20,
+        pressure_mib = settings.pressure_bytes >> 20,
+        "socket memory guard on"
+    );
+    Ok(Some(SocketMemory::new(settings)))
+}
+
+/// One relayed connection's part in the socket memory guard: counted while it lives, and its
+/// two sockets follow the guard's caps.
+struct MemoryCaps {
+    _live: sockmem::LiveConnection,
+    caps: tokio::sync::watch::Receiver<Option<BufferCaps>>,
+    client: (RawFd, SocketCapper),
+    server: (RawFd, SocketCapper),
+}
+
+impl MemoryCaps {
+    /// Registers the connection and applies the caps in force now.
+    fn new(
+        guard: &Arc<SocketMemory>,
+        client: &TcpStream,
+        server: &TcpStream,
+        adjustable: (Adjustable, Adjustable),
+    ) -> MemoryCaps {
+        let max = guard.autotune_max();
+        let mut caps = MemoryCaps {
+            _live: guard.register(),
+            caps: guard.subscribe(),
+            client: (client.as_raw_fd(), SocketCapper::new(adjustable.0, max)),
+            server: (server.as_raw_fd(), SocketCapper::new(adjustable.1, max)),
+        };
+        let now = *caps.caps.borrow_and_update();
+        if now.is_some() {
+            caps.apply(now);
+        }
+        caps
+    }
+
+    /// The next cap change; never resolves without a guard (or after the guard stopped).
+    async fn changed(memory: Option<&mut MemoryCaps>) -> Option<BufferCaps> {
+        let Some(memory) = memory else {
+            return std::future::pending().await;
+        };
+        if memory.caps.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        *memory.caps.borrow_and_update()
+    }
+
+    /// Applies `caps` to both sockets. The caller guarantees both fds are open (the relay that
+    /// owns the sockets is still running).
+    fn apply(&mut self, caps: Option<BufferCaps>) {
+        for (side, (fd, capper)) in [("local", &mut self.client), ("remote", &mut self.server)] {
+            // SAFETY: see the caller's guarantee above; the borrow ends with this statement.
+            let fd = unsafe { BorrowedFd::borrow_raw(*fd) };
+            if let Err(err) = capper.apply(fd, caps) {
+                tracing::debug!(segment = side, error = %err, "could not apply socket buffer caps");
+            }
+        }
+    }
 }
 
 /// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,

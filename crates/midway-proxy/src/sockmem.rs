@@ -1,0 +1,633 @@
+//! Socket memory guard: keeps relayed connections from pushing the machine's TCP memory past the
+//! kernel's pressure threshold.
+//!
+//! Why: Linux autotunes every socket's buffers up to `tcp_rmem[2]` / `tcp_wmem[2]` (32 and 4 MiB
+//! here). A proxy that cannot forward as fast as its clients send (CPU-bound, or a slow access
+//! link behind it) lets those buffers fill: with 1000 busy split connections the proxy's 2000
+//! sockets can ask for several GiB. Once the machine's TCP memory (`/proc/net/sockstat`, "mem")
+//! passes `tcp_mem[1]`, the kernel enters memory pressure for *every* TCP socket — it shrinks
+//! windows, prunes receive queues and drops — and throughput of the whole machine collapses
+//! (docs/results/bench: every proxy at 0.2-0.3 of direct at 1000 streams). HAProxy avoids this
+//! only when the operator fixes small socket buffers for all connections, which costs the few
+//! fast connections their throughput when the gateway is not busy.
+//!
+//! What: while the machine's TCP memory is low, nothing is touched and the kernel autotunes as
+//! usual. When it reaches the guard's budget, every relayed socket whose profile leaves its
+//! buffers to the kernel gets `SO_RCVBUF` / `SO_SNDBUF` capped at an equal share of the budget
+//! (budget / 4 per connection: two sockets, receive and send), in power-of-two steps so that the
+//! cap changes rarely. The share follows the number of live connections; if memory still nears
+//! the pressure threshold the cap is halved step by step (down to [`MIN_CAP_BYTES`]). When memory
+//! falls below half the budget the caps are lifted again (sockets that were capped go back to the
+//! autotuning maxima; a socket whose buffer was set cannot return to autotuning, Linux has no way
+//! to undo `SOCK_*BUF_LOCK`).
+//!
+//! A profile that sets `send_buffer` / `recv_buffer` itself is the operator's decision and is
+//! never overridden. HTTP listeners' sockets are not counted or capped (their bodies go through
+//! the HTTP engine's own bounded buffers).
+//!
+//! [`Guard`] is the decision logic (pure: memory and connection count in, caps out);
+//! [`SocketMemory`] samples `/proc/net/sockstat` on a thread of its own and publishes the caps,
+//! which each connection applies to its two sockets.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::socket::{setsockopt, sockopt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Smallest cap the guard sets on a buffer (kernel-visible bytes, as `getsockopt` reports them).
+/// Below this a connection cannot keep even a LAN's bandwidth-delay product in flight; the
+/// connection limits are the tool for a gateway that needs less per connection.
+pub const MIN_CAP_BYTES: u32 = 64 * 1024;
+
+/// How the guard is configured (`[proxy] socket_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketMemorySetting {
+    /// Budget = half the kernel's pressure threshold (`tcp_mem[1]`).
+    Auto,
+    /// Never cap (the kernel autotunes every socket as it likes).
+    Off,
+    /// Machine TCP memory at which caps go on, in bytes; the relayed sockets share it.
+    Budget(u64),
+}
+
+/// The kernel's limits the guard works against, read at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelMemoryLimits {
+    /// `tcp_mem[1]` in bytes: above it the kernel is under TCP memory pressure.
+    pub pressure_bytes: u64,
+    /// `tcp_rmem[2]`: the most receive-buffer autotuning gives one socket.
+    pub autotune_max_recv: u32,
+    /// `tcp_wmem[2]`: the most send-buffer autotuning gives one socket.
+    pub autotune_max_send: u32,
+}
+
+impl KernelMemoryLimits {
+    /// Reads `net.ipv4.tcp_rmem` and `tcp_wmem` of the current network namespace and the
+    /// machine's `tcp_mem`. `tcp_mem` is one value for the whole machine and Linux shows it only
+    /// in the initial network namespace; elsewhere (a proxy run in a namespace, as in the lab)
+    /// the pressure value is estimated as the kernel sets it at boot, 1/16 of memory.
+    pub fn read() -> io::Result<KernelMemoryLimits> {
+        let pressure_bytes = match third_fields("/proc/sys/net/ipv4/tcp_mem") {
+            Ok(pages) => pages[1].saturating_mul(page_size()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+                let total = parse_meminfo_total_bytes(&meminfo).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "/proc/meminfo has no MemTotal")
+                })?;
+                boot_default_pressure_bytes(total)
+            }
+            Err(err) => return Err(err),
+        };
+        let rmem = third_fields("/proc/sys/net/ipv4/tcp_rmem")?;
+        let wmem = third_fields("/proc/sys/net/ipv4/tcp_wmem")?;
+        Ok(KernelMemoryLimits {
+            pressure_bytes,
+            autotune_max_recv: clamp_u32(rmem[2]),
+            autotune_max_send: clamp_u32(wmem[2]),
+        })
+    }
+}
+
+/// `tcp_mem[1]` as the kernel computes it at boot (`tcp_init_mem`: free buffer pages / 16),
+/// approximated with the machine's total memory.
+fn boot_default_pressure_bytes(mem_total_bytes: u64) -> u64 {
+    mem_total_bytes / 16
+}
+
+fn parse_meminfo_total_bytes(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => Some(value.saturating_mul(1024)),
+        _ => None,
+    }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory effects; it returns -1 on error, handled below.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
+
+/// The three numbers of a `tcp_mem`-style sysctl file.
+fn third_fields(path: &str) -> io::Result<[u64; 3]> {
+    let text = std::fs::read_to_string(path)?;
+    parse_three(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{path}: expected three numbers, found {text:?}"),
+        )
+    })
+}
+
+fn parse_three(text: &str) -> Option<[u64; 3]> {
+    let mut numbers = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    let three = [numbers.next()??, numbers.next()??, numbers.next()??];
+    numbers.next().is_none().then_some(three)
+}
+
+/// Bytes of TCP memory the whole machine uses now (`/proc/net/sockstat`, "TCP: ... mem N" in
+/// pages; the count is machine-wide whatever the network namespace).
+pub fn machine_tcp_memory_bytes() -> io::Result<u64> {
+    let text = std::fs::read_to_string("/proc/net/sockstat")?;
+    parse_sockstat_tcp_pages(&text)
+        .map(|pages| pages.saturating_mul(page_size()))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "/proc/net/sockstat has no \"TCP: ... mem N\" line",
+            )
+        })
+}
+
+fn parse_sockstat_tcp_pages(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "mem" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// Caps on one socket's buffers, in kernel-visible bytes (what `getsockopt(SO_RCVBUF)` reports;
+/// `setsockopt` is given half, the kernel doubles it for bookkeeping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferCaps {
+    pub recv: u32,
+    pub send: u32,
+}
+
+/// The guard's thresholds, in bytes of machine-wide TCP memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardSettings {
+    /// Caps go on at this much machine TCP memory, and the relayed sockets share it.
+    pub budget_bytes: u64,
+    /// Near this (90 %) the cap is halved at every sample until memory falls.
+    pub pressure_bytes: u64,
+    pub autotune_max_recv: u32,
+    pub autotune_max_send: u32,
+}
+
+impl GuardSettings {
+    /// The guard for `setting` on a kernel with `limits`; `None` for [`SocketMemorySetting::Off`].
+    pub fn new(setting: SocketMemorySetting, limits: KernelMemoryLimits) -> Option<GuardSettings> {
+        let budget_bytes = match setting {
+            SocketMemorySetting::Off => return None,
+            SocketMemorySetting::Auto => limits.pressure_bytes / 2,
+            SocketMemorySetting::Budget(bytes) => bytes,
+        };
+        Some(GuardSettings {
+            budget_bytes,
+            pressure_bytes: limits.pressure_bytes,
+            autotune_max_recv: limits.autotune_max_recv,
+            autotune_max_send: limits.autotune_max_send,
+        })
+    }
+}
+
+/// Decides the buffer caps from samples of machine TCP memory and live relayed connections.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    settings: GuardSettings,
+    /// Per-buffer cap in force (before clamping to the autotuning maxima); `None` = not engaged.
+    tier: Option<u32>,
+}
+
+impl Guard {
+    pub fn new(settings: GuardSettings) -> Guard {
+        Guard {
+            settings,
+            tier: None,
+        }
+    }
+
+    /// The caps in force.
+    pub fn caps(&self) -> Option<BufferCaps> {
+        self.tier.map(|tier| self.caps_of(tier))
+    }
+
+    fn caps_of(&self, tier: u32) -> BufferCaps {
+        BufferCaps {
+            recv: tier.min(self.settings.autotune_max_recv),
+            send: tier.min(self.settings.autotune_max_send),
+        }
+    }
+
+    /// The equal share of the budget for one buffer of `live` connections, as a power of two.
+    fn share_tier(&self, live: usize) -> u32 {
+        let buffers = (live.max(1) as u64).saturating_mul(4);
+        let share = (self.settings.budget_bytes / buffers).min(u64::from(u32::MAX));
+        let tier = if share == 0 {
+            0
+        } else {
+            1u32 << (63 - share.leading_zeros())
+        };
+        tier.max(MIN_CAP_BYTES)
+    }
+
+    /// Takes one sample; returns the new caps when they change (`Some(None)`: caps lifted).
+    pub fn observe(&mut self, machine_tcp_bytes: u64, live: usize) -> Option<Option<BufferCaps>> {
+        let s = self.settings;
+        let before = self.caps();
+        let next = match self.tier {
+            None if machine_tcp_bytes < s.budget_bytes => None,
+            None => Some(self.share_tier(live)),
+            Some(_) if machine_tcp_bytes < s.budget_bytes / 2 => None,
+            Some(tier) => {
+                let share = self.share_tier(live);
+                if machine_tcp_bytes >= s.pressure_bytes / 10 * 9 {
+                    // The shares were not enough (other sockets on the machine, or queues
+                    // filled before the caps): tighten until memory stops rising.
+                    Some((tier / 2).max(MIN_CAP_BYTES).min(share))
+                } else if share < tier {
+                    Some(share)
+                } else if share > tier
+                    && self.share_tier(live + live / 2) > tier
+                    && machine_tcp_bytes < s.budget_bytes
+                {
+                    // Raise only with headroom in the count and in memory, so that a count
+                    // moving around a step boundary does not flip every socket back and forth.
+                    Some(share)
+                } else {
+                    Some(tier)
+                }
+            }
+        };
+        self.tier = next;
+        let after = self.caps();
+        (after != before).then_some(after)
+    }
+}
+
+/// How often the guard samples the machine's TCP memory while connections are relayed. Memory
+/// can grow by a GiB within a second at 10 Gbit/s, so the guard must act within a fraction of it;
+/// one small /proc read per 100 ms costs nothing measurable.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The guard at run time: the count of live relayed connections and the caps in force, shared
+/// by the sampling task ([`SocketMemory::run`]) and the connections.
+#[derive(Debug)]
+pub struct SocketMemory {
+    settings: GuardSettings,
+    live: AtomicUsize,
+    caps: watch::Sender<Option<BufferCaps>>,
+}
+
+/// Counts one relayed connection while it lives.
+#[derive(Debug)]
+pub struct LiveConnection(Arc<SocketMemory>);
+
+impl Drop for LiveConnection {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl SocketMemory {
+    pub fn new(settings: GuardSettings) -> Arc<SocketMemory> {
+        Arc::new(SocketMemory {
+            settings,
+            live: AtomicUsize::new(0),
+            caps: watch::Sender::new(None),
+        })
+    }
+
+    pub fn settings(&self) -> GuardSettings {
+        self.settings
+    }
+
+    /// Counts a connection until the returned value is dropped.
+    pub fn register(self: &Arc<Self>) -> LiveConnection {
+        self.live.fetch_add(1, Ordering::Relaxed);
+        LiveConnection(self.clone())
+    }
+
+    /// The caps in force now and every later change.
+    pub fn subscribe(&self) -> watch::Receiver<Option<BufferCaps>> {
+        self.caps.subscribe()
+    }
+
+    /// The buffers a capped socket goes back to when the caps are lifted.
+    pub fn autotune_max(&self) -> BufferCaps {
+        BufferCaps {
+            recv: self.settings.autotune_max_recv,
+            send: self.settings.autotune_max_send,
+        }
+    }
+
+    /// Starts the sampling thread: machine TCP memory every [`SAMPLE_INTERVAL`] until
+    /// `cancel`, cap changes published to the connections and to `on_change` (metrics, log).
+    ///
+    /// A thread of its own, not a task: the guard matters exactly when the proxy is saturated,
+    /// and then a task waits behind a thousand busy relays (measured: a task sampler first
+    /// acted at 1741 MiB, past the pressure threshold, where the thread acts at the budget).
+    pub fn spawn_sampler(
+        self: Arc<Self>,
+        on_change: impl Fn(Option<BufferCaps>, u64, usize) + Send + 'static,
+        cancel: CancellationToken,
+    ) -> io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("midway-memguard".into())
+            .spawn(move || self.sample_until(on_change, cancel))
+    }
+
+    fn sample_until(
+        &self,
+        on_change: impl Fn(Option<BufferCaps>, u64, usize),
+        cancel: CancellationToken,
+    ) {
+        let mut guard = Guard::new(self.settings);
+        let mut warned = false;
+        while !cancel.is_cancelled() {
+            std::thread::sleep(SAMPLE_INTERVAL);
+            let live = self.live.load(Ordering::Relaxed);
+            if live == 0 && guard.caps().is_none() {
+                continue;
+            }
+            let machine = match machine_tcp_memory_bytes() {
+                Ok(bytes) => bytes,
+                Err(err) => {
+                    if !warned {
+                        tracing::warn!(error = %err, "socket memory guard cannot read TCP memory use; caps unchanged");
+                        warned = true;
+                    }
+                    continue;
+                }
+            };
+            if let Some(caps) = guard.observe(machine, live) {
+                self.caps.send_replace(caps);
+                on_change(caps, machine, live);
+            }
+        }
+    }
+}
+
+/// Which buffers of one socket the guard may touch: those its profile leaves to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adjustable {
+    pub recv: bool,
+    pub send: bool,
+}
+
+/// Per-connection side of the guard: applies cap changes to one socket and remembers whether it
+/// ever capped it (then lifting the caps means setting the autotuning maxima).
+#[derive(Debug, Clone, Copy)]
+pub struct SocketCapper {
+    adjustable: Adjustable,
+    capped: bool,
+    autotune_max: BufferCaps,
+}
+
+impl SocketCapper {
+    pub fn new(adjustable: Adjustable, autotune_max: BufferCaps) -> SocketCapper {
+        SocketCapper {
+            adjustable,
+            capped: false,
+            autotune_max,
+        }
+    }
+
+    /// Applies `caps` (or lifts them) on `fd`. Errors leave the socket as it was; the caller logs.
+    pub fn apply(&mut self, fd: BorrowedFd<'_>, caps: Option<BufferCaps>) -> io::Result<()> {
+        let target = match caps {
+            Some(caps) => caps,
+            None if self.capped => self.autotune_max,
+            None => return Ok(()),
+        };
+        if self.adjustable.recv {
+            set_buffer(fd, target.recv, Buffer::Recv)?;
+        }
+        if self.adjustable.send {
+            set_buffer(fd, target.send, Buffer::Send)?;
+        }
+        self.capped |= self.adjustable.recv || self.adjustable.send;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Buffer {
+    Recv,
+    Send,
+}
+
+/// Sets a buffer to `kernel_bytes` as the kernel reports it. The `*FORCE` options pass above
+/// `net.core.[rw]mem_max` (midway runs with CAP_NET_ADMIN for transparent mode and route knobs);
+/// without the capability the plain option is used and the kernel clamps to `[rw]mem_max`,
+/// which only makes the cap tighter.
+fn set_buffer(fd: BorrowedFd<'_>, kernel_bytes: u32, buffer: Buffer) -> io::Result<()> {
+    let request = usize::try_from(kernel_bytes / 2).unwrap_or(usize::MAX);
+    let forced = match buffer {
+        Buffer::Recv => setsockopt(&fd, sockopt::RcvBufForce, &request),
+        Buffer::Send => setsockopt(&fd, sockopt::SndBufForce, &request),
+    };
+    match forced {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EPERM) => match buffer {
+            Buffer::Recv => setsockopt(&fd, sockopt::RcvBuf, &request),
+            Buffer::Send => setsockopt(&fd, sockopt::SndBuf, &request),
+        }
+        .map_err(io::Error::from),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn settings() -> GuardSettings {
+        // This machine's values: tcp_mem[1] = 383867 pages, tcp_rmem[2] 32 MiB, tcp_wmem[2] 4 MiB.
+        GuardSettings::new(
+            SocketMemorySetting::Auto,
+            KernelMemoryLimits {
+                pressure_bytes: 383_867 * 4096,
+                autotune_max_recv: 32 << 20,
+                autotune_max_send: 4 << 20,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn auto_budget_is_half_the_pressure_threshold_and_off_is_none() {
+        let s = settings();
+        assert_eq!(s.budget_bytes, 383_867 * 4096 / 2);
+        let limits = KernelMemoryLimits {
+            pressure_bytes: 1 << 30,
+            autotune_max_recv: 1,
+            autotune_max_send: 1,
+        };
+        assert_eq!(GuardSettings::new(SocketMemorySetting::Off, limits), None);
+        let explicit = GuardSettings::new(SocketMemorySetting::Budget(123 * MIB), limits).unwrap();
+        assert_eq!(explicit.budget_bytes, 123 * MIB);
+    }
+
+    #[test]
+    fn nothing_is_capped_while_memory_is_below_the_budget() {
+        let mut guard = Guard::new(settings());
+        for live in [1, 100, 1000, 8000] {
+            assert_eq!(guard.observe(100 * MIB, live), None, "live {live}");
+        }
+        assert_eq!(guard.caps(), None);
+    }
+
+    #[test]
+    fn caps_share_the_budget_among_live_connections_in_power_of_two_steps() {
+        let mut guard = Guard::new(settings());
+        // 1000 connections at 800 MiB (budget 749.7 MiB): 749.7 MiB / 4000 = 192 KiB -> 128 KiB.
+        let caps = guard.observe(800 * MIB, 1000).unwrap().unwrap();
+        assert_eq!(
+            caps,
+            BufferCaps {
+                recv: 128 << 10,
+                send: 128 << 10
+            }
+        );
+        // Few connections: the share is large and clamped to each buffer's autotuning maximum.
+        let mut guard = Guard::new(settings());
+        let caps = guard.observe(800 * MIB, 10).unwrap().unwrap();
+        assert_eq!(caps.send, 4 << 20);
+        assert_eq!(caps.recv, 16 << 20);
+        // Many idle ones: never below the floor.
+        let mut guard = Guard::new(settings());
+        let caps = guard.observe(800 * MIB, 100_000).unwrap().unwrap();
+        assert_eq!(caps.recv, MIN_CAP_BYTES);
+    }
+
+    #[test]
+    fn more_connections_lower_the_cap_at_once_fewer_raise_it_only_with_headroom() {
+        let mut guard = Guard::new(settings());
+        guard.observe(800 * MIB, 1000).unwrap();
+        assert_eq!(guard.caps().unwrap().recv, 128 << 10);
+        // 1100 live: share 174 KiB, still the 128 KiB step; no change published.
+        assert_eq!(guard.observe(700 * MIB, 1100), None);
+        // 2000 live: 96 KiB -> 64 KiB, lowered at once.
+        assert_eq!(
+            guard.observe(700 * MIB, 2000).unwrap().unwrap().recv,
+            64 << 10
+        );
+        // 1400 live: share 137 KiB would be the 128 KiB step, but 1.5x the count (2100) would
+        // not, so the cap stays (no flapping around a step).
+        assert_eq!(guard.observe(700 * MIB, 1400), None);
+        // 900 live: 1.5x = 1350 -> 142 KiB -> 128 KiB: raised.
+        assert_eq!(
+            guard.observe(700 * MIB, 900).unwrap().unwrap().recv,
+            128 << 10
+        );
+        // Memory above the budget: never raised, even with few connections.
+        assert_eq!(guard.observe(760 * MIB, 10), None);
+    }
+
+    #[test]
+    fn near_the_pressure_threshold_the_cap_halves_every_sample_down_to_the_floor() {
+        let mut guard = Guard::new(settings());
+        guard.observe(800 * MIB, 10).unwrap();
+        let mut seen = vec![guard.caps().unwrap().recv];
+        for _ in 0..20 {
+            if let Some(caps) = guard.observe(1400 * MIB, 10) {
+                seen.push(caps.unwrap().recv);
+            }
+        }
+        assert_eq!(seen.first(), Some(&(16 << 20)));
+        assert_eq!(seen.last(), Some(&MIN_CAP_BYTES));
+        assert!(seen.windows(2).all(|w| w[1] == w[0] / 2), "{seen:?}");
+    }
+
+    #[test]
+    fn caps_are_lifted_below_half_the_budget_not_before() {
+        let mut guard = Guard::new(settings());
+        guard.observe(800 * MIB, 1000).unwrap();
+        assert_eq!(guard.observe(400 * MIB, 1000), None, "hysteresis");
+        assert_eq!(guard.observe(300 * MIB, 1000), Some(None));
+        assert_eq!(guard.caps(), None);
+    }
+
+    #[test]
+    fn proc_files_parse_and_garbage_does_not() {
+        assert_eq!(
+            parse_three("287898\t383867\t575796\n"),
+            Some([287898, 383867, 575796])
+        );
+        assert_eq!(parse_three("1 2"), None);
+        assert_eq!(parse_three("1 2 x"), None);
+        assert_eq!(parse_three("1 2 3 4"), None);
+        let sockstat =
+            "sockets: used 11\nTCP: inuse 1 orphan 0 tw 0 alloc 1 mem 166\nUDP: inuse 0 mem 0\n";
+        assert_eq!(parse_sockstat_tcp_pages(sockstat), Some(166));
+        assert_eq!(parse_sockstat_tcp_pages("UDP: inuse 0 mem 3\n"), None);
+        assert_eq!(parse_sockstat_tcp_pages("TCP: inuse 1 mem\n"), None);
+    }
+
+    #[test]
+    fn outside_the_initial_namespace_pressure_is_estimated_from_memory() {
+        let meminfo = "MemTotal:       24684084 kB\nMemFree:         1 kB\n";
+        let total = parse_meminfo_total_bytes(meminfo).unwrap();
+        assert_eq!(total, 24_684_084 * 1024);
+        // This machine: tcp_mem[1] = 383867 pages = 1499 MiB; the estimate is within 3 %.
+        let estimate = boot_default_pressure_bytes(total) as f64;
+        let actual = 383_867.0 * 4096.0;
+        assert!(
+            (estimate / actual - 1.0).abs() < 0.03,
+            "{estimate} vs {actual}"
+        );
+        assert_eq!(parse_meminfo_total_bytes("MemTotal: 12 MB\n"), None);
+        assert_eq!(parse_meminfo_total_bytes("MemFree: 12 kB\n"), None);
+    }
+
+    #[test]
+    fn the_running_kernel_reports_its_limits_and_usage() {
+        let limits = KernelMemoryLimits::read().unwrap();
+        assert!(limits.pressure_bytes > 0);
+        assert!(limits.autotune_max_recv >= 4096 && limits.autotune_max_send >= 4096);
+        machine_tcp_memory_bytes().unwrap();
+    }
+
+    #[test]
+    fn a_capper_sets_the_buffers_reads_back_and_lifts_to_the_autotuning_maxima() {
+        use std::os::fd::AsFd;
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let max = BufferCaps {
+            recv: 1 << 20,
+            send: 512 << 10,
+        };
+        let fd = socket.as_fd();
+        let recv = || nix::sys::socket::getsockopt(&fd, sockopt::RcvBuf).unwrap();
+        let send = || nix::sys::socket::getsockopt(&fd, sockopt::SndBuf).unwrap();
+        let before_send = send();
+
+        let mut capper = SocketCapper::new(
+            Adjustable {
+                recv: true,
+                send: false,
+            },
+            max,
+        );
+        // Nothing capped yet: lifting does nothing.
+        capper.apply(fd, None).unwrap();
+        assert_eq!(send(), before_send);
+        let caps = BufferCaps {
+            recv: 128 << 10,
+            send: 64 << 10,
+        };
+        capper.apply(fd, Some(caps)).unwrap();
+        assert_eq!(recv(), 128 << 10);
+        assert_eq!(send(), before_send, "send left to the profile");
+        capper.apply(fd, None).unwrap();
+        assert_eq!(recv(), 1 << 20);
+    }
+}
