@@ -90,6 +90,9 @@ pub struct ThroughputRow {
     pub bytes: u64,
     pub proxy_cpu_seconds: Option<f64>,
     pub proxy_cpu_seconds_per_gb: Option<f64>,
+    /// Busy CPU time of the whole machine (client, server, router and proxy) per GB moved: with
+    /// every CPU saturated, throughput is the CPU count divided by this.
+    pub machine_cpu_seconds_per_gb: Option<f64>,
     pub peak_tcp_memory_bytes: u64,
     pub tcp_memory_pressure_bytes: u64,
     pub error: Option<String>,
@@ -216,6 +219,7 @@ fn failed_row(case: Case, streams: usize, error: &anyhow::Error) -> ThroughputRo
         bytes: 0,
         proxy_cpu_seconds: None,
         proxy_cpu_seconds_per_gb: None,
+        machine_cpu_seconds_per_gb: None,
         peak_tcp_memory_bytes: 0,
         tcp_memory_pressure_bytes: 0,
         error: Some(format!("{error:#}")),
@@ -413,6 +417,7 @@ fn measure_throughput(
         .clamp(1, IPERF_PROCESSES);
     let cpu_before = proxy.map(|p| procstat::cpu_seconds(p.pid)).transpose()?;
     let sampler = workloads::TcpMemorySampler::start(Duration::from_millis(250));
+    let machine_before = procstat::machine_busy_seconds()?;
     let started = Instant::now();
     let mut children = Vec::new();
     for i in 0..processes {
@@ -447,6 +452,7 @@ fn measure_throughput(
         bits_per_second += bps;
         bytes += b;
     }
+    let machine_cpu = procstat::machine_busy_seconds()? - machine_before;
     let peak_pages = sampler.stop();
     let cpu = match (proxy, cpu_before) {
         (Some(p), Some(before)) => Some(procstat::cpu_seconds(p.pid)? - before),
@@ -467,6 +473,7 @@ fn measure_throughput(
         bytes,
         proxy_cpu_seconds: cpu,
         proxy_cpu_seconds_per_gb: cpu.map(|c| c / (bytes as f64 / 1e9).max(1e-9)),
+        machine_cpu_seconds_per_gb: Some(machine_cpu / (bytes as f64 / 1e9).max(1e-9)),
         peak_tcp_memory_bytes: peak_pages * page,
         tcp_memory_pressure_bytes: pressure_pages * page,
         error: None,
@@ -513,13 +520,13 @@ pub fn render_markdown(report: &BenchReport) -> String {
         "kernel {}, {} CPUs, {} s per throughput run\n",
         report.kernel, report.cpus, report.seconds_per_run
     );
-    let _ = writeln!(out, "| case | streams | Gbit/s | ratio to direct | proxy CPU-s/GB | peak TCP mem (MiB) / pressure (MiB) |");
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "| case | streams | Gbit/s | ratio to direct | proxy CPU-s/GB | machine CPU-s/GB | peak TCP mem (MiB) / pressure (MiB) |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
     for r in &report.throughput {
         if let Some(error) = &r.error {
             let _ = writeln!(
                 out,
-                "| {} | {} | failed: {} | | | |",
+                "| {} | {} | failed: {} | | | | |",
                 r.case,
                 r.streams,
                 error.replace('\n', " ")
@@ -528,12 +535,14 @@ pub fn render_markdown(report: &BenchReport) -> String {
         }
         let _ = writeln!(
             out,
-            "| {} | {} | {:.2} | {} | {} | {:.0} / {:.0} |",
+            "| {} | {} | {:.2} | {} | {} | {} | {:.0} / {:.0} |",
             r.case,
             r.streams,
             r.bits_per_second / 1e9,
             r.ratio_to_direct.map_or("-".into(), |v| format!("{v:.2}")),
             r.proxy_cpu_seconds_per_gb
+                .map_or("-".into(), |v| format!("{v:.2}")),
+            r.machine_cpu_seconds_per_gb
                 .map_or("-".into(), |v| format!("{v:.2}")),
             r.peak_tcp_memory_bytes as f64 / 1048576.0,
             r.tcp_memory_pressure_bytes as f64 / 1048576.0,

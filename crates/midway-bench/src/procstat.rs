@@ -23,6 +23,30 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok((utime + stime) / ticks)
 }
 
+/// CPU time the whole machine spent busy (every CPU, user + system + interrupts, not idle or
+/// waiting for I/O), in seconds, from /proc/stat.
+pub fn machine_busy_seconds() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("cannot read /proc/stat")?;
+    let ticks = parse_busy_ticks(&stat).context("unexpected /proc/stat format")?;
+    Ok(ticks as f64 / clock_ticks_per_second())
+}
+
+/// Busy ticks of the aggregate `cpu` line: all fields but idle (4th) and iowait (5th); guest
+/// time is already inside user time, so only the first eight fields count.
+fn parse_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    if fields.len() < 8 {
+        return None;
+    }
+    Some(fields.iter().sum::<u64>() - fields[3] - fields[4])
+}
+
 /// Clock ticks per second, the unit of /proc/PID/stat's CPU times.
 fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
@@ -87,5 +111,19 @@ pub fn page_size() -> u64 {
         size as u64
     } else {
         4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_ticks_leave_out_idle_and_iowait() {
+        let stat = "cpu  100 2 30 5000 7 1 4 0 0 0\ncpu0 50 1 15 2500 3 0 2 0 0 0\n";
+        assert_eq!(parse_busy_ticks(stat), Some(100 + 2 + 30 + 1 + 4));
+        assert_eq!(parse_busy_ticks("cpu0 1 2 3 4 5 6 7 8\n"), None);
+        assert_eq!(parse_busy_ticks("cpu  1 2 3\n"), None);
+        assert!(machine_busy_seconds().unwrap() > 0.0);
     }
 }
