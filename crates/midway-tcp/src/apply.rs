@@ -13,6 +13,13 @@
 //! Linux offers only per destination (initial window, duplicate-ACK threshold, RTO floor above
 //! 200 ms, always-quickack) are carried by the routing table that [`crate::RouteKnobs`] installs
 //! and selected with `SO_MARK` = [`TcpProfile::route_mark`].
+//!
+//! The pacing ceiling (`max_pacing_rate_bps`) is `SO_MAX_PACING_RATE`, per socket: the kernel's
+//! pacing rate becomes `min(rate the congestion control wants, ceiling)`. The option takes bytes
+//! per second, and the pacer charges TCP payload (not headers) against it, so a ceiling meant to
+//! match a link must be the link's *payload* rate (for 1514-byte frames carrying 1448 bytes,
+//! 0.956 x the frame rate). Since Linux 4.13 TCP paces by itself when no fq qdisc does, so the
+//! ceiling holds for CUBIC and Reno as well as for BBR (which always paces).
 
 use std::fmt;
 use std::io;
@@ -158,6 +165,57 @@ pub fn get_int(
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Sets `SO_MAX_PACING_RATE` in bytes per second. On 64-bit kernels the option takes an
+/// `unsigned long` (a value of 4 GB/s or more needs it); `c_ulong` is that type on every target
+/// the libc crate knows, and the kernel also accepts a 32-bit value.
+fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_second: u64) -> io::Result<()> {
+    let val = libc::c_ulong::try_from(bytes_per_second)
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid fd, pointer to a live c_ulong of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&val as *const libc::c_ulong).cast(),
+            std::mem::size_of::<libc::c_ulong>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX` on a 64-bit kernel = no cap).
+pub fn get_max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut val: libc::c_ulong = 0;
+    let mut len = std::mem::size_of::<libc::c_ulong>() as libc::socklen_t;
+    // SAFETY: valid fd, pointer to a live c_ulong and its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut val as *mut libc::c_ulong).cast(),
+            &mut len,
+        )
+    };
+    // The kernel answers with an `unsigned long` when the buffer holds one (its 32-bit form
+    // exists only where `unsigned long` is 32 bits wide).
+    if rc == 0 {
+        Ok(val as u64)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `SO_MAX_PACING_RATE` value (bytes per second) for a ceiling in bits per second.
+pub fn pacing_bytes_per_second(bits_per_second: u64) -> u64 {
+    bits_per_second / 8
 }
 
 fn set_cc(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
@@ -385,6 +443,12 @@ impl TcpProfile {
             set_int(fd, tcp, libc::TCP_USER_TIMEOUT, ms as libc::c_int)
                 .map_err(self.err("user_timeout_ms", role))?;
         }
+        if let Some(bps) = self.max_pacing_rate_bps {
+            // Also turns on the kernel's own TCP pacing for controls that do not pace by
+            // themselves (CUBIC, Reno): since Linux 4.13 TCP paces without the fq qdisc.
+            set_max_pacing_rate(fd, pacing_bytes_per_second(bps))
+                .map_err(self.err("max_pacing_rate_bps", role))?;
+        }
         Ok(())
     }
 
@@ -399,7 +463,8 @@ impl TcpProfile {
     }
 
     /// Knobs on an outgoing socket before `connect()`: buffers, MSS, route mark, congestion
-    /// control, RTO floor, delayed-ACK ceiling, keepalive, user timeout, low-water mark, nodelay.
+    /// control, RTO floor, delayed-ACK ceiling, keepalive, user timeout, low-water mark, nodelay,
+    /// pacing ceiling.
     pub fn apply_before_connect(&self, sock: &Socket) -> Result<(), KnobError> {
         let role = Role::Outgoing;
         self.set_mark(sock.as_fd())?;
@@ -409,7 +474,8 @@ impl TcpProfile {
     }
 
     /// Knobs on an accepted or connected socket: congestion control, RTO floor, delayed-ACK
-    /// ceiling (+ `TCP_QUICKACK`), keepalive, user timeout, not-sent low-water mark, nodelay.
+    /// ceiling (+ `TCP_QUICKACK`), keepalive, user timeout, not-sent low-water mark, nodelay,
+    /// pacing ceiling.
     /// Buffers and MSS are not touched: they were fixed at SYN time by the listener or by
     /// [`TcpProfile::apply_before_connect`], and a late `SO_RCVBUF` would only shrink the
     /// window without changing the scale.

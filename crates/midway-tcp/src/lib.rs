@@ -2,7 +2,7 @@
 //!
 //! A *profile* is a named set of TCP knobs (congestion control, initial window, delayed ACK,
 //! duplicate-ACK threshold, minimum RTO, buffers, MSS, not-sent low-water mark, keepalive, user
-//! timeout) that midway puts on both sockets of a segment: the one it accepts and the one it
+//! timeout, pacing ceiling) that midway puts on both sockets of a segment: the one it accepts and the one it
 //! connects. Each knob goes through the mechanism Linux offers for it:
 //!
 //! | knob | mechanism | module |
@@ -15,6 +15,7 @@
 //! | duplicate-ACK threshold | route metric `reordering` (tcp_metrics cache, see caveat) | [`routes`] |
 //! | buffers | `SO_SNDBUF`/`SO_RCVBUF` (`*FORCE` above `*mem_max`) on listener / before connect | [`apply`] |
 //! | MSS, notsent_lowat, nodelay, keepalive, user timeout | their setsockopt | [`apply`] |
+//! | pacing ceiling (`max_pacing_rate_bps`) | `SO_MAX_PACING_RATE` (bytes/s = bps / 8); paces any congestion control (TCP's internal pacing, Linux >= 4.13, no fq qdisc needed) | [`apply`] |
 //!
 //! Config goes in stages: [`ProfileSpec`] (file form) -> [`resolve_profiles`] (presets,
 //! inheritance, validation) -> [`TcpProfile`] -> [`TcpProfile::check_supported`] against the

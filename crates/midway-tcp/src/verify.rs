@@ -8,7 +8,8 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use crate::apply::{
-    delack_floor_us, get_int, SOCKET_RTO_MIN_MAX_MS, TCP_DELACK_MAX_US, TCP_RTO_MIN_US,
+    delack_floor_us, get_int, get_max_pacing_rate, pacing_bytes_per_second, SOCKET_RTO_MIN_MAX_MS,
+    TCP_DELACK_MAX_US, TCP_RTO_MIN_US,
 };
 use crate::{congestion_control_of, tcp_stats, TcpProfile};
 
@@ -171,6 +172,16 @@ impl TcpProfile {
                 got == ms,
                 ms.to_string(),
                 got.to_string(),
+            );
+        }
+        if let Some(bps) = self.max_pacing_rate_bps {
+            let wanted = pacing_bytes_per_second(bps);
+            let got = get_max_pacing_rate(fd)?;
+            expect(
+                "max_pacing_rate_bps",
+                got == wanted,
+                format!("{wanted} B/s"),
+                format!("{got} B/s"),
             );
         }
         Ok(out)

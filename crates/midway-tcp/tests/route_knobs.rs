@@ -465,6 +465,7 @@ fn read_back_reports_what_was_not_applied() {
     p.congestion_control = Some("reno".to_owned());
     p.nodelay = Some(true);
     p.user_timeout_ms = Some(5000);
+    p.max_pacing_rate_bps = Some(24_000_000);
     let plain = TcpProfile::kernel_default("plain");
     let t = topology();
     let conn = connect(&t, &plain, &plain);
@@ -478,7 +479,15 @@ fn read_back_reports_what_was_not_applied() {
         .into_iter()
         .map(|m| m.knob)
         .collect();
-    assert_eq!(knobs, ["congestion_control", "nodelay", "user_timeout_ms"]);
+    assert_eq!(
+        knobs,
+        [
+            "congestion_control",
+            "nodelay",
+            "user_timeout_ms",
+            "max_pacing_rate_bps"
+        ]
+    );
 }
 
 #[test]

@@ -4,8 +4,12 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use midway_tcp::apply::{delack_floor_us, get_int, TCP_DELACK_MAX_US, TCP_RTO_MIN_US};
-use midway_tcp::{congestion_control_of, tcp_stats, Keepalive, KnobError, Role, TcpProfile};
+use midway_tcp::apply::{
+    delack_floor_us, get_int, get_max_pacing_rate, TCP_DELACK_MAX_US, TCP_RTO_MIN_US,
+};
+use midway_tcp::{
+    congestion_control_of, tcp_stats, Keepalive, KnobError, ReadBackWhen, Role, TcpProfile,
+};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Accepted and outgoing socket of one loopback connection, both under `profile`.
@@ -241,6 +245,55 @@ fn notsent_lowat_nodelay_keepalive_user_timeout_read_back() {
         0
     );
     assert_eq!(tcp_opt(fd, libc::TCP_USER_TIMEOUT), 0);
+}
+
+/// Sends `bytes` from `from` and reads them at `to` (both blocking sockets of one connection).
+fn move_bytes(from: &Socket, to: &Socket, bytes: usize) {
+    let mut sender = TcpStream::from(from.try_clone().unwrap());
+    let mut receiver = TcpStream::from(to.try_clone().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; bytes];
+        std::io::Read::read_exact(&mut receiver, &mut buf).unwrap();
+    });
+    std::io::Write::write_all(&mut sender, &vec![3u8; bytes]).unwrap();
+    reader.join().unwrap();
+}
+
+#[test]
+fn max_pacing_rate_reads_back_and_caps_the_pacing_rate() {
+    const CAP_BPS: u64 = 24_000_000;
+    let mut p = profile("paced");
+    p.max_pacing_rate_bps = Some(CAP_BPS);
+    p.check_supported().unwrap();
+    let pair = connect_pair(&p);
+    let when = ReadBackWhen {
+        before_data: true,
+        metrics_cached: false,
+    };
+    each_socket(&pair, |who, fd| {
+        assert_eq!(get_max_pacing_rate(fd).unwrap(), CAP_BPS / 8, "{who}");
+        assert_eq!(p.read_back(fd, when).unwrap(), [], "{who}");
+    });
+    // The kernel's own pacing (no fq qdisc on loopback, whatever the congestion control) uses
+    // the capped rate: after data has moved, tcp_info's pacing rate is at most the cap.
+    move_bytes(&pair.outgoing, &pair.inherited_accepted, 64 * 1024);
+    let paced = tcp_stats(pair.outgoing.as_fd()).unwrap();
+    assert!(
+        paced.pacing_rate_bps > 0 && paced.pacing_rate_bps <= CAP_BPS,
+        "pacing rate {} bit/s",
+        paced.pacing_rate_bps
+    );
+    // Control: without the knob the cap reads as "none" and loopback's pacing rate is far
+    // above 24 Mbit/s, so the checks above can fail.
+    let plain = connect_pair(&profile("plain"));
+    assert!(get_max_pacing_rate(plain.outgoing.as_fd()).unwrap() > CAP_BPS);
+    move_bytes(&plain.outgoing, &plain.inherited_accepted, 64 * 1024);
+    let unpaced = tcp_stats(plain.outgoing.as_fd()).unwrap();
+    assert!(
+        unpaced.pacing_rate_bps > CAP_BPS,
+        "plain pacing rate {} bit/s",
+        unpaced.pacing_rate_bps
+    );
 }
 
 #[test]
