@@ -268,11 +268,7 @@ impl Proxy {
         let mut profiles = config.profiles.clone();
         let used = referenced_profiles(&config);
 
-        let needing_knobs: Vec<&TcpProfile> = used
-            .iter()
-            .filter_map(|n| profiles.get(n))
-            .filter(|p| p.needs_route_knobs())
-            .collect();
+        let needing_knobs = route_knob_candidates(&used, &profiles);
         let route_knobs = if needing_knobs.is_empty() {
             None
         } else {
@@ -1369,6 +1365,20 @@ fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), Setup
     Ok(())
 }
 
+/// The used profiles `RouteKnobs::install` must see: those with route-only knobs, and those with
+/// an RTO floor even when the floor is a socket option — `install` gives them a table too when
+/// the host's routes lock `rto_min` (a locked route floor overrides the socket's, so the option
+/// alone would silently do nothing there), and leaves them out otherwise.
+fn route_knob_candidates<'a>(
+    used: &BTreeSet<String>,
+    profiles: &'a BTreeMap<String, TcpProfile>,
+) -> Vec<&'a TcpProfile> {
+    used.iter()
+        .filter_map(|n| profiles.get(n))
+        .filter(|p| p.needs_route_knobs() || p.rto_min_ms.is_some())
+        .collect()
+}
+
 /// Whether a profile leaves a socket's buffers to the kernel (then the memory guard may cap them).
 fn leaves_buffers(profile: &TcpProfile) -> Adjustable {
     Adjustable {
@@ -1558,5 +1568,38 @@ impl std::fmt::Display for ErrorChain<'_> {
             source = err.source();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_with_only_an_rto_floor_reach_route_knobs() {
+        let mut timer_only = TcpProfile::kernel_default("timer-200ms");
+        timer_only.rto_min_ms = Some(200);
+        assert!(!timer_only.needs_route_knobs(), "a socket-option floor");
+        let mut dupack = TcpProfile::kernel_default("dupack-1");
+        dupack.dupack_threshold = Some(1);
+        let plain = TcpProfile::kernel_default("plain");
+        let unused = {
+            let mut p = TcpProfile::kernel_default("unused");
+            p.rto_min_ms = Some(40);
+            p
+        };
+        let profiles: BTreeMap<String, TcpProfile> = [timer_only, dupack, plain, unused]
+            .into_iter()
+            .map(|p| (p.name.clone(), p))
+            .collect();
+        let used: BTreeSet<String> = ["timer-200ms", "dupack-1", "plain"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let names: Vec<&str> = route_knob_candidates(&used, &profiles)
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, ["dupack-1", "timer-200ms"]);
     }
 }
