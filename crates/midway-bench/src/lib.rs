@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use midway_proxy::sockmem::{machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
 use netns::{BenchNet, Host, CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
@@ -453,13 +454,12 @@ fn measure_throughput(
         bytes += b;
     }
     let machine_cpu = procstat::machine_busy_seconds()? - machine_before;
-    let peak_pages = sampler.stop();
+    let peak_tcp_bytes = sampler.stop();
     let cpu = match (proxy, cpu_before) {
         (Some(p), Some(before)) => Some(procstat::cpu_seconds(p.pid)? - before),
         _ => None,
     };
-    let (_, pressure_pages, _) = procstat::tcp_mem_thresholds()?;
-    let page = procstat::page_size();
+    let pressure_bytes = KernelMemoryLimits::read()?.pressure_bytes;
     eprintln!(
         "      {:.2} Gbit/s in {:.1} s",
         bits_per_second / 1e9,
@@ -474,8 +474,8 @@ fn measure_throughput(
         proxy_cpu_seconds: cpu,
         proxy_cpu_seconds_per_gb: cpu.map(|c| c / (bytes as f64 / 1e9).max(1e-9)),
         machine_cpu_seconds_per_gb: Some(machine_cpu / (bytes as f64 / 1e9).max(1e-9)),
-        peak_tcp_memory_bytes: peak_pages * page,
-        tcp_memory_pressure_bytes: pressure_pages * page,
+        peak_tcp_memory_bytes: peak_tcp_bytes,
+        tcp_memory_pressure_bytes: pressure_bytes,
         error: None,
     })
 }
@@ -487,7 +487,7 @@ fn measure_idle(
     count: usize,
 ) -> anyhow::Result<IdleMemoryRow> {
     let rss_before = procstat::rss_bytes(proxy.pid)?;
-    let tcp_before = procstat::tcp_memory_pages()?;
+    let tcp_before = machine_tcp_memory_bytes()?;
     let holder = workloads::hold_idle_connections(
         net,
         SocketAddr::from((SERVER_ADDR, IDLE_PORT)),
@@ -498,17 +498,15 @@ fn measure_idle(
     // Let the proxy's allocator settle after the burst of accepts before reading its size.
     std::thread::sleep(Duration::from_millis(500));
     let rss_after = procstat::rss_bytes(proxy.pid)?;
-    let tcp_after = procstat::tcp_memory_pages()?;
+    let tcp_after = machine_tcp_memory_bytes()?;
     drop(holder);
-    let page = procstat::page_size();
     Ok(IdleMemoryRow {
         case: case.name(),
         connections: count,
         proxy_rss_before_bytes: rss_before,
         proxy_rss_after_bytes: rss_after,
         user_bytes_per_connection: rss_after.saturating_sub(rss_before) as f64 / count as f64,
-        kernel_tcp_bytes_per_connection: (tcp_after.saturating_sub(tcp_before) * page) as f64
-            / count as f64,
+        kernel_tcp_bytes_per_connection: tcp_after.saturating_sub(tcp_before) as f64 / count as f64,
     })
 }
 

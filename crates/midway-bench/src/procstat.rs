@@ -1,5 +1,6 @@
-//! What the kernel says about a process and about TCP memory: CPU time, resident memory, and the
-//! TCP memory counters that tell whether a run pushed the machine into memory pressure.
+//! What the kernel says about a process and the machine: CPU time (per process and machine-wide)
+//! and resident memory. TCP memory comes from `midway_proxy::sockmem`, the same readers the
+//! proxy's socket memory guard uses.
 
 use anyhow::{bail, Context};
 
@@ -74,44 +75,6 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
         }
     }
     bail!("no VmRSS for process {pid}")
-}
-
-/// Pages of memory all TCP sockets of the machine hold (the `mem` field of /proc/net/sockstat; the
-/// kernel accounts TCP memory globally, not per namespace).
-pub fn tcp_memory_pages() -> anyhow::Result<u64> {
-    let sockstat = std::fs::read_to_string("/proc/net/sockstat")?;
-    for line in sockstat.lines() {
-        if let Some(rest) = line.strip_prefix("TCP:") {
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            if let Some(pos) = fields.iter().position(|f| *f == "mem") {
-                return Ok(fields.get(pos + 1).context("mem value")?.parse()?);
-            }
-        }
-    }
-    bail!("no TCP line in /proc/net/sockstat")
-}
-
-/// The kernel's (min, pressure, max) thresholds for TCP memory, in pages.
-pub fn tcp_mem_thresholds() -> anyhow::Result<(u64, u64, u64)> {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem")?;
-    let v: Vec<u64> = text
-        .split_whitespace()
-        .map(|s| s.parse())
-        .collect::<Result<_, _>>()?;
-    if v.len() != 3 {
-        bail!("unexpected tcp_mem: {text}");
-    }
-    Ok((v[0], v[1], v[2]))
-}
-
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as u64
-    } else {
-        4096
-    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use midway_proxy::sockmem::machine_tcp_memory_bytes;
+
 use crate::netns::{BenchNet, Host};
-use crate::procstat;
 
 /// Connect from the client host until `addr` accepts, or fail after `limit`.
 pub fn wait_until_accepting(
@@ -154,8 +155,8 @@ impl TcpMemorySampler {
         let thread = std::thread::spawn(move || {
             let mut peak = 0;
             while !flag.load(Ordering::Relaxed) {
-                if let Ok(pages) = procstat::tcp_memory_pages() {
-                    peak = peak.max(pages);
+                if let Ok(bytes) = machine_tcp_memory_bytes() {
+                    peak = peak.max(bytes);
                 }
                 std::thread::sleep(every);
             }
@@ -164,7 +165,7 @@ impl TcpMemorySampler {
         TcpMemorySampler { stop, thread }
     }
 
-    /// Peak pages seen.
+    /// Peak machine TCP memory seen, in bytes.
     pub fn stop(self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or(0)
