@@ -9,10 +9,21 @@
 //! - connections per second (connect, one byte, close);
 //! - user-space memory of the proxy per idle split connection, and kernel TCP memory.
 //!
+//! Throughput varies by about ±10 % from one run to the next on a small VM, so one run cannot
+//! rank two proxies whose figures are close. `--rounds N` ([`BenchOptions::rounds`]) repeats the
+//! throughput part N times; each round goes through every case in order (start the proxy, run
+//! every stream count, stop it), so the cases are interleaved in time and slow drift of the
+//! machine hits them alike. The connection rate and idle memory are measured in the first round
+//! only. Every run is kept in `bench.json` (`runs`, with its round); the summary (`throughput`,
+//! and the markdown table) gives per case and stream count the median throughput with its range,
+//! the median of the per-round ratio to `direct` (both from the same round), the median CPU
+//! seconds per GB and the highest peak of TCP memory (see [`summary`]).
+//!
 //! It prints figures; it asserts nothing. Every number comes from this run.
 
 pub mod netns;
 pub mod procstat;
+pub mod summary;
 pub mod workloads;
 
 use std::fmt::Write as _;
@@ -25,6 +36,7 @@ use midway_proxy::sockmem::{machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
 use netns::{BenchNet, Host, CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
+pub use summary::{Spread, ThroughputSummary};
 
 /// iperf3 runs at most 128 streams per process, so larger counts are spread over several
 /// client/server pairs on consecutive ports.
@@ -41,6 +53,8 @@ pub struct BenchOptions {
     pub midway_bin: PathBuf,
     pub streams: Vec<usize>,
     pub seconds: u32,
+    /// How many times the throughput part runs (at least 1); see the module documentation.
+    pub rounds: u32,
     pub idle_connections: usize,
     pub cps_seconds: u32,
     pub cases: Vec<Case>,
@@ -82,11 +96,15 @@ impl Case {
     }
 }
 
-#[derive(Debug, Serialize)]
-pub struct ThroughputRow {
+/// One throughput run: one case at one stream count in one round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThroughputRun {
+    /// 1 for the first round.
+    pub round: u32,
     pub case: &'static str,
     pub streams: usize,
     pub bits_per_second: f64,
+    /// Against `direct` at the same stream count in the same round.
     pub ratio_to_direct: Option<f64>,
     pub bytes: u64,
     pub proxy_cpu_seconds: Option<f64>,
@@ -121,7 +139,11 @@ pub struct BenchReport {
     pub kernel: String,
     pub cpus: usize,
     pub seconds_per_run: u32,
-    pub throughput: Vec<ThroughputRow>,
+    pub rounds: u32,
+    /// Per case and stream count, over all rounds.
+    pub throughput: Vec<ThroughputSummary>,
+    /// Every throughput run, in the order they ran.
+    pub runs: Vec<ThroughputRun>,
     pub connection_rate: Vec<ConnectionRateRow>,
     pub idle_memory: Vec<IdleMemoryRow>,
 }
@@ -132,6 +154,9 @@ struct RunningProxy {
 }
 
 pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
+    if options.rounds == 0 {
+        bail!("rounds must be at least 1");
+    }
     if !nix::unistd::Uid::effective().is_root() {
         bail!("midway-bench needs root: it creates network namespaces");
     }
@@ -152,31 +177,60 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
             .map(|n| n.get())
             .unwrap_or(1),
         seconds_per_run: options.seconds,
+        rounds: options.rounds,
         throughput: Vec::new(),
+        runs: Vec::new(),
         connection_rate: Vec::new(),
         idle_memory: Vec::new(),
     };
 
-    for &case in &options.cases {
-        eprintln!("== {}", case.name());
-        let proxy = match start_proxy(&mut net, case, options) {
-            Ok(proxy) => proxy,
-            Err(error) => {
-                eprintln!("   cannot start: {error:#}");
-                for &streams in &options.streams {
-                    report.throughput.push(failed_row(case, streams, &error));
-                }
-                continue;
+    for round in 1..=options.rounds {
+        let first_round = round == 1;
+        for &case in &options.cases {
+            if options.rounds > 1 {
+                eprintln!("== round {round}/{}: {}", options.rounds, case.name());
+            } else {
+                eprintln!("== {}", case.name());
             }
-        };
-        for &streams in &options.streams {
-            eprintln!("   {streams} stream(s)");
-            let row = measure_throughput(&net, case, proxy.as_ref(), streams, options.seconds)
-                .unwrap_or_else(|error| failed_row(case, streams, &error));
-            report.throughput.push(row);
+            run_case(&mut net, case, round, first_round, options, &mut report);
         }
+    }
+    cps_server.stop();
+    summary::fill_ratios_within_rounds(&mut report.runs);
+    report.throughput = summary::summarize(&report.runs);
+    Ok(report)
+}
+
+/// One case in one round: start its proxy, run every stream count, and in the first round also
+/// the connection rate and idle memory, then stop the proxy. Failures are recorded, not returned,
+/// so one broken case does not end the bench.
+fn run_case(
+    net: &mut BenchNet,
+    case: Case,
+    round: u32,
+    first_round: bool,
+    options: &BenchOptions,
+    report: &mut BenchReport,
+) {
+    let proxy = match start_proxy(net, case, options) {
+        Ok(proxy) => proxy,
+        Err(error) => {
+            eprintln!("   cannot start: {error:#}");
+            for &streams in &options.streams {
+                report.runs.push(failed_run(round, case, streams, &error));
+            }
+            return;
+        }
+    };
+    for &streams in &options.streams {
+        eprintln!("   {streams} stream(s)");
+        let run = measure_throughput(net, case, proxy.as_ref(), round, streams, options.seconds)
+            .unwrap_or_else(|error| failed_run(round, case, streams, &error));
+        report.runs.push(run);
+    }
+    if first_round {
         match workloads::connection_rate(
-            &net,
+            net,
             SocketAddr::from((case.connect_addr(), CPS_PORT)),
             Duration::from_secs(options.cps_seconds.into()),
         ) {
@@ -187,32 +241,30 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
             }),
             Err(error) => eprintln!("   connection rate failed: {error:#}"),
         }
-        if let Some(proxy) = &proxy {
-            if options.idle_connections > 0 {
-                match measure_idle(&net, case, proxy, options.idle_connections) {
-                    Ok(row) => report.idle_memory.push(row),
-                    Err(error) => eprintln!("   idle memory failed: {error:#}"),
-                }
+    }
+    if let Some(proxy) = &proxy {
+        if first_round && options.idle_connections > 0 {
+            match measure_idle(net, case, proxy, options.idle_connections) {
+                Ok(row) => report.idle_memory.push(row),
+                Err(error) => eprintln!("   idle memory failed: {error:#}"),
             }
-            net.stop(proxy.pid);
         }
-        if case == Case::MidwayTransparent {
-            // midway removes its nftables table when it stops; make sure before the next case.
-            let tables = net
-                .run(Host::Router, "nft", &["list", "tables"])
-                .unwrap_or_default();
-            if tables.contains("midway") {
-                eprintln!("   warning: midway's nftables table is still present after stop");
-            }
+        net.stop(proxy.pid);
+    }
+    if case == Case::MidwayTransparent {
+        // midway removes its nftables table when it stops; make sure before the next case.
+        let tables = net
+            .run(Host::Router, "nft", &["list", "tables"])
+            .unwrap_or_default();
+        if tables.contains("midway") {
+            eprintln!("   warning: midway's nftables table is still present after stop");
         }
     }
-    cps_server.stop();
-    fill_ratios(&mut report.throughput);
-    Ok(report)
 }
 
-fn failed_row(case: Case, streams: usize, error: &anyhow::Error) -> ThroughputRow {
-    ThroughputRow {
+fn failed_run(round: u32, case: Case, streams: usize, error: &anyhow::Error) -> ThroughputRun {
+    ThroughputRun {
+        round,
         case: case.name(),
         streams,
         bits_per_second: 0.0,
@@ -224,24 +276,6 @@ fn failed_row(case: Case, streams: usize, error: &anyhow::Error) -> ThroughputRo
         peak_tcp_memory_bytes: 0,
         tcp_memory_pressure_bytes: 0,
         error: Some(format!("{error:#}")),
-    }
-}
-
-fn fill_ratios(rows: &mut [ThroughputRow]) {
-    let direct: Vec<(usize, f64)> = rows
-        .iter()
-        .filter(|r| r.case == Case::Direct.name() && r.error.is_none())
-        .map(|r| (r.streams, r.bits_per_second))
-        .collect();
-    for row in rows.iter_mut() {
-        if row.error.is_some() {
-            continue;
-        }
-        if let Some((_, base)) = direct.iter().find(|(s, _)| *s == row.streams) {
-            if *base > 0.0 {
-                row.ratio_to_direct = Some(row.bits_per_second / base);
-            }
-        }
     }
 }
 
@@ -410,9 +444,10 @@ fn measure_throughput(
     net: &BenchNet,
     case: Case,
     proxy: Option<&RunningProxy>,
+    round: u32,
     streams: usize,
     seconds: u32,
-) -> anyhow::Result<ThroughputRow> {
+) -> anyhow::Result<ThroughputRun> {
     let processes = streams
         .div_ceil(IPERF_MAX_STREAMS_PER_PROCESS)
         .clamp(1, IPERF_PROCESSES);
@@ -465,7 +500,8 @@ fn measure_throughput(
         bits_per_second / 1e9,
         started.elapsed().as_secs_f64()
     );
-    Ok(ThroughputRow {
+    Ok(ThroughputRun {
+        round,
         case: case.name(),
         streams,
         bits_per_second,
@@ -513,39 +549,22 @@ fn measure_idle(
 /// The report as markdown tables.
 pub fn render_markdown(report: &BenchReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(
+    let _ = write!(
         out,
-        "kernel {}, {} CPUs, {} s per throughput run\n",
+        "kernel {}, {} CPUs, {} s per throughput run",
         report.kernel, report.cpus, report.seconds_per_run
     );
-    let _ = writeln!(out, "| case | streams | Gbit/s | ratio to direct | proxy CPU-s/GB | machine CPU-s/GB | peak TCP mem (MiB) / pressure (MiB) |");
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
-    for r in &report.throughput {
-        if let Some(error) = &r.error {
-            let _ = writeln!(
-                out,
-                "| {} | {} | failed: {} | | | | |",
-                r.case,
-                r.streams,
-                error.replace('\n', " ")
-            );
-            continue;
-        }
-        let _ = writeln!(
+    if report.rounds > 1 {
+        let _ = write!(
             out,
-            "| {} | {} | {:.2} | {} | {} | {} | {:.0} / {:.0} |",
-            r.case,
-            r.streams,
-            r.bits_per_second / 1e9,
-            r.ratio_to_direct.map_or("-".into(), |v| format!("{v:.2}")),
-            r.proxy_cpu_seconds_per_gb
-                .map_or("-".into(), |v| format!("{v:.2}")),
-            r.machine_cpu_seconds_per_gb
-                .map_or("-".into(), |v| format!("{v:.2}")),
-            r.peak_tcp_memory_bytes as f64 / 1048576.0,
-            r.tcp_memory_pressure_bytes as f64 / 1048576.0,
+            ", {} rounds: medians over the rounds, throughput as median (min-max), ratio to \
+             direct paired within each round, peak TCP memory the highest; connection rate and \
+             idle memory from the first round",
+            report.rounds
         );
     }
+    let _ = writeln!(out, "\n");
+    out.push_str(&render_throughput_table(&report.throughput));
     let _ = writeln!(
         out,
         "\n| case | connections/s | failures |\n|---|---:|---:|"
@@ -574,7 +593,155 @@ pub fn render_markdown(report: &BenchReport) -> String {
     out
 }
 
+/// The throughput table, one line per case and stream count, then the failed runs if any.
+pub fn render_throughput_table(summaries: &[ThroughputSummary]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| case | streams | rounds | Gbit/s | ratio to direct | proxy CPU-s/GB | machine CPU-s/GB | peak TCP mem (MiB) / pressure (MiB) |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let optional = |value: Option<f64>| value.map_or("-".into(), |v| format!("{v:.2}"));
+    for s in summaries {
+        let total = s.rounds_ok + s.rounds_failed;
+        let rounds = if s.rounds_failed == 0 {
+            total.to_string()
+        } else {
+            format!("{} of {total}", s.rounds_ok)
+        };
+        let Some(throughput) = s.bits_per_second else {
+            let error = s.errors.first().map_or("", String::as_str);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {rounds} | failed: {} | | | | |",
+                s.case,
+                s.streams,
+                error.replace('\n', " ")
+            );
+            continue;
+        };
+        let gbit = if s.rounds_ok > 1 {
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                throughput.median / 1e9,
+                throughput.min / 1e9,
+                throughput.max / 1e9
+            )
+        } else {
+            format!("{:.2}", throughput.median / 1e9)
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {rounds} | {gbit} | {} | {} | {} | {:.0} / {:.0} |",
+            s.case,
+            s.streams,
+            optional(s.ratio_to_direct_median),
+            optional(s.proxy_cpu_seconds_per_gb_median),
+            optional(s.machine_cpu_seconds_per_gb_median),
+            s.peak_tcp_memory_bytes_max.unwrap_or(0) as f64 / 1048576.0,
+            s.tcp_memory_pressure_bytes.unwrap_or(0) as f64 / 1048576.0,
+        );
+    }
+    let failures: Vec<String> = summaries
+        .iter()
+        .filter(|s| s.rounds_ok > 0)
+        .flat_map(|s| {
+            s.errors.iter().map(move |e| {
+                format!(
+                    "- {} {} streams, {}",
+                    s.case,
+                    s.streams,
+                    e.replace('\n', " ")
+                )
+            })
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = writeln!(out, "\nFailed runs (left out of the figures above):");
+        for line in failures {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
+
 pub fn write_json(report: &BenchReport, path: &Path) -> anyhow::Result<()> {
     std::fs::write(path, serde_json::to_string_pretty(report)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(case: Case, round: u32, gbit: f64) -> ThroughputRun {
+        ThroughputRun {
+            round,
+            case: case.name(),
+            streams: 100,
+            bits_per_second: gbit * 1e9,
+            ratio_to_direct: None,
+            bytes: 1_000_000_000,
+            proxy_cpu_seconds: Some(0.3),
+            proxy_cpu_seconds_per_gb: Some(0.3),
+            machine_cpu_seconds_per_gb: Some(1.1),
+            peak_tcp_memory_bytes: 10 * 1048576,
+            tcp_memory_pressure_bytes: 1499 * 1048576,
+            error: None,
+        }
+    }
+
+    fn table(runs: &mut [ThroughputRun]) -> String {
+        summary::fill_ratios_within_rounds(runs);
+        render_throughput_table(&summary::summarize(runs))
+    }
+
+    #[test]
+    fn one_round_shows_plain_figures() {
+        let out = table(&mut [
+            run(Case::Direct, 1, 20.0),
+            run(Case::MidwayForward, 1, 12.81),
+        ]);
+        assert!(
+            out.contains("| midway-forward | 100 | 1 | 12.81 | 0.64 | 0.30 | 1.10 | 10 / 1499 |"),
+            "{out}"
+        );
+        assert!(!out.contains("Failed runs"), "{out}");
+    }
+
+    #[test]
+    fn several_rounds_show_the_range_and_failures() {
+        let mut failed = run(Case::MidwayForward, 3, 0.0);
+        failed.error = Some("iperf3\nexited".into());
+        let out = table(&mut [
+            run(Case::Direct, 1, 20.0),
+            run(Case::MidwayForward, 1, 11.2),
+            run(Case::Direct, 2, 20.0),
+            run(Case::MidwayForward, 2, 13.2),
+            run(Case::Direct, 3, 20.0),
+            failed,
+        ]);
+        assert!(
+            out.contains("| direct | 100 | 3 | 20.00 (20.00-20.00) | 1.00 |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| midway-forward | 100 | 2 of 3 | 12.20 (11.20-13.20) | 0.61 |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("- midway-forward 100 streams, round 3: iperf3 exited"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_case_that_never_ran_shows_its_first_error() {
+        let mut failed = run(Case::Haproxy, 1, 0.0);
+        failed.error = Some("haproxy did not come up".into());
+        let out = table(&mut [failed]);
+        assert!(
+            out.contains(
+                "| haproxy | 100 | 0 of 1 | failed: round 1: haproxy did not come up | | | | |"
+            ),
+            "{out}"
+        );
+    }
 }
