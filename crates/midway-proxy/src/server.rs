@@ -906,7 +906,8 @@ impl Connection {
 
     /// An HTTP listener's connection: the engine reads requests and answers them (from the
     /// cache or through pooled upstream connections opened by [`upstream_connector`]).
-    /// Access control, limits and the active gauge were handled like for any connection.
+    /// Access control, limits and the active gauge were handled like for any connection; the
+    /// socket memory guard counts it and caps its client socket like a relayed one's.
     async fn serve_http(self, client: TcpStream, http: HttpListener, started: Instant) {
         let name = &self.listener.name;
         let metrics = &self.shared.metrics;
@@ -932,15 +933,33 @@ impl Connection {
             tracing::info!(error = %ErrorChain(&err), reason = err.reason(), "connection not served");
             return;
         }
-        let result = http
-            .engine
-            .serve_client(
-                client,
-                self.peer,
-                http.connect_upstream.clone(),
-                self.cancel.clone(),
-            )
-            .await;
+        // Counted by the memory guard while served; the caps reach the client socket only (the
+        // engine's pooled upstream sockets are shared by clients and stay uncovered).
+        let mut memory = self
+            .shared
+            .socket_memory
+            .as_ref()
+            .map(|guard| MemoryCaps::new(guard, &[("local", &client, leaves_buffers(local))]));
+        let serve = http.engine.serve_client(
+            client,
+            self.peer,
+            http.connect_upstream.clone(),
+            self.cancel.clone(),
+        );
+        tokio::pin!(serve);
+        let result = loop {
+            tokio::select! {
+                result = &mut serve => break result,
+                caps = MemoryCaps::changed(memory.as_mut()) => {
+                    // The engine owns the client socket and may have closed it already (its
+                    // halves live in tasks of their own): MemoryCaps checks the inode, so a
+                    // reused fd number is never capped.
+                    if let Some(memory) = memory.as_mut() {
+                        memory.apply(caps);
+                    }
+                }
+            }
+        };
         let duration_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(report) => {
@@ -978,11 +997,15 @@ impl Connection {
     ) {
         let name = &self.listener.name;
         let metrics = &self.shared.metrics;
-        let mut memory = self
-            .shared
-            .socket_memory
-            .as_ref()
-            .map(|guard| MemoryCaps::new(guard, &client, &server, adjustable));
+        let mut memory = self.shared.socket_memory.as_ref().map(|guard| {
+            MemoryCaps::new(
+                guard,
+                &[
+                    ("local", &client, adjustable.0),
+                    ("remote", &server, adjustable.1),
+                ],
+            )
+        });
         let counters = Arc::new(RelayCounters::default());
         // The relay owns and closes both sockets; it hands them to this callback just before,
         // so the end-of-connection log and histograms get final values, not a stale sample.
@@ -1023,7 +1046,7 @@ impl Connection {
                 result = &mut relay => break result,
                 caps = MemoryCaps::changed(memory.as_mut()) => {
                     // The relay future owns both sockets and is alive here, so their fds are
-                    // open (the same reasoning as the tcp_info sampling below).
+                    // open (and MemoryCaps checks the inodes anyway).
                     if let Some(memory) = memory.as_mut() {
                         memory.apply(caps);
                     }
@@ -1420,29 +1443,30 @@ fn socket_memory_guard(
     Ok(Some(SocketMemory::new(settings)))
 }
 
-/// One relayed connection's part in the socket memory guard: counted while it lives, and its
-/// two sockets follow the guard's caps.
+/// One proxied connection's part in the socket memory guard: counted while it lives, and its
+/// sockets (both of a relayed connection, the client's of an HTTP listener's) follow the
+/// guard's caps.
 struct MemoryCaps {
     _live: sockmem::LiveConnection,
     caps: tokio::sync::watch::Receiver<Option<BufferCaps>>,
-    client: (RawFd, SocketCapper),
-    server: (RawFd, SocketCapper),
+    sockets: Vec<CappedSocket>,
 }
 
 impl MemoryCaps {
-    /// Registers the connection and applies the caps in force now.
+    /// Registers the connection and applies the caps in force now to `sockets`, each named by
+    /// its segment ("local", "remote") and limited to the buffers its profile leaves alone.
     fn new(
         guard: &Arc<SocketMemory>,
-        client: &TcpStream,
-        server: &TcpStream,
-        adjustable: (Adjustable, Adjustable),
+        sockets: &[(&'static str, &TcpStream, Adjustable)],
     ) -> MemoryCaps {
         let max = guard.autotune_max();
         let mut caps = MemoryCaps {
             _live: guard.register(),
             caps: guard.subscribe(),
-            client: (client.as_raw_fd(), SocketCapper::new(adjustable.0, max)),
-            server: (server.as_raw_fd(), SocketCapper::new(adjustable.1, max)),
+            sockets: sockets
+                .iter()
+                .map(|&(side, stream, adjustable)| CappedSocket::new(side, stream, adjustable, max))
+                .collect(),
         };
         let now = *caps.caps.borrow_and_update();
         if now.is_some() {
@@ -1462,15 +1486,53 @@ impl MemoryCaps {
         *memory.caps.borrow_and_update()
     }
 
-    /// Applies `caps` to both sockets. The caller guarantees both fds are open (the relay that
-    /// owns the sockets is still running).
+    /// Applies `caps` to every socket that is still the one registered.
     fn apply(&mut self, caps: Option<BufferCaps>) {
-        for (side, (fd, capper)) in [("local", &mut self.client), ("remote", &mut self.server)] {
-            // SAFETY: see the caller's guarantee above; the borrow ends with this statement.
-            let fd = unsafe { BorrowedFd::borrow_raw(*fd) };
-            if let Err(err) = capper.apply(fd, caps) {
-                tracing::debug!(segment = side, error = %err, "could not apply socket buffer caps");
-            }
+        for socket in &mut self.sockets {
+            socket.apply(caps);
+        }
+    }
+}
+
+/// A socket the guard caps, known only by fd (the relay or the HTTP engine owns it) and by the
+/// inode it had at registration, so that a cap never lands on another socket that reuses the fd
+/// number after the owner closed this one.
+struct CappedSocket {
+    side: &'static str,
+    fd: RawFd,
+    /// `None` once the socket is known to be gone (or could not be identified): skipped then.
+    inode: Option<u64>,
+    capper: SocketCapper,
+}
+
+impl CappedSocket {
+    fn new(
+        side: &'static str,
+        stream: &TcpStream,
+        adjustable: Adjustable,
+        autotune_max: BufferCaps,
+    ) -> CappedSocket {
+        let fd = stream.as_raw_fd();
+        CappedSocket {
+            side,
+            fd,
+            inode: inode_of(fd),
+            capper: SocketCapper::new(adjustable, autotune_max),
+        }
+    }
+
+    /// Applies `caps` if the fd still refers to the registered socket; silently skips (and
+    /// forgets the socket) otherwise.
+    fn apply(&mut self, caps: Option<BufferCaps>) {
+        if self.inode.is_none() || inode_of(self.fd) != self.inode {
+            self.inode = None;
+            return;
+        }
+        // SAFETY: the fd refers to the registered socket (inode checked just above) and is only
+        // borrowed for this statement's setsockopt calls.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        if let Err(err) = self.capper.apply(fd, caps) {
+            tracing::debug!(segment = self.side, error = %err, "could not apply socket buffer caps");
         }
     }
 }
@@ -1601,5 +1663,54 @@ mod tests {
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(names, ["dupack-1", "timer-200ms"]);
+    }
+
+    #[tokio::test]
+    async fn a_capped_socket_is_skipped_once_its_fd_number_names_another_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let registered = TcpStream::connect(addr).await.unwrap();
+        let other = TcpStream::connect(addr).await.unwrap();
+        let recv = |fd: RawFd| {
+            // SAFETY: both fds stay open until the end of the test.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::RcvBuf).unwrap()
+        };
+        let both = Adjustable {
+            recv: true,
+            send: true,
+        };
+        let max = BufferCaps {
+            recv: 1 << 20,
+            send: 1 << 20,
+        };
+        let caps = |kib: u32| {
+            Some(BufferCaps {
+                recv: kib << 10,
+                send: kib << 10,
+            })
+        };
+        let mut capped = CappedSocket::new("local", &registered, both, max);
+        capped.apply(caps(128));
+        assert_eq!(
+            recv(registered.as_raw_fd()),
+            128 << 10,
+            "the registered socket"
+        );
+
+        // The fd number now names `other` (as after a close and a reuse, but atomically, so no
+        // other test's file can land on the number in between).
+        let before = recv(other.as_raw_fd());
+        // SAFETY: dup2 onto an fd this test owns; `registered` closes the duplicate on drop.
+        let rc = unsafe { libc::dup2(other.as_raw_fd(), registered.as_raw_fd()) };
+        assert_eq!(rc, registered.as_raw_fd());
+        capped.apply(caps(64));
+        capped.apply(None);
+        assert_eq!(
+            recv(other.as_raw_fd()),
+            before,
+            "another socket is never capped"
+        );
+        assert_eq!(capped.inode, None, "forgotten after the first mismatch");
     }
 }

@@ -1,4 +1,4 @@
-//! Socket memory guard: keeps relayed connections from pushing the machine's TCP memory past the
+//! Socket memory guard: keeps proxied connections from pushing the machine's TCP memory past the
 //! kernel's pressure threshold.
 //!
 //! Why: Linux autotunes every socket's buffers up to `tcp_rmem[2]` / `tcp_wmem[2]` (32 and 4 MiB
@@ -12,7 +12,7 @@
 //! fast connections their throughput when the gateway is not busy.
 //!
 //! What: while the machine's TCP memory is low, nothing is touched and the kernel autotunes as
-//! usual. When it reaches the guard's budget, every relayed socket whose profile leaves its
+//! usual. When it reaches the guard's budget, every proxied socket whose profile leaves its
 //! buffers to the kernel gets `SO_RCVBUF` / `SO_SNDBUF` capped at an equal share of the budget
 //! (budget / 4 per connection: two sockets, receive and send), in power-of-two steps so that the
 //! cap changes rarely. The share follows the number of live connections; if memory still nears
@@ -22,12 +22,13 @@
 //! to undo `SOCK_*BUF_LOCK`).
 //!
 //! A profile that sets `send_buffer` / `recv_buffer` itself is the operator's decision and is
-//! never overridden. HTTP listeners' sockets are not counted or capped (their bodies go through
-//! the HTTP engine's own bounded buffers).
+//! never overridden. An HTTP listener's connection is counted like a relayed one and its client
+//! socket is capped; the HTTP engine's pooled upstream sockets (shared by clients, owned by
+//! `midway-http`) are not capped.
 //!
 //! [`Guard`] is the decision logic (pure: memory and connection count in, caps out);
 //! [`SocketMemory`] samples `/proc/net/sockstat` on a thread of its own and publishes the caps,
-//! which each connection applies to its two sockets.
+//! which each connection applies to its sockets.
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -51,7 +52,7 @@ pub enum SocketMemorySetting {
     Auto,
     /// Never cap (the kernel autotunes every socket as it likes).
     Off,
-    /// Machine TCP memory at which caps go on, in bytes; the relayed sockets share it.
+    /// Machine TCP memory at which caps go on, in bytes; the proxied connections share it.
     Budget(u64),
 }
 
@@ -172,7 +173,7 @@ pub struct BufferCaps {
 /// The guard's thresholds, in bytes of machine-wide TCP memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuardSettings {
-    /// Caps go on at this much machine TCP memory, and the relayed sockets share it.
+    /// Caps go on at this much machine TCP memory, and the proxied connections share it.
     pub budget_bytes: u64,
     /// Near this (90 %) the cap is halved at every sample until memory falls.
     pub pressure_bytes: u64,
@@ -197,7 +198,7 @@ impl GuardSettings {
     }
 }
 
-/// Decides the buffer caps from samples of machine TCP memory and live relayed connections.
+/// Decides the buffer caps from samples of machine TCP memory and live proxied connections.
 #[derive(Debug, Clone)]
 pub struct Guard {
     settings: GuardSettings,
@@ -276,8 +277,8 @@ impl Guard {
 /// one small /proc read per 100 ms costs nothing measurable.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The guard at run time: the count of live relayed connections and the caps in force, shared
-/// by the sampling task ([`SocketMemory::run`]) and the connections.
+/// The guard at run time: the count of live proxied connections and the caps in force, shared
+/// by the sampling thread ([`SocketMemory::spawn_sampler`]) and the connections.
 #[derive(Debug)]
 pub struct SocketMemory {
     settings: GuardSettings,
@@ -285,7 +286,7 @@ pub struct SocketMemory {
     caps: watch::Sender<Option<BufferCaps>>,
 }
 
-/// Counts one relayed connection while it lives.
+/// Counts one proxied connection (relayed, or an HTTP listener's client) while it lives.
 #[derive(Debug)]
 pub struct LiveConnection(Arc<SocketMemory>);
 
