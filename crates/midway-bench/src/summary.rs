@@ -10,22 +10,9 @@ use serde::Serialize;
 
 use crate::{Case, ThroughputRun};
 
-/// The median of `values`: the middle value for an odd count, the mean of the two middle values
-/// for an even count, `None` for no values. NaN sorts last (IEEE total order) and so only moves
-/// the median when it is among the middle values.
-pub fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let middle = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 1 {
-        sorted[middle]
-    } else {
-        (sorted[middle - 1] + sorted[middle]) / 2.0
-    })
-}
+/// The median of `values` (the mean of the two middle values for an even count; non-finite
+/// values ignored): the lab report's definition, so bench and lab figures mean the same thing.
+pub use midway_report::stats::median;
 
 /// Median, smallest and largest of a set of figures.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
