@@ -138,18 +138,22 @@ async fn wait_for_cap(running: &Running, want: impl Fn(f64) -> bool) -> f64 {
     }
 }
 
-#[tokio::test]
-async fn guard_caps_relayed_buffers_under_memory_pressure_and_lifts_them_after() {
-    let _turn = MACHINE_MEMORY.lock().await;
-    let limits = KernelMemoryLimits::read().unwrap();
-    // Sockets of an earlier test may still be closing; the guard must start below half the
-    // budget for "lifted" to be observable.
+/// Sockets of an earlier test may still be closing; the guard must start below half the budget
+/// for "lifted" to be observable.
+async fn wait_for_low_machine_memory() {
     assert!(
         eventually(|| machine_tcp_memory_bytes().unwrap() < BUDGET / 4).await,
         "this machine uses {} bytes of TCP memory; the test needs less than {}",
         machine_tcp_memory_bytes().unwrap(),
         BUDGET / 4
     );
+}
+
+#[tokio::test]
+async fn guard_caps_relayed_buffers_under_memory_pressure_and_lifts_them_after() {
+    let _turn = MACHINE_MEMORY.lock().await;
+    let limits = KernelMemoryLimits::read().unwrap();
+    wait_for_low_machine_memory().await;
     let (echo, _server) = echo_server().await;
     let config = format!(
         r#"
@@ -326,12 +330,7 @@ async fn get(stream: &mut TcpStream, origin: SocketAddr, path: &str) -> (String,
 async fn guard_counts_http_clients_and_caps_their_sockets_under_memory_pressure() {
     let _turn = MACHINE_MEMORY.lock().await;
     let limits = KernelMemoryLimits::read().unwrap();
-    assert!(
-        eventually(|| machine_tcp_memory_bytes().unwrap() < BUDGET / 4).await,
-        "this machine uses {} bytes of TCP memory; the test needs less than {}",
-        machine_tcp_memory_bytes().unwrap(),
-        BUDGET / 4
-    );
+    wait_for_low_machine_memory().await;
     let (origin, _origin_task) = origin().await;
     let config = format!(
         r#"
