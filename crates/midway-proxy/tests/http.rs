@@ -8,7 +8,7 @@ use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -34,18 +34,8 @@ async fn origin() -> (SocketAddr, Arc<AtomicUsize>, JoinHandle<()>) {
                 let mut buf = Vec::new();
                 // Bounded: a test connection carries a handful of requests.
                 for _ in 0..64 {
-                    let head_end = loop {
-                        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break pos + 4;
-                        }
-                        let mut chunk = [0u8; 4096];
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        if buf.len() > 64 * 1024 {
-                            return;
-                        }
+                    let Some(head_end) = read_request_head(&mut stream, &mut buf).await else {
+                        return;
                     };
                     buf.drain(..head_end);
                     counter.fetch_add(1, Ordering::SeqCst);

@@ -209,3 +209,21 @@ pub fn listen_v4(backlog: u32) -> TcpListener {
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     socket.listen(backlog).unwrap()
 }
+
+/// Reads from `stream` into `buf` until `buf` holds a whole HTTP head; returns the head's length
+/// (up to and including the blank line), or `None` on EOF, error, or a head over 64 KiB.
+pub async fn read_request_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(pos + 4);
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if buf.len() > 64 * 1024 {
+            return None;
+        }
+    }
+}
