@@ -23,6 +23,7 @@ pub struct RelayResources {
     spool_bytes_in_use: AtomicU64,
     spool_files_open: AtomicU64,
     user_buffer_bytes: AtomicU64,
+    copy_buffers_in_use: AtomicUsize,
     splice_fallbacks: AtomicU64,
     pipes: PipePool,
 }
@@ -45,6 +46,7 @@ impl RelayResources {
             spool_bytes_in_use: AtomicU64::new(0),
             spool_files_open: AtomicU64::new(0),
             user_buffer_bytes: AtomicU64::new(0),
+            copy_buffers_in_use: AtomicUsize::new(0),
             splice_fallbacks: AtomicU64::new(0),
             pipes: PipePool::new(max_pipes),
         }))
@@ -68,6 +70,12 @@ impl RelayResources {
     /// Pipes currently lent to connections (not counting idle pipes kept in the pool).
     pub fn pipes_in_use(&self) -> usize {
         self.pipes.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Directions of all connections that are moving bytes right now: each holds a pipe or a
+    /// copy buffer exactly while it is busy (idle directions give theirs back).
+    pub fn busy_directions(&self) -> usize {
+        self.pipes_in_use() + self.copy_buffers_in_use.load(Ordering::Relaxed)
     }
 
     /// Pipes that exist right now, lent or idle in the pool (two fds each).
@@ -121,6 +129,15 @@ impl RelayResources {
     pub(crate) fn buffer_freed(&self, bytes: usize) {
         self.user_buffer_bytes
             .fetch_sub(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A direction took a copy buffer (it is busy until [`Self::copy_buffer_returned`]).
+    pub(crate) fn copy_buffer_taken(&self) {
+        self.copy_buffers_in_use.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn copy_buffer_returned(&self) {
+        self.copy_buffers_in_use.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Lends an empty pipe sized (when the kernel allows) to `capacity` bytes, or None when the
