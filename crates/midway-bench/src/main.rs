@@ -57,9 +57,19 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Only the midway cases need the binary: `--cases direct,haproxy` runs without one.
+    let runs_midway = args
+        .cases
+        .iter()
+        .any(|case| matches!(case, Case::MidwayForward | Case::MidwayTransparent));
+    let midway_bin = if runs_midway {
+        std::fs::canonicalize(&args.midway)
+            .map_err(|e| anyhow::anyhow!("midway binary {}: {e}", args.midway.display()))?
+    } else {
+        args.midway.clone()
+    };
     let mut options = BenchOptions {
-        midway_bin: std::fs::canonicalize(&args.midway)
-            .map_err(|e| anyhow::anyhow!("midway binary {}: {e}", args.midway.display()))?,
+        midway_bin,
         streams: args.streams,
         seconds: args.seconds,
         rounds: args.rounds,
