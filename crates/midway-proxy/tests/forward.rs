@@ -49,7 +49,8 @@ async fn bulk_through(relay: &str, splice: bool) {
     let metrics = proxy.metrics.unwrap();
     let want = len as f64;
     let mut text = String::new();
-    // Counters are added when the relay ends, just after the client saw EOF: poll briefly.
+    // Counters are added when the relay ends, just after the client saw EOF, and the connection
+    // leaves the active gauge a moment later, after its end-of-connection log: poll briefly.
     let done = {
         let mut ok = false;
         for _ in 0..100 {
@@ -62,7 +63,8 @@ async fn bulk_through(relay: &str, splice: bool) {
                 &text,
                 "midway_bytes_total{listener=\"fwd\",direction=\"server_to_client\"}",
             );
-            if c2s == Some(want) && s2c == Some(want) {
+            let active = metric(&text, "midway_connections_active{listener=\"fwd\"}");
+            if c2s == Some(want) && s2c == Some(want) && active == Some(0.0) {
                 ok = true;
                 break;
             }
@@ -70,7 +72,7 @@ async fn bulk_through(relay: &str, splice: bool) {
         }
         ok
     };
-    assert!(done, "byte counters wrong:\n{text}");
+    assert!(done, "byte counters or active gauge wrong:\n{text}");
     assert_eq!(
         metric(&text, "midway_connections_accepted_total{listener=\"fwd\"}"),
         Some(1.0)
