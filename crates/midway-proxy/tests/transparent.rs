@@ -526,3 +526,81 @@ ports = [80]
     stop.store(true, Ordering::SeqCst);
     origin.join().unwrap();
 }
+
+/// A client that reuses its port for a new connection to the same server while the router still
+/// holds the previous connection in TIME_WAIT (midway closed its side first, as it does when the
+/// server ends the connection) must get through on its first SYN. Before the nftables shortcut
+/// for midway's own sockets skipped SYNs, the TIME_WAIT socket (transparent too) took the SYN,
+/// found no listener on the server's address, and the client waited a second to send it again.
+#[test]
+fn reused_client_port_connects_on_the_first_syn() {
+    const CONNECTIONS: usize = 2;
+    const CLIENT_PORT: u16 = 40123;
+    let topo = Topology::new();
+    let spool = tempfile::tempdir().unwrap();
+    // Server: one byte per connection, then it closes first.
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let server = in_netns(&topo.server, move || {
+        let listener = TcpListener::bind(("10.77.2.2", SERVER_PORT)).unwrap();
+        ready_tx.send(()).unwrap();
+        for _ in 0..CONNECTIONS {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream.write_all(b"x").unwrap();
+        }
+    });
+    ready_rx.recv_timeout(IO_TIMEOUT).expect("server ready");
+    let proxy = start_proxy(&topo.router, config(false, false, spool.path()));
+
+    let retransmits = in_netns(&topo.client, move || {
+        let target = SocketAddr::from(([10, 77, 2, 2], SERVER_PORT));
+        let local = SocketAddr::from(([10, 77, 1, 1], CLIENT_PORT));
+        let mut retransmits = Vec::new();
+        for _ in 0..CONNECTIONS {
+            // Bounded: the previous socket on this port needs a moment to leave LAST_ACK.
+            let mut stream = None;
+            for _ in 0..100 {
+                let socket = socket2::Socket::new(
+                    socket2::Domain::IPV4,
+                    socket2::Type::STREAM,
+                    Some(socket2::Protocol::TCP),
+                )
+                .unwrap();
+                socket.set_reuse_address(true).unwrap();
+                let attempt = socket
+                    .bind(&local.into())
+                    .and_then(|()| socket.connect_timeout(&target.into(), IO_TIMEOUT));
+                match attempt {
+                    Ok(()) => {
+                        stream = Some(TcpStream::from(socket));
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
+                    Err(e) => panic!("connect: {e}"),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let mut stream = stream.expect("client port free again");
+            let stats = midway_tcp::tcp_stats(std::os::fd::AsFd::as_fd(&stream)).unwrap();
+            retransmits.push(stats.total_retrans);
+            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+            let mut got = Vec::new();
+            stream.read_to_end(&mut got).unwrap();
+            assert_eq!(got, b"x");
+            drop(stream);
+        }
+        retransmits
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        retransmits,
+        vec![0; CONNECTIONS],
+        "SYN retransmissions per connection (the second reuses the first's port)"
+    );
+
+    proxy.shutdown.cancel();
+    let summary = proxy.handle.join().expect("proxy thread");
+    assert_eq!(summary.connections_served, CONNECTIONS as u64);
+    server.join().unwrap();
+}
