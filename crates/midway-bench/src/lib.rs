@@ -64,6 +64,11 @@ pub struct BenchOptions {
     /// TOML lines added to every `[[listeners]]` table of midway's generated config (e.g.
     /// `buffer_bytes = 65536`), to compare settings in one command.
     pub midway_listener_extra: Vec<String>,
+    /// Largest send buffer the clients' autotuning may grow to (`tcp_wmem` max in the client
+    /// namespace); `None` leaves the kernel's default.
+    pub client_wmem_max: Option<u32>,
+    /// Nice value the proxy under test starts with (all its threads inherit it).
+    pub proxy_nice: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -140,6 +145,10 @@ pub struct BenchReport {
     pub cpus: usize,
     pub seconds_per_run: u32,
     pub rounds: u32,
+    /// Nice value of the proxy under test.
+    pub proxy_nice: i32,
+    /// `tcp_wmem` max of the clients, when capped.
+    pub client_wmem_max: Option<u32>,
     /// Per case and stream count, over all rounds.
     pub throughput: Vec<ThroughputSummary>,
     /// Every throughput run, in the order they ran.
@@ -164,6 +173,9 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     netns::install_cleanup_on_signal()?;
     std::fs::create_dir_all(&options.work_dir)?;
     let mut net = BenchNet::build().context("cannot build the benchmark network")?;
+    if let Some(max) = options.client_wmem_max {
+        net.cap_client_send_buffers(max)?;
+    }
     start_iperf_servers(&mut net)?;
     let cps_server =
         workloads::start_close_server(&net, SocketAddr::from((SERVER_ADDR, CPS_PORT)))?;
@@ -178,6 +190,8 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
             .unwrap_or(1),
         seconds_per_run: options.seconds,
         rounds: options.rounds,
+        proxy_nice: options.proxy_nice,
+        client_wmem_max: options.client_wmem_max,
         throughput: Vec::new(),
         runs: Vec::new(),
         connection_rate: Vec::new(),
@@ -340,9 +354,15 @@ fn start_proxy(
             )
         }
     };
+    // Through nice(1), which execs the proxy: its pid stays the one we are given, and every
+    // thread it starts inherits the priority.
+    let nice = options.proxy_nice.to_string();
+    let args: Vec<&str> = ["-n", nice.as_str(), program.as_str()]
+        .into_iter()
+        .chain(args.iter().map(String::as_str))
+        .collect();
     let log = std::fs::File::create(config_path.with_extension("log"))?;
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let pid = net.spawn(Host::Router, &program, &args, Some(log))?;
+    let pid = net.spawn(Host::Router, "nice", &args, Some(log))?;
     let probe = SocketAddr::from((case.connect_addr(), CPS_PORT));
     // In transparent mode the probe's address answers even before midway is up (the router just
     // routes), so wait for midway's nftables table first; a connection that started before the
@@ -551,9 +571,12 @@ pub fn render_markdown(report: &BenchReport) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "kernel {}, {} CPUs, {} s per throughput run",
-        report.kernel, report.cpus, report.seconds_per_run
+        "kernel {}, {} CPUs, {} s per throughput run, proxy at nice {}",
+        report.kernel, report.cpus, report.seconds_per_run, report.proxy_nice
     );
+    if let Some(max) = report.client_wmem_max {
+        let _ = write!(out, ", clients' tcp_wmem max {max} bytes");
+    }
     if report.rounds > 1 {
         let _ = write!(
             out,

@@ -50,6 +50,18 @@ struct Args {
     /// A TOML line for every midway listener, e.g. "buffer_bytes = 65536" (repeatable).
     #[arg(long)]
     midway_listener_extra: Vec<String>,
+    /// Caps the load generator's send-buffer autotuning (`net.ipv4.tcp_wmem` max in the client
+    /// namespace, bytes). The clients share this machine's TCP memory with the proxy, which a
+    /// gateway's real clients do not; see docs/results/bench/README.md. Unset: kernel default.
+    #[arg(long)]
+    client_wmem_max: Option<u32>,
+    /// Scheduling priority (nice value) of the proxy under test, midway or HAProxy alike. The
+    /// default, -10, keeps the load generators sharing the proxy's cores from starving it: in
+    /// `direct` the router's forwarding runs in softirq ahead of every process, and a gateway's
+    /// proxy does not share its cores with the end hosts. 0 runs it like the load generators.
+    #[arg(long, default_value_t = -10, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    proxy_nice: i32,
     /// Folder for generated configs, logs and bench.json.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -79,6 +91,8 @@ fn main() -> anyhow::Result<()> {
         work_dir: args.out.clone(),
         midway_proxy_extra: args.midway_proxy_extra,
         midway_listener_extra: args.midway_listener_extra,
+        client_wmem_max: args.client_wmem_max,
+        proxy_nice: args.proxy_nice,
     };
     if args.quick {
         options.streams = vec![1, 100];

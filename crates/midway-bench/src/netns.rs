@@ -160,6 +160,19 @@ impl BenchNet {
         Ok(net)
     }
 
+    /// Caps the client namespace's send-buffer autotuning at `max` bytes (`tcp_wmem`, whose
+    /// first two fields stay the kernel's defaults).
+    pub fn cap_client_send_buffers(&self, max: u32) -> anyhow::Result<()> {
+        let current = self.run(Host::Client, "sysctl", &["-n", "net.ipv4.tcp_wmem"])?;
+        let fields: Vec<&str> = current.split_whitespace().collect();
+        let [min, default, _] = fields[..] else {
+            bail!("unexpected net.ipv4.tcp_wmem: {current:?}");
+        };
+        let value = format!("net.ipv4.tcp_wmem={min} {default} {max}");
+        self.run(Host::Client, "sysctl", &["-qw", &value])?;
+        Ok(())
+    }
+
     pub fn ns(&self, host: Host) -> String {
         let suffix = match host {
             Host::Client => "c",
