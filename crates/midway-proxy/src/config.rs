@@ -64,6 +64,10 @@ pub const DEFAULT_SPOOL_MAX_TOTAL_BYTES: u64 = 1 << 30;
 /// Per-direction relay buffer. 256 KiB covers the bandwidth-delay product of a 20 Mbit/s,
 /// 100 ms path in one buffer; the lab measures the effect of other sizes.
 pub const DEFAULT_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Upper bound on `[proxy] worker_threads`: far more threads than any gateway has CPUs only adds
+/// contention, and a typo such as 40000 should be an error rather than a thread storm.
+pub const MAX_WORKER_THREADS: usize = 1024;
 /// Spool mode: bytes kept in memory before spilling to disk.
 pub const DEFAULT_SPOOL_MEMORY_BYTES: usize = 1 << 20;
 /// Spool mode: bytes one connection may hold on disk.
@@ -127,6 +131,7 @@ pub struct FileProxy {
     #[serde(default, with = "humantime_serde")]
     pub handshake_timeout: Option<Duration>,
     pub max_pipes: Option<usize>,
+    pub worker_threads: Option<usize>,
     /// Socket memory guard: "auto", "off", or a budget in bytes (see [`crate::sockmem`]).
     pub socket_memory: Option<FileSocketMemory>,
     pub route_knobs_table_base: Option<u32>,
@@ -315,6 +320,8 @@ pub struct RuntimeConfig {
     pub shutdown_grace: Duration,
     pub handshake_timeout: Duration,
     pub max_pipes: usize,
+    /// Threads of the async runtime that runs every connection; `None`: one per CPU.
+    pub worker_threads: Option<usize>,
     /// Socket memory guard for relayed sockets.
     pub socket_memory: SocketMemorySetting,
     /// First routing table / fwmark for profiles that need route-metric knobs.
@@ -693,6 +700,19 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     )?;
     let max_pipes = proxy.max_pipes.unwrap_or(DEFAULT_MAX_PIPES);
+    let worker_threads = match proxy.worker_threads {
+        Some(0) => return Err(v.invalid("proxy.worker_threads", "must be at least 1")),
+        Some(n) if n > MAX_WORKER_THREADS => {
+            return Err(v.invalid(
+                "proxy.worker_threads",
+                format!(
+                    "{n} is more than {MAX_WORKER_THREADS}; use about one per CPU, or leave it \
+                     out for exactly that"
+                ),
+            ))
+        }
+        other => other,
+    };
     let socket_memory = match proxy.socket_memory {
         None => SocketMemorySetting::Auto,
         Some(FileSocketMemory::Keyword(word)) if word == "auto" => SocketMemorySetting::Auto,
@@ -801,6 +821,7 @@ fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, ConfigError
         shutdown_grace,
         handshake_timeout,
         max_pipes,
+        worker_threads,
         socket_memory,
         route_knobs_table_base: proxy
             .route_knobs_table_base

@@ -100,7 +100,11 @@ fn run(command: Command) -> anyhow::Result<()> {
 
 /// Runs the proxy on a multi-threaded runtime until a termination signal, then drains.
 fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = config.worker_threads {
+        builder.worker_threads(threads);
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -181,3 +181,58 @@ fn proxy_serves_then_drains_on_sigterm() {
         "no shutdown line in the log: {log:#?}"
     );
 }
+
+/// How many threads of `pid` are the runtime's workers (tokio names them "tokio-rt-worker").
+fn runtime_workers(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == "tokio-rt-worker")
+        .count()
+}
+
+#[test]
+fn worker_threads_sets_the_runtime_size() {
+    let dir = tempfile::tempdir().unwrap();
+    for (setting, expected) in [
+        ("worker_threads = 3\n", 3),
+        (
+            "",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
+    ] {
+        let config = dir.path().join("forward.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\n{setting}\n\
+                 [spool]\ndir = \"{}\"\n\n\
+                 [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+                 target = \"127.0.0.1:9\"\n",
+                dir.path().join("spool").display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(MIDWAY)
+            .args(["--log-format", "json", "proxy", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (log_tx, _log_rx) = mpsc::channel();
+        listening_addr(child.stderr.take().unwrap(), log_tx);
+        // The runtime starts its workers in the background: wait (bounded) until they are all
+        // there, then check there are no more than asked.
+        let deadline = Instant::now() + LIMIT;
+        let mut workers = runtime_workers(child.id());
+        while workers < expected && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            workers = runtime_workers(child.id());
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(workers, expected, "with {setting:?}");
+    }
+}
