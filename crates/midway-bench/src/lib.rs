@@ -69,6 +69,9 @@ pub struct BenchOptions {
     pub client_wmem_max: Option<u32>,
     /// Nice value the proxy under test starts with (all its threads inherit it).
     pub proxy_nice: i32,
+    /// Threads of the proxy under test (midway `worker_threads`, HAProxy `nbthread`); `None`:
+    /// their defaults.
+    pub proxy_threads: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -149,6 +152,8 @@ pub struct BenchReport {
     pub proxy_nice: i32,
     /// `tcp_wmem` max of the clients, when capped.
     pub client_wmem_max: Option<u32>,
+    /// Threads of the proxy under test, when set.
+    pub proxy_threads: Option<u16>,
     /// Per case and stream count, over all rounds.
     pub throughput: Vec<ThroughputSummary>,
     /// Every throughput run, in the order they ran.
@@ -192,6 +197,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         rounds: options.rounds,
         proxy_nice: options.proxy_nice,
         client_wmem_max: options.client_wmem_max,
+        proxy_threads: options.proxy_threads,
         throughput: Vec::new(),
         runs: Vec::new(),
         connection_rate: Vec::new(),
@@ -346,7 +352,10 @@ fn start_proxy(
         }
         Case::Haproxy | Case::HaproxySplice => {
             let path = options.work_dir.join(format!("{}.cfg", case.name()));
-            std::fs::write(&path, haproxy_config(case == Case::HaproxySplice))?;
+            std::fs::write(
+                &path,
+                haproxy_config(case == Case::HaproxySplice, options.proxy_threads),
+            )?;
             (
                 "haproxy".into(),
                 vec!["-db".into(), "-f".into(), path.display().to_string()],
@@ -399,10 +408,14 @@ fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
 fn midway_config(case: Case, client_iface: &str, options: &BenchOptions) -> String {
     let proxy_extra = lines(&options.midway_proxy_extra);
     let listener_extra = lines(&options.midway_listener_extra);
+    let threads = options
+        .proxy_threads
+        .map(|n| format!("worker_threads = {n}\n"))
+        .unwrap_or_default();
     let mut config = format!(
         "[proxy]\nallowed_clients = [\"{CLIENT_PREFIX}\"]\nmax_connections = 19000\n\
          max_connections_per_client = 19000\nconnect_timeout = \"5s\"\nidle_timeout = \"600s\"\n\
-         shutdown_grace = \"2s\"\n{proxy_extra}\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n\n"
+         shutdown_grace = \"2s\"\n{threads}{proxy_extra}\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n\n"
     );
     match case {
         Case::MidwayForward => {
@@ -439,13 +452,16 @@ fn lines(entries: &[String]) -> String {
     entries.iter().map(|e| format!("{e}\n")).collect()
 }
 
-fn haproxy_config(splice: bool) -> String {
+fn haproxy_config(splice: bool, threads: Option<u16>) -> String {
     // maxconn and maxpipes leave room under the 20000 open-file limit: two descriptors per proxied
     // connection and two per splice pipe.
     let mut config = String::from(
         "global\n    maxconn 9000\n    maxpipes 512\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
          timeout client 600s\n    timeout server 600s\n",
     );
+    if let Some(threads) = threads {
+        config = config.replacen("global\n", &format!("global\n    nbthread {threads}\n"), 1);
+    }
     // A frontend accepts 2000 connections unless told otherwise; the idle test needs more.
     config.push_str("    maxconn 9000\n");
     if splice {
@@ -574,6 +590,9 @@ pub fn render_markdown(report: &BenchReport) -> String {
         "kernel {}, {} CPUs, {} s per throughput run, proxy at nice {}",
         report.kernel, report.cpus, report.seconds_per_run, report.proxy_nice
     );
+    if let Some(threads) = report.proxy_threads {
+        let _ = write!(out, ", {threads} proxy thread(s)");
+    }
     if let Some(max) = report.client_wmem_max {
         let _ = write!(out, ", clients' tcp_wmem max {max} bytes");
     }

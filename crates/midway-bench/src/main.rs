@@ -62,6 +62,10 @@ struct Args {
     #[arg(long, default_value_t = -10, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     proxy_nice: i32,
+    /// Threads of the proxy under test: midway's `worker_threads` and HAProxy's `nbthread`.
+    /// Unset: each proxy's default, one per CPU.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    proxy_threads: Option<u16>,
     /// Folder for generated configs, logs and bench.json.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -93,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         midway_listener_extra: args.midway_listener_extra,
         client_wmem_max: args.client_wmem_max,
         proxy_nice: args.proxy_nice,
+        proxy_threads: args.proxy_threads,
     };
     if args.quick {
         options.streams = vec![1, 100];
