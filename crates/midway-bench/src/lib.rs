@@ -786,4 +786,67 @@ mod tests {
             "{out}"
         );
     }
+
+    fn options(
+        threads: Option<u16>,
+        proxy_extra: &[&str],
+        listener_extra: &[&str],
+    ) -> BenchOptions {
+        BenchOptions {
+            midway_bin: PathBuf::from("midway"),
+            streams: vec![1],
+            seconds: 1,
+            rounds: 1,
+            idle_connections: 0,
+            cps_seconds: 0,
+            cases: vec![Case::MidwayForward],
+            work_dir: PathBuf::from("bench-results"),
+            midway_proxy_extra: proxy_extra.iter().map(|s| s.to_string()).collect(),
+            midway_listener_extra: listener_extra.iter().map(|s| s.to_string()).collect(),
+            client_wmem_max: None,
+            proxy_nice: -10,
+            proxy_threads: threads,
+        }
+    }
+
+    #[test]
+    fn midway_configs_pass_midways_own_validation_with_threads_and_extras() {
+        for case in [Case::MidwayForward, Case::MidwayTransparent] {
+            let opts = options(
+                Some(1),
+                &["socket_memory = \"off\""],
+                &["buffer_bytes = 65536"],
+            );
+            let text = midway_config(case, "mwb0r0", &opts);
+            let config = midway_proxy::parse_config(&text, "bench")
+                .unwrap_or_else(|e| panic!("{case:?}: {e}\n{text}"));
+            assert_eq!(config.worker_threads, Some(1), "{case:?}");
+            assert_eq!(
+                config.socket_memory,
+                midway_proxy::sockmem::SocketMemorySetting::Off
+            );
+            assert!(
+                config
+                    .listeners
+                    .iter()
+                    .all(|l| format!("{:?}", l.relay).contains("buffer_bytes: 65536")),
+                "{case:?}: {:?}",
+                config.listeners
+            );
+            let default = midway_proxy::parse_config(
+                &midway_config(case, "mwb0r0", &options(None, &[], &[])),
+                "bench",
+            )
+            .unwrap();
+            assert_eq!(default.worker_threads, None, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn haproxy_gets_the_same_thread_count() {
+        let config = haproxy_config(true, Some(1));
+        assert!(config.starts_with("global\n    nbthread 1\n"), "{config}");
+        assert!(config.contains("option splice-response"), "{config}");
+        assert!(!haproxy_config(false, None).contains("nbthread"));
+    }
 }
