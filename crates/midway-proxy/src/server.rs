@@ -350,6 +350,7 @@ impl Proxy {
                             profiles[&listener.remote_profile].clone(),
                             config.connect_timeout,
                             config.denied_destinations.clone().into(),
+                            socket_memory.clone(),
                         ),
                     })
                 }
@@ -933,8 +934,8 @@ impl Connection {
             tracing::info!(error = %ErrorChain(&err), reason = err.reason(), "connection not served");
             return;
         }
-        // Counted by the memory guard while served; the caps reach the client socket only (the
-        // engine's pooled upstream sockets are shared by clients and stay uncovered).
+        // Counted by the memory guard while served; the caps reach the client socket here and
+        // new upstream sockets in `upstream_connector` (pooled ones are shared by clients).
         let mut memory = self
             .shared
             .socket_memory
@@ -1341,15 +1342,23 @@ impl SegmentSampler {
 /// The HTTP engine's way to open an upstream connection: the same `connect` and profile steps
 /// as a split connection's remote segment (profile before connect, route mark, established
 /// knobs, TCP_NODELAY unless the profile decides), bounded by `connect_timeout`.
+///
+/// While the socket memory guard's caps are in force, a new upstream socket gets them at once
+/// (for the buffers its profile leaves to the kernel). The engine pools upstream sockets and
+/// shares them between clients, so they belong to no connection that could follow later cap
+/// changes: a socket made under caps keeps them until it closes, one made before keeps its
+/// autotuned buffers. The pool's keep time bounds both.
 fn upstream_connector(
     profile: TcpProfile,
     timeout: Duration,
     denied: Arc<[IpNet]>,
+    socket_memory: Option<Arc<SocketMemory>>,
 ) -> ConnectUpstream {
     let profile = Arc::new(profile);
     Arc::new(move |addr: SocketAddr| {
         let profile = profile.clone();
         let denied = denied.clone();
+        let socket_memory = socket_memory.clone();
         Box::pin(async move {
             let to_io = |err: SetupError| {
                 let kind = match &err {
@@ -1368,6 +1377,16 @@ fn upstream_connector(
             profile
                 .apply_established(stream.as_fd(), Role::Outgoing)
                 .map_err(|e| to_io(SetupError::Profile(e)))?;
+            if let Some(guard) = &socket_memory {
+                let caps = *guard.subscribe().borrow();
+                if caps.is_some() {
+                    let mut capper =
+                        SocketCapper::new(leaves_buffers(&profile), guard.autotune_max());
+                    if let Err(err) = capper.apply(stream.as_fd(), caps) {
+                        tracing::debug!(segment = "upstream", error = %err, "could not apply socket buffer caps");
+                    }
+                }
+            }
             Ok(stream)
         })
     })

@@ -23,8 +23,9 @@
 //!
 //! A profile that sets `send_buffer` / `recv_buffer` itself is the operator's decision and is
 //! never overridden. An HTTP listener's connection is counted like a relayed one and its client
-//! socket is capped; the HTTP engine's pooled upstream sockets (shared by clients, owned by
-//! `midway-http`) are not capped.
+//! socket is capped. The HTTP engine's pooled upstream sockets (shared by clients, owned by
+//! `midway-http`) get the caps in force when they are opened and keep them until they close;
+//! later cap changes do not reach them.
 //!
 //! [`Guard`] is the decision logic (pure: memory and connection count in, caps out);
 //! [`SocketMemory`] samples `/proc/net/sockstat` on a thread of its own and publishes the caps,

@@ -1,7 +1,7 @@
 //! The socket memory guard on a live proxy: when the machine's TCP memory passes the configured
-//! budget, relayed sockets' and HTTP listeners' client sockets' buffers are capped (read back
-//! from the proxy's own sockets), the cap is lifted when memory falls, and the bytes stay intact
-//! through both changes.
+//! budget, relayed sockets', HTTP listeners' client sockets' and new upstream sockets' buffers
+//! are capped (read back from the proxy's own sockets), the cap is lifted when memory falls, and
+//! the bytes stay intact through both changes.
 //!
 //! Machine TCP memory is raised by the test itself: loopback socket pairs written full and never
 //! read. Kept in its own test binary so no other test's sockets run at the same time, and the
@@ -321,6 +321,7 @@ async fn guard_counts_http_clients_and_caps_their_sockets_under_memory_pressure(
     let _turn = MACHINE_MEMORY.lock().await;
     let limits = KernelMemoryLimits::read().unwrap();
     wait_for_low_machine_memory().await;
+    let (second_origin, _second_task) = origin().await;
     let (origin, _origin_task) = origin().await;
     let config = format!(
         r#"
@@ -376,6 +377,25 @@ listen = "127.0.0.1:0"
     let (head, body) = get(&mut clients[0], origin, "/bulk/7").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body == bulk_body(7), "bulk body through a capped socket");
+    // An upstream connection made while the caps are in force gets them at once (a second
+    // origin, so the pool has nothing to reuse).
+    let (head, body) = get(&mut clients[2], second_origin, "/bulk/9").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        body == bulk_body(9),
+        "bulk body over a capped upstream socket"
+    );
+    let upstream = sockets_where(|_, peer| peer == second_origin);
+    assert_eq!(
+        upstream.len(),
+        1,
+        "one pooled upstream socket to the second origin"
+    );
+    assert_eq!(
+        buffers(upstream[0]),
+        (1 << 20, 1 << 20),
+        "capped buffers read back from the new upstream socket"
+    );
 
     // Memory back under half the budget: caps lifted to the autotuning maxima.
     drop(filler);
