@@ -455,13 +455,14 @@ fn lines(entries: &[String]) -> String {
 fn haproxy_config(splice: bool, threads: Option<u16>) -> String {
     // maxconn and maxpipes leave room under the 20000 open-file limit: two descriptors per proxied
     // connection and two per splice pipe.
-    let mut config = String::from(
-        "global\n    maxconn 9000\n    maxpipes 512\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
+    let mut config = String::from("global\n");
+    if let Some(threads) = threads {
+        let _ = writeln!(config, "    nbthread {threads}");
+    }
+    config.push_str(
+        "    maxconn 9000\n    maxpipes 512\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
          timeout client 600s\n    timeout server 600s\n",
     );
-    if let Some(threads) = threads {
-        config = config.replacen("global\n", &format!("global\n    nbthread {threads}\n"), 1);
-    }
     // A frontend accepts 2000 connections unless told otherwise; the idle test needs more.
     config.push_str("    maxconn 9000\n");
     if splice {

@@ -1378,7 +1378,7 @@ fn upstream_connector(
                 .apply_established(stream.as_fd(), Role::Outgoing)
                 .map_err(|e| to_io(SetupError::Profile(e)))?;
             if let Some(guard) = &socket_memory {
-                let caps = *guard.subscribe().borrow();
+                let caps = guard.caps();
                 if caps.is_some() {
                     let mut capper =
                         SocketCapper::new(leaves_buffers(&profile), guard.autotune_max());

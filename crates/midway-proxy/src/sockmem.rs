@@ -316,6 +316,11 @@ impl SocketMemory {
         LiveConnection(self.clone())
     }
 
+    /// The caps in force now.
+    pub fn caps(&self) -> Option<BufferCaps> {
+        *self.caps.borrow()
+    }
+
     /// The caps in force now and every later change.
     pub fn subscribe(&self) -> watch::Receiver<Option<BufferCaps>> {
         self.caps.subscribe()
