@@ -101,30 +101,37 @@ fn listening_addr(stderr: impl Read + Send + 'static, rest: mpsc::Sender<String>
         .expect("midway never logged its listening address")
 }
 
-#[test]
-fn proxy_serves_then_drains_on_sigterm() {
-    let echo = start_echo();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("forward.toml");
+/// Writes a forward config into `dir` (the `[proxy]` table gets `proxy_lines`; the listener
+/// forwards to `target`) and starts the real binary on it, logging JSON to a piped stderr.
+fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> std::process::Child {
+    let config = dir.join("forward.toml");
     std::fs::write(
         &config,
         format!(
-            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\nshutdown_grace = \"10s\"\n\n\
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\n{proxy_lines}\n\
              [spool]\ndir = \"{}\"\n\n\
              [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
-             target = \"{echo}\"\nrelay = \"buffer\"\n",
-            dir.path().join("spool").display()
+             target = \"{target}\"\nrelay = \"buffer\"\n",
+            dir.join("spool").display()
         ),
     )
     .unwrap();
-    let mut child = Command::new(MIDWAY)
+    Command::new(MIDWAY)
         .args(["--log-format", "json", "proxy", "--config"])
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn proxy_serves_then_drains_on_sigterm() {
+    let echo = start_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child =
+        start_forward_proxy(dir.path(), "shutdown_grace = \"10s\"\n", &format!("{echo}"));
     let (log_tx, log_rx) = mpsc::channel();
     let addr = listening_addr(child.stderr.take().unwrap(), log_tx);
 
@@ -201,26 +208,7 @@ fn worker_threads_sets_the_runtime_size() {
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ),
     ] {
-        let config = dir.path().join("forward.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\n{setting}\n\
-                 [spool]\ndir = \"{}\"\n\n\
-                 [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
-                 target = \"127.0.0.1:9\"\n",
-                dir.path().join("spool").display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new(MIDWAY)
-            .args(["--log-format", "json", "proxy", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = start_forward_proxy(dir.path(), setting, "127.0.0.1:9");
         let (log_tx, _log_rx) = mpsc::channel();
         listening_addr(child.stderr.take().unwrap(), log_tx);
         // The runtime starts its workers in the background: wait (bounded) until they are all
