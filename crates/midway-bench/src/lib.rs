@@ -72,6 +72,15 @@ pub struct BenchOptions {
     /// Threads of the proxy under test (midway `worker_threads`, HAProxy `nbthread`); `None`:
     /// their defaults.
     pub proxy_threads: Option<u16>,
+    /// TCP profile of both segments of every midway listener (a preset or a profile defined
+    /// with `midway_proxy_extra`).
+    pub midway_profile: String,
+    /// Default congestion control of the client and server namespaces; `None` keeps the
+    /// machine's (new namespaces inherit it).
+    pub end_congestion_control: Option<String>,
+    /// Default congestion control of the router namespace, which every proxy socket whose
+    /// configuration does not choose one gets (HAProxy's always); `None` keeps the machine's.
+    pub router_congestion_control: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -154,6 +163,12 @@ pub struct BenchReport {
     pub client_wmem_max: Option<u32>,
     /// Threads of the proxy under test, when set.
     pub proxy_threads: Option<u16>,
+    /// midway's TCP profile on both segments.
+    pub midway_profile: String,
+    /// Default congestion control of the end hosts (client and server namespaces).
+    pub end_congestion_control: String,
+    /// Default congestion control of the router namespace (HAProxy's sockets get it).
+    pub router_congestion_control: String,
     /// Per case and stream count, over all rounds.
     pub throughput: Vec<ThroughputSummary>,
     /// Every throughput run, in the order they ran.
@@ -181,6 +196,13 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     if let Some(max) = options.client_wmem_max {
         net.cap_client_send_buffers(max)?;
     }
+    if let Some(name) = &options.end_congestion_control {
+        net.set_congestion_control(Host::Client, name)?;
+        net.set_congestion_control(Host::Server, name)?;
+    }
+    if let Some(name) = &options.router_congestion_control {
+        net.set_congestion_control(Host::Router, name)?;
+    }
     start_iperf_servers(&mut net)?;
     let cps_server =
         workloads::start_close_server(&net, SocketAddr::from((SERVER_ADDR, CPS_PORT)))?;
@@ -198,6 +220,9 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         proxy_nice: options.proxy_nice,
         client_wmem_max: options.client_wmem_max,
         proxy_threads: options.proxy_threads,
+        midway_profile: options.midway_profile.clone(),
+        end_congestion_control: net.congestion_control(Host::Client)?,
+        router_congestion_control: net.congestion_control(Host::Router)?,
         throughput: Vec::new(),
         runs: Vec::new(),
         connection_rate: Vec::new(),
@@ -407,7 +432,11 @@ fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
 
 fn midway_config(case: Case, client_iface: &str, options: &BenchOptions) -> String {
     let proxy_extra = lines(&options.midway_proxy_extra);
-    let listener_extra = lines(&options.midway_listener_extra);
+    let listener_extra = format!(
+        "local_profile = \"{profile}\"\nremote_profile = \"{profile}\"\n{}",
+        lines(&options.midway_listener_extra),
+        profile = options.midway_profile
+    );
     let threads = options
         .proxy_threads
         .map(|n| format!("worker_threads = {n}\n"))
@@ -588,8 +617,16 @@ pub fn render_markdown(report: &BenchReport) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "kernel {}, {} CPUs, {} s per throughput run, proxy at nice {}",
-        report.kernel, report.cpus, report.seconds_per_run, report.proxy_nice
+        "kernel {}, {} CPUs, {} s per throughput run, proxy at nice {}, midway's profile `{}` \
+         on both segments, congestion control {} on the end hosts and {} for the router's \
+         other sockets (HAProxy's)",
+        report.kernel,
+        report.cpus,
+        report.seconds_per_run,
+        report.proxy_nice,
+        report.midway_profile,
+        report.end_congestion_control,
+        report.router_congestion_control
     );
     if let Some(threads) = report.proxy_threads {
         let _ = write!(out, ", {threads} proxy thread(s)");
@@ -807,6 +844,9 @@ mod tests {
             client_wmem_max: None,
             proxy_nice: -10,
             proxy_threads: threads,
+            midway_profile: "lan".to_string(),
+            end_congestion_control: None,
+            router_congestion_control: None,
         }
     }
 
@@ -831,6 +871,14 @@ mod tests {
                     .listeners
                     .iter()
                     .all(|l| format!("{:?}", l.relay).contains("buffer_bytes: 65536")),
+                "{case:?}: {:?}",
+                config.listeners
+            );
+            assert!(
+                config
+                    .listeners
+                    .iter()
+                    .all(|l| l.local_profile == "lan" && l.remote_profile == "lan"),
                 "{case:?}: {:?}",
                 config.listeners
             );

@@ -66,6 +66,20 @@ struct Args {
     /// Unset: each proxy's default, one per CPU.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     proxy_threads: Option<u16>,
+    /// TCP profile of both of midway's segments: a preset, or a profile defined with
+    /// `--midway-proxy-extra '[profiles.NAME]'` and the lines after it. The default, `lan`
+    /// (CUBIC, Nagle off), is the preset for a short clean link like the bench's veths; `default`
+    /// runs midway with the kernel's settings, as HAProxy runs.
+    #[arg(long, default_value = "lan")]
+    midway_profile: String,
+    /// Default congestion control of the client and server namespaces (e.g. `cubic`). Unset:
+    /// the machine's, which new namespaces inherit; the report's header names it.
+    #[arg(long)]
+    end_congestion_control: Option<String>,
+    /// Default congestion control of the router namespace: HAProxy's sockets get it, and
+    /// midway's when its profile leaves `congestion_control` unset. Unset: the machine's.
+    #[arg(long)]
+    router_congestion_control: Option<String>,
     /// Folder for generated configs, logs and bench.json.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -98,6 +112,9 @@ fn main() -> anyhow::Result<()> {
         client_wmem_max: args.client_wmem_max,
         proxy_nice: args.proxy_nice,
         proxy_threads: args.proxy_threads,
+        midway_profile: args.midway_profile,
+        end_congestion_control: args.end_congestion_control,
+        router_congestion_control: args.router_congestion_control,
     };
     if args.quick {
         options.streams = vec![1, 100];

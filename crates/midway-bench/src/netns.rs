@@ -173,6 +173,20 @@ impl BenchNet {
         Ok(())
     }
 
+    /// Sets the default congestion control of a host's namespace (`net.ipv4.tcp_congestion_control`):
+    /// every socket made there afterwards starts with it.
+    pub fn set_congestion_control(&self, host: Host, name: &str) -> anyhow::Result<()> {
+        let value = format!("net.ipv4.tcp_congestion_control={name}");
+        self.run(host, "sysctl", &["-qw", &value])?;
+        Ok(())
+    }
+
+    /// The default congestion control of a host's namespace.
+    pub fn congestion_control(&self, host: Host) -> anyhow::Result<String> {
+        let name = self.run(host, "sysctl", &["-n", "net.ipv4.tcp_congestion_control"])?;
+        Ok(name.trim().to_string())
+    }
+
     pub fn ns(&self, host: Host) -> String {
         let suffix = match host {
             Host::Client => "c",

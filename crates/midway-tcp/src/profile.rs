@@ -281,7 +281,7 @@ pub enum ProfileError {
     },
 }
 
-const PRESET_NAMES: [&str; 4] = ["default", "hfc-local", "satellite-local", "wan"];
+const PRESET_NAMES: [&str; 5] = ["default", "hfc-local", "lan", "satellite-local", "wan"];
 
 /// Names of the shipped presets.
 pub fn preset_names() -> &'static [&'static str] {
@@ -341,6 +341,23 @@ pub fn preset_spec(name: &str) -> Option<ProfileSpec> {
             dupack_threshold: Some(1),
             rto_min_ms: Some(40),
             initial_cwnd: Some(10),
+            nodelay: Some(true),
+            ..ProfileSpec::default()
+        }),
+        // `lan`: a segment over a short, clean link inside the operator's own network: the
+        // gateway's side towards a data centre, a chain of proxies in one rack, the bench's
+        // veth pairs.
+        // - congestion_control = cubic: such a link has no random loss for BBR to ride out,
+        //   and BBR needs pacing, which the kernel then does per socket with a timer of its
+        //   own unless the interface's qdisc is `fq`. Most interfaces run pfifo_fast, virtual
+        //   ones none, so every BBR socket of the proxy pays for that timer. Measured on the
+        //   2-core bench (docs/results/bench/README.md, session 7): with CUBIC on both of
+        //   midway's segments and BBR left on the end hosts, machine CPU per GB fell from
+        //   1.07-1.08 to 0.85-0.86 s and one stream went from 0.81 to 0.96 of direct;
+        // - buffers are left to autotuning (the round trip is short, autotuning finds it);
+        // - nodelay: the relay writes whole chunks, Nagle would only add delay.
+        "lan" => Some(ProfileSpec {
+            congestion_control: Some("cubic".to_owned()),
             nodelay: Some(true),
             ..ProfileSpec::default()
         }),
@@ -742,6 +759,9 @@ mod tests {
             Some("bbr")
         );
         assert!(resolved["wan"].send_buffer.unwrap() >= 1 << 20);
+        let lan = &resolved["lan"];
+        assert_eq!(lan.congestion_control.as_deref(), Some("cubic"));
+        assert_eq!(lan.nodelay, Some(true));
 
         let specs = parse("[profiles.wan]\nmss = 1000\n").unwrap();
         assert!(
