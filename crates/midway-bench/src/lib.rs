@@ -81,6 +81,8 @@ pub struct BenchOptions {
     /// Default congestion control of the router namespace, which every proxy socket whose
     /// configuration does not choose one gets (HAProxy's always); `None` keeps the machine's.
     pub router_congestion_control: Option<String>,
+    /// Give the router's own routes the `quickack` metric (HAProxy's sockets then ACK at once).
+    pub router_quickack: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -169,6 +171,8 @@ pub struct BenchReport {
     pub end_congestion_control: String,
     /// Default congestion control of the router namespace (HAProxy's sockets get it).
     pub router_congestion_control: String,
+    /// The router's routes carry `quickack 1`.
+    pub router_quickack: bool,
     /// Per case and stream count, over all rounds.
     pub throughput: Vec<ThroughputSummary>,
     /// Every throughput run, in the order they ran.
@@ -203,6 +207,9 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     if let Some(name) = &options.router_congestion_control {
         net.set_congestion_control(Host::Router, name)?;
     }
+    if options.router_quickack {
+        net.router_quick_acks()?;
+    }
     start_iperf_servers(&mut net)?;
     let cps_server =
         workloads::start_close_server(&net, SocketAddr::from((SERVER_ADDR, CPS_PORT)))?;
@@ -223,6 +230,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         midway_profile: options.midway_profile.clone(),
         end_congestion_control: net.congestion_control(Host::Client)?,
         router_congestion_control: net.congestion_control(Host::Router)?,
+        router_quickack: options.router_quickack,
         throughput: Vec::new(),
         runs: Vec::new(),
         connection_rate: Vec::new(),
@@ -628,6 +636,9 @@ pub fn render_markdown(report: &BenchReport) -> String {
         report.end_congestion_control,
         report.router_congestion_control
     );
+    if report.router_quickack {
+        let _ = write!(out, ", the router's routes with `quickack 1`");
+    }
     if let Some(threads) = report.proxy_threads {
         let _ = write!(out, ", {threads} proxy thread(s)");
     }
@@ -847,6 +858,7 @@ mod tests {
             midway_profile: "lan".to_string(),
             end_congestion_control: None,
             router_congestion_control: None,
+            router_quickack: false,
         }
     }
 

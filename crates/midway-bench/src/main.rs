@@ -80,6 +80,11 @@ struct Args {
     /// midway's when its profile leaves `congestion_control` unset. Unset: the machine's.
     #[arg(long)]
     router_congestion_control: Option<String>,
+    /// Adds `quickack 1` to the router namespace's routes, so HAProxy's sockets ACK every
+    /// segment at once as midway's `lan` profile does: with `--router-congestion-control
+    /// cubic`, HAProxy gets what `lan` sets, the way an operator would give it to HAProxy.
+    #[arg(long)]
+    router_quickack: bool,
     /// Folder for generated configs, logs and bench.json.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
@@ -115,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         midway_profile: args.midway_profile,
         end_congestion_control: args.end_congestion_control,
         router_congestion_control: args.router_congestion_control,
+        router_quickack: args.router_quickack,
     };
     if args.quick {
         options.streams = vec![1, 100];

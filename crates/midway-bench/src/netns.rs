@@ -27,6 +27,7 @@ pub const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
 pub const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 1);
 pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 2);
 pub const CLIENT_PREFIX: &str = "10.201.1.0/24";
+pub const SERVER_PREFIX: &str = "10.201.2.0/24";
 
 /// Namespaces and child pids alive in this process, for the signal handler: Ctrl-C must not leave
 /// namespaces or proxies behind.
@@ -178,6 +179,24 @@ impl BenchNet {
     pub fn set_congestion_control(&self, host: Host, name: &str) -> anyhow::Result<()> {
         let value = format!("net.ipv4.tcp_congestion_control={name}");
         self.run(host, "sysctl", &["-qw", &value])?;
+        Ok(())
+    }
+
+    /// Gives the router's routes to both subnets the `quickack` metric, so every socket in the
+    /// router that follows the main table (HAProxy's; midway's profiles use tables of their
+    /// own) ACKs each segment at once instead of delaying ACKs.
+    pub fn router_quick_acks(&self) -> anyhow::Result<()> {
+        for (prefix, end, src) in [
+            (CLIENT_PREFIX, "r0", ROUTER_CLIENT_SIDE),
+            (SERVER_PREFIX, "r1", ROUTER_SERVER_SIDE),
+        ] {
+            let (iface, src) = (self.iface(end), src.to_string());
+            let args = [
+                "route", "replace", prefix, "dev", &iface, "proto", "kernel", "scope", "link",
+                "src", &src, "quickack", "1",
+            ];
+            self.run(Host::Router, "ip", &args)?;
+        }
         Ok(())
     }
 

@@ -1,0 +1,98 @@
+//! The benchmark command end to end, as a user runs it, in its smallest form: every part
+//! (namespaces, iperf3, midway in both modes, spliced HAProxy, connection rate, idle memory)
+//! must produce figures, and the options that shape the run must reach the report. The figures
+//! themselves are not judged here: they are benchmark output, not test assertions.
+//!
+//! Ignored by default because it needs root, iperf3, HAProxy and the release build of
+//! `midway`; `scripts/test` runs it after the workspace tests have built that binary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn midway_binary() -> PathBuf {
+    match std::env::var_os("MIDWAY_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/midway"),
+    }
+}
+
+#[test]
+#[ignore = "needs root, iperf3, haproxy and target/release/midway; run with --ignored"]
+fn the_smallest_bench_run_reports_every_case() {
+    let out = tempfile::tempdir().unwrap();
+    let result = Command::new(env!("CARGO_BIN_EXE_midway-bench"))
+        .arg("--midway")
+        .arg(midway_binary())
+        .args([
+            "--cases",
+            "direct,midway-forward,midway-transparent,haproxy-splice",
+            "--streams",
+            "1",
+            "--seconds",
+            "1",
+            "--idle",
+            "50",
+            "--cps-seconds",
+            "1",
+            "--end-congestion-control",
+            "cubic",
+            "--router-congestion-control",
+            "reno",
+            "--router-quickack",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The bench names its namespaces after its process id.
+    let tag = format!("mwb{}", result.id());
+    let result = result.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(result.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("midway's profile `lan` on both segments")
+            && stdout.contains("congestion control cubic on the end hosts and reno for the router")
+            && stdout.contains("the router's routes with `quickack 1`"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("failed"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("bench.json")).unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    let cases: Vec<&str> = runs.iter().map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(
+        cases,
+        [
+            "direct",
+            "midway-forward",
+            "midway-transparent",
+            "haproxy-splice"
+        ]
+    );
+    for run in runs {
+        assert!(run["bytes"].as_u64().unwrap() > 0, "{run}");
+        if run["case"] != "direct" {
+            assert!(run["proxy_cpu_seconds"].as_f64().unwrap() > 0.0, "{run}");
+        }
+    }
+    for row in report["connection_rate"].as_array().unwrap() {
+        assert!(
+            row["connections_per_second"].as_f64().unwrap() > 0.0,
+            "{row}"
+        );
+        assert_eq!(row["failures"], 0, "{row}");
+    }
+    let idle = report["idle_memory"].as_array().unwrap();
+    assert_eq!(idle.len(), 3, "{idle:?}");
+    for row in idle {
+        assert_eq!(row["connections"], 50, "{row}");
+    }
+    // The bench removes what it made.
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let namespaces = String::from_utf8_lossy(&namespaces.stdout);
+    assert!(!namespaces.contains(&tag), "left behind: {namespaces}");
+}
