@@ -75,11 +75,12 @@ pub struct BenchOptions {
     /// TCP profile of both segments of every midway listener (a preset or a profile defined
     /// with `midway_proxy_extra`).
     pub midway_profile: String,
-    /// Default congestion control of the client and server namespaces; `None` keeps the
-    /// machine's (new namespaces inherit it).
+    /// Congestion control of the client's and server's sockets (a `congctl` route metric in
+    /// their namespaces); `None` keeps the machine's (new namespaces inherit it).
     pub end_congestion_control: Option<String>,
-    /// Default congestion control of the router namespace, which every proxy socket whose
-    /// configuration does not choose one gets (HAProxy's always); `None` keeps the machine's.
+    /// Congestion control of the router's sockets (a `congctl` route metric), which every proxy
+    /// socket whose configuration does not choose one gets (HAProxy's always); `None` keeps the
+    /// machine's.
     pub router_congestion_control: Option<String>,
     /// Give the router's own routes the `quickack` metric (HAProxy's sockets then ACK at once).
     pub router_quickack: bool,
@@ -167,9 +168,9 @@ pub struct BenchReport {
     pub proxy_threads: Option<u16>,
     /// midway's TCP profile on both segments.
     pub midway_profile: String,
-    /// Default congestion control of the end hosts (client and server namespaces).
+    /// Congestion control the end hosts' sockets start with (client and server namespaces).
     pub end_congestion_control: String,
-    /// Default congestion control of the router namespace (HAProxy's sockets get it).
+    /// Congestion control the router's sockets start with (HAProxy's get it).
     pub router_congestion_control: String,
     /// The router's routes carry `quickack 1`.
     pub router_quickack: bool,

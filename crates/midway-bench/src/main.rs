@@ -72,12 +72,15 @@ struct Args {
     /// runs midway with the kernel's settings, as HAProxy runs.
     #[arg(long, default_value = "lan")]
     midway_profile: String,
-    /// Default congestion control of the client and server namespaces (e.g. `cubic`). Unset:
-    /// the machine's, which new namespaces inherit; the report's header names it.
+    /// Congestion control of the client's and server's sockets (e.g. `cubic`), given as a
+    /// `congctl` metric on every route of their namespaces, so any congestion control the kernel
+    /// has works on a fresh machine. Unset: the machine's default, which new namespaces
+    /// inherit; the report's header names it.
     #[arg(long)]
     end_congestion_control: Option<String>,
-    /// Default congestion control of the router namespace: HAProxy's sockets get it, and
-    /// midway's when its profile leaves `congestion_control` unset. Unset: the machine's.
+    /// Congestion control of the router's sockets, as a `congctl` metric on its routes:
+    /// HAProxy's sockets get it, and midway's when its profile leaves `congestion_control`
+    /// unset. Unset: the machine's default.
     #[arg(long)]
     router_congestion_control: Option<String>,
     /// Adds `quickack 1` to the router namespace's routes, so HAProxy's sockets ACK every

@@ -174,34 +174,53 @@ impl BenchNet {
         Ok(())
     }
 
-    /// Sets the default congestion control of a host's namespace (`net.ipv4.tcp_congestion_control`):
-    /// every socket made there afterwards starts with it.
+    /// Gives every route of a host's main table the `congctl NAME` metric, so every TCP socket
+    /// there that follows those routes and does not pick its own congestion control (with
+    /// `TCP_CONGESTION`) starts with `name`: connected and accepted sockets alike.
+    ///
+    /// A route metric, not the namespace's `net.ipv4.tcp_congestion_control`: a child namespace
+    /// may make only a congestion control in the host's `tcp_allowed_congestion_control` its
+    /// default (on a fresh machine `reno bbr`), and widening that list would change the host.
+    /// A route's `congctl` is the namespace's own and needs no such permission.
     pub fn set_congestion_control(&self, host: Host, name: &str) -> anyhow::Result<()> {
-        let value = format!("net.ipv4.tcp_congestion_control={name}");
-        self.run(host, "sysctl", &["-qw", &value])?;
-        Ok(())
+        self.add_route_metric(host, "congctl", name)
     }
 
     /// Gives the router's routes to both subnets the `quickack` metric, so every socket in the
     /// router that follows the main table (HAProxy's; midway's profiles use tables of their
     /// own) ACKs each segment at once instead of delaying ACKs.
     pub fn router_quick_acks(&self) -> anyhow::Result<()> {
-        for (prefix, end, src) in [
-            (CLIENT_PREFIX, "r0", ROUTER_CLIENT_SIDE),
-            (SERVER_PREFIX, "r1", ROUTER_SERVER_SIDE),
-        ] {
-            let (iface, src) = (self.iface(end), src.to_string());
-            let args = [
-                "route", "replace", prefix, "dev", &iface, "proto", "kernel", "scope", "link",
-                "src", &src, "quickack", "1",
-            ];
-            self.run(Host::Router, "ip", &args)?;
+        self.add_route_metric(Host::Router, "quickack", "1")
+    }
+
+    /// Rewrites each route of the host's main table with `metric value` (replacing an earlier
+    /// value of the same metric, keeping the others).
+    fn add_route_metric(&self, host: Host, metric: &str, value: &str) -> anyhow::Result<()> {
+        let routes = self.run(host, "ip", &["-o", "route", "show", "table", "main"])?;
+        for route in routes.lines().filter(|l| !l.trim().is_empty()) {
+            let mut args = without_metric(route, metric);
+            args.extend([metric.to_string(), value.to_string()]);
+            let mut command: Vec<&str> = vec!["route", "replace"];
+            command.extend(args.iter().map(String::as_str));
+            self.run(host, "ip", &command)?;
         }
         Ok(())
     }
 
-    /// The default congestion control of a host's namespace.
+    /// The congestion control a new socket of this host starts with: the `congctl` of its
+    /// routes when they all carry the same one, else the namespace's default.
     pub fn congestion_control(&self, host: Host) -> anyhow::Result<String> {
+        let routes = self.run(host, "ip", &["-o", "route", "show", "table", "main"])?;
+        let per_route: Vec<Option<String>> = routes
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|route| route_metric(route, "congctl"))
+            .collect();
+        if let Some(Some(first)) = per_route.first() {
+            if per_route.iter().all(|cc| cc.as_ref() == Some(first)) {
+                return Ok(first.clone());
+            }
+        }
         let name = self.run(host, "sysctl", &["-n", "net.ipv4.tcp_congestion_control"])?;
         Ok(name.trim().to_string())
     }
@@ -324,6 +343,38 @@ fn terminate(mut child: Child, grace: Duration) {
     let _ = child.wait();
 }
 
+/// The words of a route as `ip -o route show` prints it, less one metric and its value (and
+/// iproute2's `lock` before it, if any).
+fn without_metric(route: &str, metric: &str) -> Vec<String> {
+    let words: Vec<&str> = route.split_whitespace().collect();
+    let mut kept = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        if words[i] == metric {
+            i += 2;
+            if words.get(i - 1) == Some(&"lock") {
+                i += 1;
+            }
+            continue;
+        }
+        kept.push(words[i].to_string());
+        i += 1;
+    }
+    kept
+}
+
+/// A metric's value in a route line, if the route carries it.
+fn route_metric(route: &str, metric: &str) -> Option<String> {
+    let mut words = route
+        .split_whitespace()
+        .skip_while(|w| *w != metric)
+        .skip(1);
+    match words.next()? {
+        "lock" => words.next().map(str::to_string),
+        value => Some(value.to_string()),
+    }
+}
+
 fn ip(args: &[&str]) -> anyhow::Result<()> {
     let output = Command::new("ip")
         .args(args)
@@ -337,4 +388,29 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metric_is_replaced_and_the_others_kept() {
+        let route = "10.201.1.0/24 dev mwb1r0 proto kernel scope link src 10.201.1.1 quickack 1 congctl bbr";
+        assert_eq!(
+            without_metric(route, "congctl").join(" "),
+            "10.201.1.0/24 dev mwb1r0 proto kernel scope link src 10.201.1.1 quickack 1"
+        );
+        assert_eq!(
+            without_metric("default via 10.201.1.1 dev c0 congctl lock reno", "congctl").join(" "),
+            "default via 10.201.1.1 dev c0"
+        );
+        assert_eq!(route_metric(route, "congctl").as_deref(), Some("bbr"));
+        assert_eq!(route_metric(route, "quickack").as_deref(), Some("1"));
+        assert_eq!(
+            route_metric("default via 1.2.3.4 dev x congctl lock reno", "congctl").as_deref(),
+            Some("reno")
+        );
+        assert_eq!(route_metric("default via 1.2.3.4 dev x", "congctl"), None);
+    }
 }
