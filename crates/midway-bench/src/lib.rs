@@ -22,7 +22,6 @@
 //! It prints figures; it asserts nothing. Every number comes from this run.
 
 pub mod netns;
-pub mod procstat;
 pub mod summary;
 pub mod workloads;
 
@@ -35,6 +34,7 @@ use anyhow::{bail, Context};
 use midway_proxy::sockmem::{machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
+use midway_sys::procfs;
 use netns::{BenchNet, Host, CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 pub use summary::{Spread, ThroughputSummary};
 
@@ -373,7 +373,10 @@ fn start_proxy(
         Case::Direct => return Ok(None),
         Case::MidwayForward | Case::MidwayTransparent => {
             let path = options.work_dir.join(format!("{}.toml", case.name()));
-            std::fs::write(&path, midway_config(case, &net.iface("r0"), options))?;
+            std::fs::write(
+                &path,
+                midway_config(case, net.iface(Host::Router, Host::Client), options),
+            )?;
             (
                 options.midway_bin.display().to_string(),
                 vec![
@@ -526,9 +529,9 @@ fn measure_throughput(
     let processes = streams
         .div_ceil(IPERF_MAX_STREAMS_PER_PROCESS)
         .clamp(1, IPERF_PROCESSES);
-    let cpu_before = proxy.map(|p| procstat::cpu_seconds(p.pid)).transpose()?;
+    let cpu_before = proxy.map(|p| procfs::cpu_seconds(p.pid)).transpose()?;
     let sampler = workloads::TcpMemorySampler::start(Duration::from_millis(250));
-    let machine_before = procstat::machine_busy_seconds()?;
+    let machine_before = procfs::machine_busy_seconds()?;
     let started = Instant::now();
     let mut children = Vec::new();
     for i in 0..processes {
@@ -563,10 +566,10 @@ fn measure_throughput(
         bits_per_second += bps;
         bytes += b;
     }
-    let machine_cpu = procstat::machine_busy_seconds()? - machine_before;
+    let machine_cpu = procfs::machine_busy_seconds()? - machine_before;
     let peak_tcp_bytes = sampler.stop();
     let cpu = match (proxy, cpu_before) {
-        (Some(p), Some(before)) => Some(procstat::cpu_seconds(p.pid)? - before),
+        (Some(p), Some(before)) => Some(procfs::cpu_seconds(p.pid)? - before),
         _ => None,
     };
     let pressure_bytes = KernelMemoryLimits::read()?.pressure_bytes;
@@ -597,7 +600,7 @@ fn measure_idle(
     proxy: &RunningProxy,
     count: usize,
 ) -> anyhow::Result<IdleMemoryRow> {
-    let rss_before = procstat::rss_bytes(proxy.pid)?;
+    let rss_before = procfs::rss_bytes(proxy.pid)?;
     let tcp_before = machine_tcp_memory_bytes()?;
     let holder = workloads::hold_idle_connections(
         net,
@@ -608,7 +611,7 @@ fn measure_idle(
     )?;
     // Let the proxy's allocator settle after the burst of accepts before reading its size.
     std::thread::sleep(Duration::from_millis(500));
-    let rss_after = procstat::rss_bytes(proxy.pid)?;
+    let rss_after = procfs::rss_bytes(proxy.pid)?;
     let tcp_after = machine_tcp_memory_bytes()?;
     drop(holder);
     Ok(IdleMemoryRow {

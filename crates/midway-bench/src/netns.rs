@@ -1,17 +1,20 @@
 //! The benchmark's network: client, router and server namespaces joined by plain veth pairs.
 //!
-//! Unlike the lab's topologies there is no emulated link here: the benchmark measures what the
-//! proxy itself costs, so the only thing between the hosts is the kernel's veth, with its offloads
-//! left on as an operator's gateway would have them.
+//! The hosts are a midway-labnet topology built with [`LinkMode::Plain`]: no emulated link, since
+//! the benchmark measures what the proxy itself costs, so the only thing between the hosts is the
+//! kernel's veth, with its offloads left on as an operator's gateway would have them. Naming,
+//! addressing, the children's process groups and the cleanup on signals are the lab's.
 
 use std::fs::File;
-use std::net::Ipv4Addr;
-use std::os::fd::AsFd;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-use nix::sched::{setns, CloneFlags};
+use midway_labnet::{
+    DirectionConfig, HostChild, HostSpec, LinkMode, LinkSpec, StackProfile, Topology, TopologySpec,
+};
 
 /// Which of the three hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,134 +24,98 @@ pub enum Host {
     Server,
 }
 
-/// Addresses are private to the namespaces this module creates; nothing leaves the machine.
-pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 2);
-pub const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
-pub const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 1);
-pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 2, 2);
-pub const CLIENT_PREFIX: &str = "10.201.1.0/24";
-pub const SERVER_PREFIX: &str = "10.201.2.0/24";
-
-/// Namespaces and child pids alive in this process, for the signal handler: Ctrl-C must not leave
-/// namespaces or proxies behind.
-static LIVE: std::sync::Mutex<(Vec<String>, Vec<u32>)> =
-    std::sync::Mutex::new((Vec::new(), Vec::new()));
-
-/// On SIGINT or SIGTERM: stop every child, delete every namespace, exit with 130.
-pub fn install_cleanup_on_signal() -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            let (namespaces, pids) = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-            for pid in pids {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            for ns in namespaces {
-                let _ = Command::new("ip").args(["netns", "delete", &ns]).status();
-            }
-            eprintln!("interrupted: benchmark network removed");
-            std::process::exit(130);
+impl Host {
+    /// The host's name in the lab topology.
+    pub fn name(self) -> &'static str {
+        match self {
+            Host::Client => "client",
+            Host::Router => "router",
+            Host::Server => "server",
         }
-    });
-    Ok(())
-}
-
-fn track(update: impl FnOnce(&mut (Vec<String>, Vec<u32>))) {
-    if let Ok(mut live) = LIVE.lock() {
-        update(&mut live);
     }
 }
 
-/// Three namespaces named after this process, removed on drop.
+/// The addresses midway-labnet gives the topology below (link 1 client-router is 10.0.1.0/24,
+/// link 2 router-server 10.0.2.0/24, end a .1 and end b .2). Private to the namespaces; nothing
+/// leaves the machine. [`BenchNet::build`] checks them against the built topology.
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+pub const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+pub const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
+pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+pub const CLIENT_PREFIX: &str = "10.0.1.0/24";
+pub const SERVER_PREFIX: &str = "10.0.2.0/24";
+
+/// SIGINT or SIGTERM stop every child and remove every namespace (midway-labnet's cleanup),
+/// then exit with 130.
+pub fn install_cleanup_on_signal() -> anyhow::Result<()> {
+    midway_labnet::install_cleanup_on_signal().context("cannot install the signal cleanup")
+}
+
+/// Client, router and server as a midway-labnet topology whose links are plain veth pairs (no
+/// emulator), removed on drop.
 pub struct BenchNet {
-    tag: String,
-    children: Vec<Child>,
+    topology: Topology,
+    children: Vec<HostChild>,
+}
+
+/// A thread running inside one of the hosts; [`InHost::join`] gives its result.
+pub enum InHost<T> {
+    Running(JoinHandle<std::io::Result<anyhow::Result<T>>>),
+    /// The namespace could not be entered; the closure never ran.
+    Failed(std::io::Error),
+}
+
+impl<T> InHost<T> {
+    /// Waits for the thread; `Err` only if it panicked.
+    pub fn join(self) -> std::thread::Result<anyhow::Result<T>> {
+        match self {
+            InHost::Running(handle) => handle.join().map(|entered| entered?),
+            InHost::Failed(error) => Ok(Err(error.into())),
+        }
+    }
+
+    /// Whether the thread has ended (a thread that never started has).
+    pub fn is_finished(&self) -> bool {
+        match self {
+            InHost::Running(handle) => handle.is_finished(),
+            InHost::Failed(_) => true,
+        }
+    }
 }
 
 impl BenchNet {
     pub fn build() -> anyhow::Result<BenchNet> {
-        let tag = format!("mwb{}", std::process::id());
+        let host = |name: &str| HostSpec {
+            name: name.into(),
+            stack: StackProfile::Modern,
+        };
+        let link = |a: &str, b: &str| LinkSpec {
+            a: a.into(),
+            b: b.into(),
+            a_to_b: DirectionConfig::default(),
+            b_to_a: DirectionConfig::default(),
+        };
+        let spec = TopologySpec {
+            hosts: vec![host("client"), host("router"), host("server")],
+            links: vec![link("client", "router"), link("router", "server")],
+        };
+        let topology =
+            Topology::build_with(&spec, &midway_labnet::fresh_tag(), 0, LinkMode::Plain)?;
         let net = BenchNet {
-            tag,
+            topology,
             children: Vec::new(),
         };
-        for host in [Host::Client, Host::Router, Host::Server] {
-            ip(&["netns", "add", &net.ns(host)])?;
-            let ns = net.ns(host);
-            track(|live| live.0.push(ns));
-            net.run(host, "ip", &["link", "set", "lo", "up"])?;
+        for (host, neighbour, expected) in [
+            (Host::Client, Host::Router, CLIENT_ADDR),
+            (Host::Router, Host::Client, ROUTER_CLIENT_SIDE),
+            (Host::Router, Host::Server, ROUTER_SERVER_SIDE),
+            (Host::Server, Host::Router, SERVER_ADDR),
+        ] {
+            let addr = net.topology.try_addr(host.name(), neighbour.name())?;
+            if addr != IpAddr::V4(expected) {
+                bail!("the lab gave {host:?} {addr} towards {neighbour:?}, the bench expects {expected}");
+            }
         }
-        let (c0, r0, r1, s0) = (
-            net.iface("c0"),
-            net.iface("r0"),
-            net.iface("r1"),
-            net.iface("s0"),
-        );
-        ip(&[
-            "link",
-            "add",
-            &c0,
-            "netns",
-            &net.ns(Host::Client),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &r0,
-            "netns",
-            &net.ns(Host::Router),
-        ])?;
-        ip(&[
-            "link",
-            "add",
-            &r1,
-            "netns",
-            &net.ns(Host::Router),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &s0,
-            "netns",
-            &net.ns(Host::Server),
-        ])?;
-        let plan: [(Host, &str, String); 4] = [
-            (Host::Client, &c0, format!("{CLIENT_ADDR}/24")),
-            (Host::Router, &r0, format!("{ROUTER_CLIENT_SIDE}/24")),
-            (Host::Router, &r1, format!("{ROUTER_SERVER_SIDE}/24")),
-            (Host::Server, &s0, format!("{SERVER_ADDR}/24")),
-        ];
-        for (host, iface, addr) in &plan {
-            net.run(*host, "ip", &["addr", "add", addr, "dev", iface])?;
-            net.run(*host, "ip", &["link", "set", iface, "up"])?;
-        }
-        net.run(
-            Host::Client,
-            "ip",
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                &ROUTER_CLIENT_SIDE.to_string(),
-            ],
-        )?;
-        net.run(
-            Host::Server,
-            "ip",
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                &ROUTER_SERVER_SIDE.to_string(),
-            ],
-        )?;
-        net.run(Host::Router, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         // Thousands of short connections per second would run out of ephemeral ports otherwise.
         for host in [Host::Client, Host::Router] {
             net.run(
@@ -225,18 +192,9 @@ impl BenchNet {
         Ok(name.trim().to_string())
     }
 
-    pub fn ns(&self, host: Host) -> String {
-        let suffix = match host {
-            Host::Client => "c",
-            Host::Router => "r",
-            Host::Server => "s",
-        };
-        format!("{}{suffix}", self.tag)
-    }
-
-    /// Interface names carry the tag too, so two benchmarks never collide.
-    pub fn iface(&self, end: &str) -> String {
-        format!("{}{end}", self.tag)
+    /// The interface of `host` that faces `neighbour`.
+    pub fn iface(&self, host: Host, neighbour: Host) -> &str {
+        self.topology.iface(host.name(), neighbour.name())
     }
 
     /// Runs a command inside a host and fails with its stderr when it fails.
@@ -257,14 +215,13 @@ impl BenchNet {
     }
 
     pub fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns(host), program])
-            .args(args);
+        let mut cmd = self.topology.command(host.name(), program);
+        cmd.args(args);
         cmd
     }
 
-    /// Starts a long-running program in a host; it is killed when the network is dropped or when
-    /// [`BenchNet::stop`] is called with its pid.
+    /// Starts a long-running program in a host; it is stopped when the network is dropped or when
+    /// [`BenchNet::stop`] is called with its pid, and killed by the signal cleanup.
     pub fn spawn(
         &mut self,
         host: Host,
@@ -272,26 +229,32 @@ impl BenchNet {
         args: &[&str],
         log: Option<File>,
     ) -> anyhow::Result<u32> {
-        let mut cmd = self.command(host, program, args);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null());
         match log {
             Some(file) => cmd.stderr(file),
             None => cmd.stderr(Stdio::null()),
         };
-        let child = cmd
-            .spawn()
+        let child = self
+            .topology
+            .spawn(host.name(), cmd)
             .with_context(|| format!("cannot start {program}"))?;
         let pid = child.id();
-        track(|live| live.1.push(pid));
         self.children.push(child);
         Ok(pid)
     }
 
-    /// SIGTERM, then SIGKILL after a grace period.
+    /// SIGTERM, then SIGKILL to its process group if it has not exited within 3 s (a proxy gets
+    /// the time to drain).
     pub fn stop(&mut self, pid: u32) {
         if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
-            let child = self.children.swap_remove(pos);
-            terminate(child, Duration::from_secs(3));
+            let mut child = self.children.swap_remove(pos);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait_timeout(Duration::from_secs(3));
+            // Dropping the handle stops whatever is left of its process group.
         }
     }
 
@@ -300,47 +263,21 @@ impl BenchNet {
         &self,
         host: Host,
         f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-    ) -> std::thread::JoinHandle<anyhow::Result<T>> {
-        let path = format!("/run/netns/{}", self.ns(host));
-        std::thread::spawn(move || {
-            let file = File::open(&path).with_context(|| format!("cannot open {path}"))?;
-            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).context("setns")?;
-            f()
-        })
+    ) -> InHost<T> {
+        let path = self.topology.netns_path(host.name());
+        match midway_sys::netns::spawn_in(&path, f) {
+            Ok(handle) => InHost::Running(handle),
+            Err(error) => InHost::Failed(error),
+        }
     }
 }
 
 impl Drop for BenchNet {
     fn drop(&mut self) {
-        for child in self.children.drain(..) {
-            terminate(child, Duration::from_secs(3));
-        }
-        for host in [Host::Client, Host::Router, Host::Server] {
-            // Deleting the namespace removes its veth ends too.
-            let ns = self.ns(host);
-            let _ = Command::new("ip")
-                .args(["netns", "delete", &ns])
-                .stderr(Stdio::null())
-                .status();
-            track(|live| live.0.retain(|n| *n != ns));
-        }
+        // Children first (each handle stops its process group), then the topology's own drop
+        // removes the namespaces and with them the veths.
+        self.children.clear();
     }
-}
-
-fn terminate(mut child: Child, grace: Duration) {
-    let id = child.id();
-    track(|live| live.1.retain(|p| *p != id));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The words of a route as `ip -o route show` prints it, less one metric and its value (and
@@ -373,21 +310,6 @@ fn route_metric(route: &str, metric: &str) -> Option<String> {
         "lock" => words.next().map(str::to_string),
         value => Some(value.to_string()),
     }
-}
-
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .context("cannot run ip")?;
-    if !output.status.success() {
-        bail!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 
 use midway_proxy::sockmem::machine_tcp_memory_bytes;
 
-use crate::netns::{BenchNet, Host};
+use crate::netns::{BenchNet, Host, InHost};
 
 /// Connect from the client host until `addr` accepts, or fail after `limit`.
 pub fn wait_until_accepting(
@@ -53,7 +53,7 @@ fn listen_with_backlog(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 /// connection-rate test.
 pub struct CloseServer {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<anyhow::Result<()>>,
+    thread: InHost<()>,
 }
 
 pub fn start_close_server(net: &BenchNet, addr: SocketAddr) -> anyhow::Result<CloseServer> {
@@ -196,7 +196,7 @@ pub fn parse_iperf_json(stdout: &[u8]) -> anyhow::Result<(f64, u64)> {
 /// Idle split connections held open until dropped.
 pub struct IdleConnections {
     release: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<anyhow::Result<usize>>>,
+    threads: Vec<InHost<usize>>,
 }
 
 impl Drop for IdleConnections {

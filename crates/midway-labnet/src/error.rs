@@ -63,7 +63,7 @@ pub enum LabNetError {
     EnterNamespace {
         path: PathBuf,
         #[source]
-        source: nix::Error,
+        source: std::io::Error,
     },
     #[error("link #{index} ({a} -> {b}) is configured wrongly")]
     InvalidLinkConfig {

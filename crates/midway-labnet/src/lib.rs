@@ -20,6 +20,9 @@
 //! Programs spawned in a host ([`Topology::spawn_with`]) may get a hosts file of their own as
 //! `/etc/hosts` ([`SpawnOptions`], [`hosts_file_text`]), so lab names resolve without a resolver.
 //!
+//! [`Topology::build_with`] and [`LinkMode::Plain`] make the same hosts, addresses and routes with
+//! each link a plain veth pair from host to host and no emulator: the proxy benchmark's network.
+//!
 //! [`selftest`] checks the emulated links against their configuration with real traffic.
 
 mod cleanup;
@@ -47,4 +50,6 @@ pub use stack::{
     LEGACY_RTO_MIN_MS,
 };
 pub use sys::NETNS_DIR;
-pub use topology::{fresh_tag, link_seed, HostChild, SpawnOptions, Topology, MTU};
+pub use topology::{
+    fresh_tag, link_seed, tag_prefix_of_process, HostChild, LinkMode, SpawnOptions, Topology, MTU,
+};

@@ -3,7 +3,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
+
+use midway_sys::tcp_info::tcp_stats;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -58,48 +60,6 @@ pub fn udp_socket_in(
         .map_err(measure_err(host))
 }
 
-/// The fields of `struct tcp_info` this crate reads, taken from the kernel's layout by offset
-/// (libc's struct lags behind the kernel; fields missing in an older kernel read as `None`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcpInfoLite {
-    pub snd_mss: u32,
-    pub total_retrans: u32,
-    /// The peer's advertised receive window (kernel >= 6.2).
-    pub snd_wnd: Option<u32>,
-    /// The window this socket advertises (kernel >= 6.10).
-    pub rcv_wnd: Option<u32>,
-}
-
-/// Reads TCP_INFO of a socket.
-pub fn tcp_info(socket: &impl AsRawFd) -> std::io::Result<TcpInfoLite> {
-    let mut buf = [0u8; 512];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: buf is writable for len bytes; the kernel writes at most len and updates it.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let len = len as usize;
-    let u32_at = |offset: usize| {
-        (offset + 4 <= len)
-            .then(|| u32::from_ne_bytes(buf[offset..offset + 4].try_into().expect("4 bytes")))
-    };
-    Ok(TcpInfoLite {
-        snd_mss: u32_at(16).unwrap_or(0),
-        total_retrans: u32_at(100).unwrap_or(0),
-        snd_wnd: u32_at(228),
-        rcv_wnd: u32_at(232),
-    })
-}
-
 /// See [`Topology::advertised_window`].
 pub(crate) fn advertised_window(
     topology: &Topology,
@@ -130,7 +90,7 @@ pub(crate) fn advertised_window(
             break;
         }
         sender.write_all(&chunk).map_err(measure_err(neighbour))?;
-        let info = tcp_info(&sender).map_err(measure_err(neighbour))?;
+        let info = tcp_stats(sender.as_fd()).map_err(measure_err(neighbour))?;
         widest = widest.max(info.snd_wnd.unwrap_or(0));
     }
     sender
@@ -140,7 +100,7 @@ pub(crate) fn advertised_window(
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
         .map_err(measure_err(host))?;
-    let info = tcp_info(&sender).map_err(measure_err(neighbour))?;
+    let info = tcp_stats(sender.as_fd()).map_err(measure_err(neighbour))?;
     widest = widest.max(info.snd_wnd.unwrap_or(0));
     if received != 64 * 1024 || widest == 0 {
         return Err(LabNetError::Selftest(format!(

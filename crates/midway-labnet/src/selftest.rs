@@ -18,10 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::LabNetError;
-use crate::probe::{tcp_info, tcp_listener_in, udp_socket_in};
+use crate::probe::{tcp_listener_in, udp_socket_in};
 use crate::spec::{HostSpec, LinkSpec, StackProfile, TopologySpec};
 use crate::topology::{fresh_tag, Topology, MTU};
 use midway_linkemu::{DirectionConfig, LossModel, QueueLimit};
+use midway_sys::tcp_info::tcp_stats;
+use std::os::fd::AsFd;
 
 /// Ethernet header bytes the emulator counts in each frame.
 const ETH_HEADER: u64 = 14;
@@ -583,7 +585,7 @@ fn measure_goodput(
         while start.elapsed() < duration {
             sender.write_all(&chunk).map_err(measure_err("b"))?;
         }
-        let info = tcp_info(&sender).map_err(measure_err("b"))?;
+        let info = tcp_stats(sender.as_fd()).map_err(measure_err("b"))?;
         sender
             .shutdown(std::net::Shutdown::Write)
             .map_err(measure_err("b"))?;

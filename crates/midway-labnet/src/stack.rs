@@ -88,7 +88,7 @@ fn fresh_defaults() -> Result<&'static [(&'static str, String)], LabNetError> {
         // This thread alone moves to a new, empty namespace, which is freed when it exits.
         unshare(CloneFlags::CLONE_NEWNET).map_err(|source| LabNetError::EnterNamespace {
             path: "(new namespace)".into(),
-            source,
+            source: source.into(),
         })?;
         KEYS.iter()
             .map(|&k| Ok((k, sys::read_sysctl(k)?)))

@@ -3,21 +3,13 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nix::sched::{setns, CloneFlags};
-
 use crate::error::LabNetError;
 
-/// Where `ip netns` keeps its namespace handles.
-pub const NETNS_DIR: &str = "/run/netns";
-
-pub fn netns_path(name: &str) -> PathBuf {
-    Path::new(NETNS_DIR).join(name)
-}
+pub use midway_sys::netns::{netns_path, NETNS_DIR};
 
 /// Runs a command to completion; a non-zero exit becomes `CommandFailed` with its stderr.
 pub fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetError> {
@@ -102,29 +94,10 @@ pub fn in_netns<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, LabNetError> {
-    let file = fs::File::open(path)
-        .map_err(|e| LabNetError::io("cannot open network namespace", path, e))?;
-    let owned_path = path.to_path_buf();
-    let handle = std::thread::Builder::new()
-        .name("labnet-in-host".into())
-        .spawn(move || {
-            // setns affects only this thread; it ends when f returns, so no other code runs here.
-            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|source| {
-                LabNetError::EnterNamespace {
-                    path: owned_path,
-                    source,
-                }
-            })?;
-            Ok(f())
-        })
-        .map_err(|source| LabNetError::Spawn {
-            program: "thread".into(),
-            source,
-        })?;
-    match handle.join() {
-        Ok(result) => result,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    midway_sys::netns::run_in(path, f).map_err(|source| LabNetError::EnterNamespace {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Writes a sysctl of the calling thread's network namespace (`/proc/sys/net/...` follows the

@@ -26,12 +26,27 @@ use crate::sys;
 /// Every host and link interface uses this MTU.
 pub const MTU: u32 = 1500;
 
+/// How a topology's links are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinkMode {
+    /// Each link is a namespace of its own between the two hosts, where midway's emulator shapes
+    /// the traffic per direction as the link's configuration says; offloads are off, so every
+    /// packet is one frame. The lab's experiments.
+    #[default]
+    Emulated,
+    /// Each link is one veth pair straight from host to host, offloads left on as a gateway's
+    /// interfaces have them, and the links' direction configurations are not used: what lies
+    /// between the hosts is only the kernel. The proxy benchmark, which measures the proxy.
+    Plain,
+}
+
 /// A live topology. Dropping it tears everything down (emulator threads, processes left in its
 /// hosts, namespaces and with them the veth pairs); [`Topology::teardown`] does the same and
 /// reports errors.
 pub struct Topology {
     id: u64,
     tag: String,
+    mode: LinkMode,
     plan: Plan,
     link_seeds: Vec<u64>,
     emulators: Vec<Option<LinkHandle>>,
@@ -67,7 +82,7 @@ pub fn link_seed(seed: u64, index: usize) -> u64 {
 pub fn fresh_tag() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let pid = base36(std::process::id());
+    let pid = tag_prefix_of_process(std::process::id());
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{pid}{}", base36(n));
@@ -76,6 +91,26 @@ pub fn fresh_tag() -> String {
             return tag;
         }
     }
+}
+
+/// The namespaces a topology is made of: one per host, and with emulated links one per link.
+fn namespaces_of(plan: &Plan, mode: LinkMode) -> Vec<String> {
+    let links = plan
+        .links
+        .iter()
+        .filter(|_| mode == LinkMode::Emulated)
+        .map(|l| l.netns.clone());
+    plan.hosts
+        .iter()
+        .map(|h| h.netns.clone())
+        .chain(links)
+        .collect()
+}
+
+/// The start of every tag [`fresh_tag`] makes in process `pid`, so a test can find the namespaces
+/// a process it ran left behind (`mw` + this prefix + more tag characters).
+pub fn tag_prefix_of_process(pid: u32) -> String {
+    base36(pid)
 }
 
 fn base36(mut n: u32) -> String {
@@ -98,14 +133,19 @@ impl Topology {
     /// live topology give `NameTaken`. `tag` (a-z, 0-9, at most 12 characters) goes into every name so topologies
     /// run side by side; `seed` is the source of every link's emulator seed.
     pub fn build(spec: &TopologySpec, tag: &str, seed: u64) -> Result<Topology, LabNetError> {
+        Self::build_with(spec, tag, seed, LinkMode::Emulated)
+    }
+
+    /// [`Topology::build`] with the links made as `mode` says.
+    pub fn build_with(
+        spec: &TopologySpec,
+        tag: &str,
+        seed: u64,
+        mode: LinkMode,
+    ) -> Result<Topology, LabNetError> {
         let plan = spec::plan(spec, tag)?;
         cleanup::require_root()?;
-        let names: Vec<String> = plan
-            .hosts
-            .iter()
-            .map(|h| h.netns.clone())
-            .chain(plan.links.iter().map(|l| l.netns.clone()))
-            .collect();
+        let names = namespaces_of(&plan, mode);
         let taken = |names: &[String]| names.iter().find(|n| sys::netns_path(n).exists()).cloned();
         if let Some(name) = taken(&names) {
             // A crashed run with the same tag (pids are reused) is cleaned up; a live one is not.
@@ -130,6 +170,7 @@ impl Topology {
         let mut topology = Topology {
             id,
             tag: tag.to_owned(),
+            mode,
             link_seeds: (0..plan.links.len()).map(|i| link_seed(seed, i)).collect(),
             emulators: Vec::new(),
             plan,
@@ -143,17 +184,11 @@ impl Topology {
     fn create(&mut self, spec: &TopologySpec) -> Result<(), LabNetError> {
         let plan = &self.plan;
         let started = Instant::now();
-        let mut root = Vec::new();
-        for name in plan
-            .hosts
-            .iter()
-            .map(|h| &h.netns)
-            .chain(plan.links.iter().map(|l| &l.netns))
-        {
-            root.push(format!("netns add {name}"));
-        }
+        let names = namespaces_of(plan, self.mode);
+        let root: Vec<String> = names.iter().map(|n| format!("netns add {n}")).collect();
         sys::ip_batch(None, &root)?;
-        for link in &plan.links {
+        let emulated = self.mode == LinkMode::Emulated;
+        for link in plan.links.iter().filter(|_| emulated) {
             // No IPv6 on the emulator's interfaces: nothing but forwarded frames must cross them.
             sys::in_netns(
                 &sys::netns_path(&link.netns),
@@ -189,15 +224,29 @@ impl Topology {
         }
         let mut veths = Vec::new();
         for link in &plan.links {
-            for (end, peer) in [(&link.a, LINK_PEER_A), (&link.b, LINK_PEER_B)] {
+            let (a_netns, b_netns) = (
+                &plan.hosts[link.a.host].netns,
+                &plan.hosts[link.b.host].netns,
+            );
+            if emulated {
+                for (end, netns, peer) in [
+                    (&link.a, a_netns, LINK_PEER_A),
+                    (&link.b, b_netns, LINK_PEER_B),
+                ] {
+                    veths.push(format!(
+                        "link add {} mtu {MTU} netns {netns} type veth peer name {peer} mtu {MTU} netns {}",
+                        end.iface, link.netns
+                    ));
+                }
+            } else {
                 veths.push(format!(
-                    "link add {} mtu {MTU} netns {} type veth peer name {peer} mtu {MTU} netns {}",
-                    end.iface, plan.hosts[end.host].netns, link.netns
+                    "link add {} mtu {MTU} netns {a_netns} type veth peer name {} mtu {MTU} netns {b_netns}",
+                    link.a.iface, link.b.iface
                 ));
             }
         }
         sys::ip_batch(None, &veths)?;
-        for link in &plan.links {
+        for link in plan.links.iter().filter(|_| emulated) {
             sys::offloads_off(&link.netns, LINK_PEER_A)?;
             sys::offloads_off(&link.netns, LINK_PEER_B)?;
             sys::offloads_off(&plan.hosts[link.a.host].netns, &link.a.iface)?;
@@ -229,7 +278,15 @@ impl Topology {
         for (name, stack) in stacks {
             self.apply_stack(&name, stack)?;
         }
-        for (l, (link, link_spec)) in self.plan.links.iter().zip(&spec.links).enumerate() {
+        let links_to_emulate = if emulated { self.plan.links.len() } else { 0 };
+        for (l, (link, link_spec)) in self
+            .plan
+            .links
+            .iter()
+            .zip(&spec.links)
+            .enumerate()
+            .take(links_to_emulate)
+        {
             let handle = spawn_link(
                 &sys::netns_path(&link.netns),
                 LINK_PEER_A,
@@ -538,13 +595,7 @@ impl Topology {
         for handle in self.emulators.iter_mut().filter_map(Option::take) {
             handle.stop();
         }
-        let names: Vec<String> = self
-            .plan
-            .hosts
-            .iter()
-            .map(|h| h.netns.clone())
-            .chain(self.plan.links.iter().map(|l| l.netns.clone()))
-            .collect();
+        let names = namespaces_of(&self.plan, self.mode);
         let result = cleanup::remove_namespaces(&names, Duration::from_secs(2));
         cleanup::unregister_topology(self.id);
         cleanup::release_tag(&self.tag);

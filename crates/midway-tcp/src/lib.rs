@@ -58,7 +58,8 @@
 
 pub mod apply;
 pub mod bufrule;
-pub mod info;
+/// `tcp_info` read back from a live socket (kept at this path for the crates that read it here).
+pub use midway_sys::tcp_info as info;
 pub mod profile;
 pub mod routes;
 pub mod verify;
