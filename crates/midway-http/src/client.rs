@@ -277,63 +277,93 @@ impl HttpProxy {
         async move {
             let (read_half, write_half) = client.into_split();
             let (slot_tx, slot_rx) = mpsc::channel(self.config.client.max_pipelined);
-            let counters = Arc::new(Counters::default());
-            let outstanding = Arc::new(AtomicUsize::new(0));
-            let stop = cancel.child_token();
-            let fetches = TaskTracker::new();
-            let reader = self.read_requests(
+            let conn = ClientConn {
+                proxy: self.clone(),
+                connect: connect_upstream,
+                counters: Counters::default(),
+                outstanding: AtomicUsize::new(0),
+                stop: cancel.child_token(),
+                fetches: TaskTracker::new(),
+            };
+            let reader = RequestReader {
+                conn: &conn,
                 read_half,
+                buf: BytesMut::with_capacity(self.config.chunk_bytes),
                 slot_tx,
-                counters.clone(),
-                outstanding.clone(),
-                connect_upstream.clone(),
-                stop.clone(),
-                fetches.clone(),
-            );
-            let writer = self.write_responses(
+            };
+            let writer = ResponseWriter {
+                conn: &conn,
                 write_half,
                 slot_rx,
-                counters.clone(),
-                outstanding,
-                connect_upstream,
-                stop.clone(),
-            );
-            let (read_result, write_result) = tokio::join!(reader, async {
-                let result = writer.await;
+            };
+            let (read_result, write_result) = tokio::join!(reader.run(), async {
+                let result = writer.run().await;
                 // The writer is done (close requested, client gone or error): stop reading too.
-                stop.cancel();
+                conn.stop.cancel();
                 result
             });
             // Fetch tasks end with their response or when `stop` fires; none outlives the client.
-            fetches.close();
-            fetches.wait().await;
+            conn.fetches.close();
+            conn.fetches.wait().await;
             read_result?;
             write_result?;
-            Ok(ClientReport {
-                requests: counters.requests.load(Ordering::Relaxed),
-                rejected: counters.rejected.load(Ordering::Relaxed),
-                tunnels: counters.tunnels.load(Ordering::Relaxed),
-                bytes_to_client: counters.bytes_to_client.load(Ordering::Relaxed),
-                bytes_from_client: counters.bytes_from_client.load(Ordering::Relaxed),
-            })
+            Ok(conn.counters.report())
         }
         .instrument(span)
         .await
     }
+}
 
+impl Counters {
+    fn report(&self) -> ClientReport {
+        ClientReport {
+            requests: self.requests.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            tunnels: self.tunnels.load(Ordering::Relaxed),
+            bytes_to_client: self.bytes_to_client.load(Ordering::Relaxed),
+            bytes_from_client: self.bytes_from_client.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What one client connection carries through its life, shared by its two sides (the
+/// [`RequestReader`] and the [`ResponseWriter`], which run concurrently in the connection's
+/// task and its span) and handed, by clone, to the fetch tasks.
+struct ClientConn {
+    /// Config, upstream pool, cache and metrics.
+    proxy: Arc<HttpProxy>,
+    connect: ConnectUpstream,
+    counters: Counters,
+    /// Responses queued but not fully written (the idle timeout pauses while any are).
+    outstanding: AtomicUsize,
+    /// Fires when the connection ends (writer done or the server stopping).
+    stop: CancellationToken,
+    fetches: TaskTracker,
+}
+
+/// The client-to-proxy side: parses requests, queues their slots, forwards request bodies.
+struct RequestReader<'c> {
+    conn: &'c ClientConn,
+    read_half: OwnedReadHalf,
+    /// Client bytes read but not yet consumed.
+    buf: BytesMut,
+    slot_tx: mpsc::Sender<Slot>,
+}
+
+/// The proxy-to-client side: writes responses in request order, then maybe a tunnel.
+struct ResponseWriter<'c> {
+    conn: &'c ClientConn,
+    write_half: OwnedWriteHalf,
+    slot_rx: mpsc::Receiver<Slot>,
+}
+
+impl RequestReader<'_> {
     /// Reads more client bytes; `Ok(0)` on EOF. `None` when the connection should end
     /// (stop requested or the applicable timeout passed).
-    async fn read_more(
-        &self,
-        read_half: &mut OwnedReadHalf,
-        buf: &mut BytesMut,
-        counters: &Counters,
-        outstanding: &AtomicUsize,
-        wait: ReadWait,
-        stop: &CancellationToken,
-    ) -> Option<std::io::Result<usize>> {
-        let limits = &self.config.client;
-        buf.reserve(self.config.chunk_bytes);
+    async fn read_more(&mut self, wait: ReadWait) -> Option<std::io::Result<usize>> {
+        let conn = self.conn;
+        let limits = &conn.proxy.config.client;
+        self.buf.reserve(conn.proxy.config.chunk_bytes);
         // Bounded: each round either reads or waits out one full timeout period.
         for _ in 0..u32::MAX {
             let deadline = match wait {
@@ -343,15 +373,15 @@ impl HttpProxy {
                 }
             };
             tokio::select! {
-                _ = stop.cancelled() => return None,
-                result = read_half.read_buf(buf) => {
+                _ = conn.stop.cancelled() => return None,
+                result = self.read_half.read_buf(&mut self.buf) => {
                     if let Ok(read) = result {
-                        counters.bytes_from_client.fetch_add(read as u64, Ordering::Relaxed);
+                        conn.counters.bytes_from_client.fetch_add(read as u64, Ordering::Relaxed);
                     }
                     return Some(result);
                 }
                 _ = tokio::time::sleep_until(deadline.into()) => {
-                    let waiting_for_us = outstanding.load(Ordering::Acquire) > 0;
+                    let waiting_for_us = conn.outstanding.load(Ordering::Acquire) > 0;
                     if wait != ReadWait::BetweenRequests || !waiting_for_us {
                         return None;
                     }
@@ -362,19 +392,10 @@ impl HttpProxy {
         None
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn read_requests(
-        self: &Arc<Self>,
-        mut read_half: OwnedReadHalf,
-        slot_tx: mpsc::Sender<Slot>,
-        counters: Arc<Counters>,
-        outstanding: Arc<AtomicUsize>,
-        connect: ConnectUpstream,
-        stop: CancellationToken,
-        fetches: TaskTracker,
-    ) -> Result<(), HttpError> {
-        let limits = &self.config.client;
-        let mut buf = BytesMut::with_capacity(self.config.chunk_bytes);
+    async fn run(mut self) -> Result<(), HttpError> {
+        let conn = self.conn;
+        let proxy = &conn.proxy;
+        let limits = &proxy.config.client;
         let mut bucket = TokenBucket::new(
             limits.requests_per_second,
             limits.request_burst,
@@ -383,83 +404,56 @@ impl HttpProxy {
         let mut last_done: Option<oneshot::Receiver<()>> = None;
         loop {
             // Read one request head.
-            let mut wait = if buf.is_empty() {
+            let mut wait = if self.buf.is_empty() {
                 ReadWait::BetweenRequests
             } else {
                 ReadWait::HeadStartedAt(Instant::now())
             };
             let head = loop {
-                match parse_request(&buf, limits.max_header_bytes) {
+                match parse_request(&self.buf, limits.max_header_bytes) {
                     Ok(Parsed::Complete(head, len)) => {
-                        let _ = buf.split_to(len);
+                        let _ = self.buf.split_to(len);
                         break head;
                     }
-                    Ok(Parsed::Partial) => {
-                        match self
-                            .read_more(
-                                &mut read_half,
-                                &mut buf,
-                                &counters,
-                                &outstanding,
-                                wait,
-                                &stop,
-                            )
-                            .await
-                        {
-                            None => return Ok(()),
-                            Some(Ok(0)) => return Ok(()),
-                            Some(Ok(_)) => {
-                                if wait == ReadWait::BetweenRequests {
-                                    wait = ReadWait::HeadStartedAt(Instant::now());
-                                }
+                    Ok(Parsed::Partial) => match self.read_more(wait).await {
+                        None => return Ok(()),
+                        Some(Ok(0)) => return Ok(()),
+                        Some(Ok(_)) => {
+                            if wait == ReadWait::BetweenRequests {
+                                wait = ReadWait::HeadStartedAt(Instant::now());
                             }
-                            Some(Err(e)) => return Err(HttpError::ClientIo(e)),
                         }
-                    }
+                        Some(Err(e)) => return Err(HttpError::ClientIo(e)),
+                    },
                     Err(error) => {
                         debug!(%error, "rejecting request head");
-                        counters.requests.fetch_add(1, Ordering::Relaxed);
-                        return self
-                            .reject(
-                                head_error_status(&error),
-                                &slot_tx,
-                                &counters,
-                                &outstanding,
-                                read_half,
-                            )
-                            .await;
+                        conn.counters.requests.fetch_add(1, Ordering::Relaxed);
+                        return self.reject(head_error_status(&error)).await;
                     }
                 }
             };
-            counters.requests.fetch_add(1, Ordering::Relaxed);
-            self.metrics.requests.inc();
+            conn.counters.requests.fetch_add(1, Ordering::Relaxed);
+            proxy.metrics.requests.inc();
             if !bucket.try_take(Instant::now()) {
-                return self
-                    .reject(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        &slot_tx,
-                        &counters,
-                        &outstanding,
-                        read_half,
-                    )
-                    .await;
+                return self.reject(StatusCode::TOO_MANY_REQUESTS).await;
             }
             if head.method == Method::CONNECT {
-                outstanding.fetch_add(1, Ordering::AcqRel);
+                conn.outstanding.fetch_add(1, Ordering::AcqRel);
                 let slot = Slot::Tunnel {
                     head: Box::new(head),
-                    read_half,
-                    leftover: buf,
+                    read_half: self.read_half,
+                    leftover: self.buf,
                 };
                 // The writer takes over both directions once earlier responses are out.
-                let _ = slot_tx.send(slot).await;
+                let _ = self.slot_tx.send(slot).await;
                 return Ok(());
             }
 
-            let (parts_tx, parts_rx) = mpsc::channel(self.config.response_buffer_chunks);
+            let (parts_tx, parts_rx) = mpsc::channel(proxy.config.response_buffer_chunks);
             let (done_tx, done_rx) = oneshot::channel();
-            outstanding.fetch_add(1, Ordering::AcqRel);
-            if slot_tx
+            conn.outstanding.fetch_add(1, Ordering::AcqRel);
+            if self
+                .slot_tx
                 .send(Slot::Response {
                     parts: parts_rx,
                     done: done_tx,
@@ -483,35 +477,24 @@ impl HttpProxy {
                 let (tx, rx) = mpsc::channel(2);
                 (Some(tx), Some(rx))
             };
-            let proxy = self.clone();
+            let fetch_proxy = proxy.clone();
             let sink = ClientSink {
                 tx: parts_tx,
                 head_sent: false,
             };
-            let connect_for_fetch = connect.clone();
-            let fetch_stop = stop.clone();
-            fetches.spawn(
+            let connect_for_fetch = conn.connect.clone();
+            let fetch_stop = conn.stop.clone();
+            conn.fetches.spawn(
                 async move {
                     tokio::select! {
                         _ = fetch_stop.cancelled() => {}
-                        _ = proxy.fetch(head, body_rx, sink, wait_for, connect_for_fetch) => {}
+                        _ = fetch_proxy.fetch(head, body_rx, sink, wait_for, connect_for_fetch) => {}
                     }
                 }
                 .in_current_span(),
             );
             if let Some(body_tx) = body_tx {
-                if let Err(error) = self
-                    .forward_request_body(
-                        &mut read_half,
-                        &mut buf,
-                        body_kind,
-                        &body_tx,
-                        &counters,
-                        &outstanding,
-                        &stop,
-                    )
-                    .await
-                {
+                if let Err(error) = self.forward_request_body(body_kind, &body_tx).await {
                     debug!(%error, "request body failed; closing after the queued responses");
                     return Ok(());
                 }
@@ -524,20 +507,15 @@ impl HttpProxy {
 
     /// Queues a proxy-made error response, then drains (bounded) what the client still sends
     /// so the close is clean (no reset that could destroy the response in flight).
-    async fn reject(
-        &self,
-        status: StatusCode,
-        slot_tx: &mpsc::Sender<Slot>,
-        counters: &Counters,
-        outstanding: &AtomicUsize,
-        mut read_half: OwnedReadHalf,
-    ) -> Result<(), HttpError> {
-        counters.rejected.fetch_add(1, Ordering::Relaxed);
-        self.metrics.bad_requests.inc();
+    async fn reject(mut self, status: StatusCode) -> Result<(), HttpError> {
+        let conn = self.conn;
+        conn.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        conn.proxy.metrics.bad_requests.inc();
         let (parts_tx, parts_rx) = mpsc::channel(2);
         let (done_tx, _done_rx) = oneshot::channel();
-        outstanding.fetch_add(1, Ordering::AcqRel);
-        if slot_tx
+        conn.outstanding.fetch_add(1, Ordering::AcqRel);
+        if self
+            .slot_tx
             .send(Slot::Response {
                 parts: parts_rx,
                 done: done_tx,
@@ -550,7 +528,7 @@ impl HttpProxy {
         let _ = parts_tx
             .send(Part::Data(simple_response(
                 status,
-                &self.config.via_name,
+                &conn.proxy.config.via_name,
                 true,
             )))
             .await;
@@ -561,7 +539,7 @@ impl HttpProxy {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
         for _ in 0..64 {
             tokio::select! {
-                result = read_half.read(&mut sink) => match result {
+                result = self.read_half.read(&mut sink) => match result {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 },
@@ -572,34 +550,18 @@ impl HttpProxy {
     }
 
     /// Decodes the request body from the client and hands it to the fetch task.
-    #[allow(clippy::too_many_arguments)]
     async fn forward_request_body(
-        &self,
-        read_half: &mut OwnedReadHalf,
-        buf: &mut BytesMut,
+        &mut self,
         kind: BodyKind,
         body_tx: &mpsc::Sender<BodyPiece>,
-        counters: &Counters,
-        outstanding: &AtomicUsize,
-        stop: &CancellationToken,
     ) -> Result<(), HttpError> {
         let mut decoder = BodyDecoder::new(kind);
         let mut receiver_alive = true;
         // Each round consumes input or reads more; bounded by the body size over chunk size.
         while !decoder.is_done() {
-            let step = decoder.step(buf).map_err(HttpError::ClientBody)?;
+            let step = decoder.step(&self.buf).map_err(HttpError::ClientBody)?;
             if step.consumed == 0 {
-                match self
-                    .read_more(
-                        read_half,
-                        buf,
-                        counters,
-                        outstanding,
-                        ReadWait::BodyProgress,
-                        stop,
-                    )
-                    .await
-                {
+                match self.read_more(ReadWait::BodyProgress).await {
                     None => return Err(HttpError::ClientGone),
                     Some(Ok(0)) => {
                         decoder.finish_on_eof().map_err(HttpError::ClientBody)?;
@@ -609,7 +571,7 @@ impl HttpProxy {
                     Some(Err(e)) => return Err(HttpError::ClientIo(e)),
                 }
             }
-            let consumed = buf.split_to(step.consumed).freeze();
+            let consumed = self.buf.split_to(step.consumed).freeze();
             let payload = consumed.slice(step.payload);
             if receiver_alive
                 && !payload.is_empty()
@@ -624,42 +586,40 @@ impl HttpProxy {
         }
         Ok(())
     }
+}
 
-    async fn write_responses(
-        self: &Arc<Self>,
-        mut write_half: OwnedWriteHalf,
-        mut slot_rx: mpsc::Receiver<Slot>,
-        counters: Arc<Counters>,
-        outstanding: Arc<AtomicUsize>,
-        connect: ConnectUpstream,
-        stop: CancellationToken,
-    ) -> Result<(), HttpError> {
+impl ResponseWriter<'_> {
+    async fn run(mut self) -> Result<(), HttpError> {
+        let conn = self.conn;
         loop {
             let slot = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                slot = slot_rx.recv() => match slot { Some(slot) => slot, None => return Ok(()) },
+                _ = conn.stop.cancelled() => return Ok(()),
+                slot = self.slot_rx.recv() => match slot { Some(slot) => slot, None => return Ok(()) },
             };
             match slot {
                 Slot::Response { mut parts, done } => loop {
                     let part = tokio::select! {
-                        _ = stop.cancelled() => return Ok(()),
+                        _ = conn.stop.cancelled() => return Ok(()),
                         part = parts.recv() => part,
                     };
                     match part {
                         Some(Part::Data(bytes)) => {
-                            write_half
+                            self.write_half
                                 .write_all(&bytes)
                                 .await
                                 .map_err(HttpError::ClientIo)?;
-                            counters
+                            conn.counters
                                 .bytes_to_client
                                 .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                         }
                         Some(Part::End { close }) => {
-                            outstanding.fetch_sub(1, Ordering::AcqRel);
+                            conn.outstanding.fetch_sub(1, Ordering::AcqRel);
                             let _ = done.send(());
                             if close {
-                                write_half.shutdown().await.map_err(HttpError::ClientIo)?;
+                                self.write_half
+                                    .shutdown()
+                                    .await
+                                    .map_err(HttpError::ClientIo)?;
                                 return Ok(());
                             }
                             break;
@@ -667,7 +627,7 @@ impl HttpProxy {
                         // The fetch failed after the head went out: the framing is broken,
                         // so the only honest signal left is closing the connection.
                         None => {
-                            let _ = write_half.shutdown().await;
+                            let _ = self.write_half.shutdown().await;
                             return Ok(());
                         }
                     }
@@ -677,28 +637,22 @@ impl HttpProxy {
                     read_half,
                     leftover,
                 } => {
-                    return self
-                        .tunnel(
-                            *head, read_half, write_half, leftover, &counters, &connect, &stop,
-                        )
-                        .await;
+                    return self.tunnel(*head, read_half, leftover).await;
                 }
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn tunnel(
-        &self,
+        self,
         head: RequestHead,
         read_half: OwnedReadHalf,
-        mut write_half: OwnedWriteHalf,
         leftover: BytesMut,
-        counters: &Counters,
-        connect: &ConnectUpstream,
-        stop: &CancellationToken,
     ) -> Result<(), HttpError> {
-        let mut upstream = match self.connect_origin(&head, connect).await {
+        let conn = self.conn;
+        let proxy = &conn.proxy;
+        let mut write_half = self.write_half;
+        let mut upstream = match proxy.connect_origin(&head, &conn.connect).await {
             Ok(stream) => stream,
             Err(error) => {
                 debug!(%error, origin = %head.origin.authority(), "CONNECT target unreachable");
@@ -707,7 +661,7 @@ impl HttpProxy {
                 } else {
                     StatusCode::BAD_GATEWAY
                 };
-                let response = simple_response(status, &self.config.via_name, true);
+                let response = simple_response(status, &proxy.config.via_name, true);
                 write_half
                     .write_all(&response)
                     .await
@@ -718,14 +672,14 @@ impl HttpProxy {
         };
         let established = format!(
             "HTTP/1.1 200 Connection Established\r\nVia: 1.1 {}\r\n\r\n",
-            self.config.via_name
+            proxy.config.via_name
         );
         write_half
             .write_all(established.as_bytes())
             .await
             .map_err(HttpError::ClientIo)?;
-        self.metrics.tunnels.inc();
-        counters.tunnels.fetch_add(1, Ordering::Relaxed);
+        proxy.metrics.tunnels.inc();
+        conn.counters.tunnels.fetch_add(1, Ordering::Relaxed);
         let mut client = read_half
             .reunite(write_half)
             .expect("halves of the same stream");
@@ -734,18 +688,20 @@ impl HttpProxy {
             .await
             .map_err(HttpError::UpstreamIo)?;
         tokio::select! {
-            _ = stop.cancelled() => Ok(()),
+            _ = conn.stop.cancelled() => Ok(()),
             result = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
                 // Peers resetting a tunnel is their business, not a proxy error.
                 if let Ok((from_client, to_client)) = result {
-                    counters.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
-                    counters.bytes_from_client.fetch_add(from_client, Ordering::Relaxed);
+                    conn.counters.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
+                    conn.counters.bytes_from_client.fetch_add(from_client, Ordering::Relaxed);
                 }
                 Ok(())
             }
         }
     }
+}
 
+impl HttpProxy {
     /// Resolves the origin and makes a fresh upstream connection through `connect`.
     async fn connect_origin(
         &self,

@@ -1,5 +1,7 @@
 //! The `midway` binary: parses the command line, sets up logging, and hands over to the libraries.
 //! Everything that can be tested lives in the library crates; this file only wires them.
+//! The `lab` subcommand exists with the `lab` feature (default); without it the binary is the
+//! proxy alone (`proxy`, `check-config`) and does not link the lab or its plotting.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,12 +10,14 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+const ABOUT: &str = if cfg!(feature = "lab") {
+    "A performance-enhancing proxy for TCP, and the lab that measures it"
+} else {
+    "A performance-enhancing proxy for TCP"
+};
+
 #[derive(Parser)]
-#[command(
-    name = "midway",
-    version,
-    about = "A performance-enhancing proxy for TCP, and the lab that measures it"
-)]
+#[command(name = "midway", version, about = ABOUT)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -45,6 +49,7 @@ enum Command {
         file: PathBuf,
     },
     /// Emulated-network experiments (run as root).
+    #[cfg(feature = "lab")]
     Lab {
         #[command(subcommand)]
         command: midway_lab::LabCommand,
@@ -94,6 +99,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{}: ok", file.display());
             Ok(())
         }
+        #[cfg(feature = "lab")]
         Command::Lab { command } => midway_lab::execute(command),
     }
 }
