@@ -73,7 +73,7 @@ use crate::highspeed;
 use crate::window::Window;
 
 /// The smoothed RTT moves by `1 / 2^SRTT_GAIN_SHIFT` of each sample's difference: RFC 6298's
-/// alpha of 1/8. midway's choice (the sources do not give the smoothing).
+/// alpha of 1/8. midway's choice (the available texts do not give the gain).
 pub const SRTT_GAIN_SHIFT: u32 = 3;
 
 /// The thresholds are placed in eighths of the spread between the minimum and maximum RTT.

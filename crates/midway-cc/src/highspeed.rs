@@ -12,10 +12,11 @@
 //!
 //! Up to `Low_Window` the functions are Reno's, `a(w) = 1` and `b(w) = 1/2`, so a HighSpeed flow
 //! with a small window is a Reno flow. Slow start and the retransmission timeout stay Reno's
-//! (RFC 5681): the RFC changes the response function only, and leaves a slower slow start to
-//! the separate Limited Slow-Start proposal (RFC 3742), which is not implemented here.
+//! (RFC 5681): RFC 3649 changes congestion avoidance and the response to a loss. A gentler slow
+//! start for large windows is a separate proposal (Limited Slow-Start, RFC 3742), not
+//! implemented here.
 //!
-//! # Parameters (RFC 3649 §5, "Modifying the TCP Response Function")
+//! # Parameters (RFC 3649 §5 and §7)
 //!
 //! | name | value | meaning |
 //! |---|---|---|
@@ -26,7 +27,7 @@
 //!
 //! The response function is a straight line in log-log between (`Low_P` = 10^-3, `Low_Window`)
 //! and (`High_P`, `High_Window`) (§5): `w = 0.12 / p^0.835`, or, solved for the loss rate
-//! (§7, "Translating the HighSpeed Response Function into Congestion Control Parameters"),
+//! (§7, which turns the response function into `a(w)` and `b(w)`),
 //!
 //! ```text
 //! p(w) = 0.078 / w^1.2
