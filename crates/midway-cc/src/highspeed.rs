@@ -56,8 +56,10 @@
 //! Appendix B tabulates the functions for the default parameters: row `k` is the window at which
 //! `a(w)` reaches `k` segments, with `b(w)` there printed to two decimals, from (38, 1, 0.50) to
 //! (84035, 71, 0.10). [`AIMD_TABLE`] holds those rows with `b` in hundredths, exactly as the RFC
-//! prints it, so that every row can be read against the RFC. The window arithmetic uses the
-//! table, never the formulas:
+//! prints it, so that every row can be read against the RFC. The rows from 4596 to 84035 were
+//! also read against a second public transcription of the same table (FreeBSD's SCTP HighSpeed
+//! congestion control, which prints `b` the same way) and agree row for row. The window
+//! arithmetic uses the table, never the formulas:
 //!
 //! * the row used for a window is the last row whose window is at most `cwnd` (a window below 38
 //!   uses the first row, Reno's 1 and 0.50; a window past 84035 keeps the last row's 71 and
