@@ -100,8 +100,10 @@ pub const DEFAULT_ROUTE_KNOBS_MARK_BASE: u32 = 0x6d77_0000;
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file cannot be read.
     #[error("cannot read config file {path}")]
     Read {
+        /// The file.
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -109,21 +111,29 @@ pub enum ConfigError {
     /// TOML syntax, a wrong type or an unknown key (stage 1).
     #[error("{origin}:{line}:{column}: {message}")]
     Syntax {
+        /// Where the text came from (a path, or e.g. `"<test>"`).
         origin: String,
+        /// 1-based; 0 when toml gives no position.
         line: usize,
+        /// 1-based, in characters; 0 when toml gives no position.
         column: usize,
+        /// toml's message, with the offending line quoted unless it may hold a secret.
         message: String,
     },
     /// A value that parses but cannot be used (stage 3).
     #[error("{origin}: {key}: {problem}")]
     Invalid {
+        /// Where the text came from.
         origin: String,
+        /// Key path, e.g. `listeners[0].target`.
         key: String,
+        /// What is wrong and how to fix it.
         problem: String,
     },
     /// A `[profiles.*]` table is inconsistent (unknown parent, bad value, ...).
     #[error("{origin}: [profiles]: invalid profile")]
     Profile {
+        /// Where the text came from.
         origin: String,
         #[source]
         source: ProfileError,

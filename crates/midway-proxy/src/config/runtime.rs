@@ -23,12 +23,19 @@ pub struct RuntimeConfig {
     /// Prefixes SOCKS5 and HTTP listeners refuse to connect to (client-chosen targets only:
     /// forward targets are the operator's, transparent ones are routed packets' destinations).
     pub denied_destinations: Vec<IpNet>,
+    /// Total split connections served at once, all listeners together.
     pub max_connections: usize,
+    /// Split connections one client address may hold at once.
     pub max_connections_per_client: usize,
+    /// Time allowed to establish a remote segment.
     pub connect_timeout: Duration,
+    /// A split connection with no byte in either direction for this long is closed.
     pub idle_timeout: Duration,
+    /// After shutdown is requested, connections may finish for this long before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Time a SOCKS5 client has to complete its greeting, authentication and request.
     pub handshake_timeout: Duration,
+    /// Splice pipe pairs held at once (each costs two file descriptors).
     pub max_pipes: usize,
     /// Threads of the async runtime that runs every connection; `None`: one per CPU.
     pub worker_threads: Option<usize>,
@@ -36,13 +43,17 @@ pub struct RuntimeConfig {
     pub socket_memory: SocketMemorySetting,
     /// First routing table / fwmark for profiles that need route-metric knobs.
     pub route_knobs_table_base: u32,
+    /// See [`Self::route_knobs_table_base`].
     pub route_knobs_mark_base: u32,
     /// Address of the Prometheus `/metrics` endpoint, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where spool-mode relays keep their files.
     pub spool_dir: PathBuf,
+    /// Disk all spool files together may use.
     pub spool_max_total_bytes: u64,
     /// Every profile by name: the presets plus `[profiles.*]`.
     pub profiles: BTreeMap<String, TcpProfile>,
+    /// Every listener, in file order.
     pub listeners: Vec<ListenerConfig>,
 }
 
@@ -63,8 +74,11 @@ pub fn denied(prefixes: &[IpNet], addr: IpAddr) -> bool {
 /// One validated listener.
 #[derive(Debug, Clone)]
 pub struct ListenerConfig {
+    /// Unique name, used in logs and as the `listener` metric label.
     pub name: String,
+    /// Address to listen on (port 0: any free port).
     pub listen: SocketAddr,
+    /// How connections reach this listener, with the mode's settings.
     pub intercept: Intercept,
     /// Byte relay of split connections (unused by listeners that speak HTTP).
     pub relay: RelayModel,
@@ -74,6 +88,7 @@ pub struct ListenerConfig {
     pub http: Option<HttpProxyConfig>,
     /// Profile names (keys of [`RuntimeConfig::profiles`]) used unless a client prefix overrides.
     pub local_profile: String,
+    /// See [`Self::local_profile`].
     pub remote_profile: String,
     /// Overrides per client prefix, longest prefix first.
     pub client_profiles: Vec<ClientProfileOverride>,
@@ -107,8 +122,11 @@ impl ListenerConfig {
 /// Profile override for clients in `prefix`.
 #[derive(Debug, Clone)]
 pub struct ClientProfileOverride {
+    /// Clients this override applies to.
     pub prefix: IpNet,
+    /// Profile of the local segment for these clients, if overridden.
     pub local_profile: Option<String>,
+    /// Profile of the remote segment for these clients, if overridden.
     pub remote_profile: Option<String>,
 }
 
@@ -116,12 +134,20 @@ pub struct ClientProfileOverride {
 #[derive(Debug, Clone)]
 pub enum Intercept {
     /// Every connection goes to one target.
-    Forward { target: TargetAddr },
+    Forward {
+        /// Where every connection goes.
+        target: TargetAddr,
+    },
     /// SOCKS5 (RFC 1928) CONNECT.
-    Socks5 { auth: Socks5Auth },
+    Socks5 {
+        /// How clients authenticate.
+        auth: Socks5Auth,
+    },
     /// nftables TPROXY: the accepted socket's local address is the original destination.
     Transparent {
+        /// Connect the remote segment from the client's own address.
         spoof_client_address: bool,
+        /// The interception rules and policy routing.
         nftables: NftConfig,
     },
     /// Explicit HTTP proxy: each request names its origin (absolute URI, CONNECT authority).
@@ -143,7 +169,9 @@ impl Intercept {
 /// Where a remote segment goes: an address, or a name resolved when connecting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetAddr {
+    /// An address, connected as is.
     Ip(SocketAddr),
+    /// A host name and port, resolved when connecting.
     Domain(String, u16),
 }
 
@@ -178,6 +206,7 @@ impl fmt::Display for TargetAddr {
 /// SOCKS5 authentication.
 #[derive(Clone)]
 pub enum Socks5Auth {
+    /// No authentication.
     None,
     /// RFC 1929 username/password; (name, password) pairs.
     Password(Vec<(String, String)>),
@@ -200,9 +229,14 @@ impl fmt::Debug for Socks5Auth {
 pub struct NftConfig {
     /// Install at start and remove at stop; otherwise only print the rules.
     pub manage: bool,
+    /// Name of the nftables table (shared by listeners that name the same one).
     pub table: String,
+    /// Interfaces whose incoming traffic is intercepted; empty: all.
     pub interfaces: Vec<String>,
+    /// Destination ports intercepted; empty: all.
     pub ports: Vec<u16>,
+    /// fwmark that routes intercepted packets to local delivery.
     pub mark: u32,
+    /// Routing table holding `local default dev lo` for `mark`.
     pub route_table: u32,
 }

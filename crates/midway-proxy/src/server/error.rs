@@ -14,53 +14,73 @@ use crate::socks5::{self, ReplyCode};
 /// Why the proxy could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    /// A profile a listener uses asks for a knob this kernel lacks.
     #[error("profile {profile:?} cannot be used on this kernel")]
     ProfileUnsupported {
+        /// The profile's name.
         profile: String,
         #[source]
         source: Box<KnobError>,
     },
+    /// Route-metric knobs (policy routing tables, marks) could not be installed.
     #[error("cannot install route-metric knobs (routing tables from {table_base}, marks from {mark_base:#x})")]
     RouteKnobs {
+        /// First routing table tried.
         table_base: u32,
+        /// First fwmark tried.
         mark_base: u32,
         #[source]
         source: RouteKnobsError,
     },
+    /// A listening socket could not be set up.
     #[error("listener {listener:?}: cannot listen on {addr}")]
     Bind {
+        /// The listener's name.
         listener: String,
+        /// The configured address.
         addr: SocketAddr,
         #[source]
         source: io::Error,
     },
+    /// The listener's local profile could not be applied to its listening socket.
     #[error("listener {listener:?}: cannot put profile {profile:?} on the listening socket")]
     ListenerProfile {
+        /// The listener's name.
         listener: String,
+        /// The profile's name.
         profile: String,
         #[source]
         source: Box<KnobError>,
     },
+    /// `socket_memory` is a budget, but the kernel's TCP memory limits cannot be read.
     #[error("proxy.socket_memory: cannot read the kernel's TCP memory limits (net.ipv4.tcp_mem, tcp_rmem, tcp_wmem); set socket_memory = \"off\" to run without the guard")]
     SocketMemoryLimits(#[source] io::Error),
+    /// The `/metrics` endpoint could not be bound.
     #[error("metrics endpoint: cannot listen on {addr}")]
     MetricsBind {
+        /// The configured address.
         addr: SocketAddr,
         #[source]
         source: io::Error,
     },
+    /// Spool files of an earlier run could not be removed.
     #[error("spool directory {dir}: cannot remove leftover spool files")]
     SpoolClean {
+        /// The spool directory.
         dir: std::path::PathBuf,
         #[source]
         source: io::Error,
     },
+    /// The relay's spool or pipes could not be set up.
     #[error("cannot set up relay resources")]
     Relay(#[source] midway_relay::RelayError),
+    /// The nftables table or policy routing could not be installed.
     #[error("cannot install transparent interception (nftables / policy routing)")]
     Intercept(#[source] NftError),
+    /// An HTTP listener's engine could not be set up.
     #[error("listener {listener:?}: cannot set up the HTTP engine")]
     Http {
+        /// The listener's name.
         listener: String,
         #[source]
         source: HttpError,

@@ -11,15 +11,15 @@
 //!
 //! - this file: bind (profiles, route knobs, spool, listeners, metrics, nftables), run and
 //!   shutdown (helpers, drain, cleanup);
-//! - [`accept`]: the accept loop and its admission (total and per-client limits, access list);
-//! - [`connection`]: one admitted connection, start to end (split or HTTP);
-//! - [`intercept`]: find the target, per intercept mode;
-//! - [`profiles`]: which profiles are used, route knobs, the kernel check;
-//! - [`connect`]: the remote segment's socket and the profile steps of every proxy socket;
-//! - [`relay`]: relay supervision, tcp_info sampling, metrics and the end-of-connection log;
-//! - [`memory`]: the socket memory guard's caps on a connection's sockets;
-//! - [`socket_id`]: a socket owned elsewhere, known by fd and inode;
-//! - [`error`]: typed errors.
+//! - `accept.rs`: the accept loop and its admission (total and per-client limits, access list);
+//! - `connection.rs`: one admitted connection, start to end (split or HTTP);
+//! - `intercept.rs`: find the target, per intercept mode;
+//! - `profiles.rs`: which profiles are used, route knobs, the kernel check;
+//! - `connect.rs`: the remote segment's socket and the profile steps of every proxy socket;
+//! - `relay.rs`: relay supervision, tcp_info sampling, metrics and the end-of-connection log;
+//! - `memory.rs`: the socket memory guard's caps on a connection's sockets;
+//! - `socket_id.rs`: a socket owned elsewhere, known by fd and inode;
+//! - `error.rs`: typed errors.
 
 mod accept;
 mod connect;

@@ -41,7 +41,7 @@ pub(super) fn check_profiles_supported<'a>(
 }
 
 /// Checks that the running kernel can honour every profile a listener uses (for
-/// `midway check-config`; [`Proxy::bind`] does the same after installing route knobs).
+/// `midway check-config`; [`super::Proxy::bind`] does the same after installing route knobs).
 pub fn check_kernel_support(config: &RuntimeConfig) -> Result<(), ProxyError> {
     check_profiles_supported(&referenced_profiles(config), &config.profiles)
 }
