@@ -1,0 +1,206 @@
+//! Unit tests of loading and validation.
+
+use std::net::IpAddr;
+
+use midway_http::HttpProxyConfig;
+use midway_relay::RelayModel;
+
+use super::*;
+
+const MINIMAL: &str = r#"
+[proxy]
+allowed_clients = ["10.1.0.7/24", "fd00:1::/64", "127.0.0.1"]
+[[listeners]]
+name = "fwd"
+mode = "forward"
+listen = "127.0.0.1:0"
+target = "127.0.0.1:5201"
+"#;
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let config = parse_config(MINIMAL, "<test>").unwrap();
+    assert_eq!(config.allowed_clients[0].to_string(), "10.1.0.0/24");
+    assert_eq!(config.allowed_clients[2].to_string(), "127.0.0.1/32");
+    assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(config.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+    let listener = &config.listeners[0];
+    assert_eq!(listener.local_profile, "default");
+    assert!(matches!(listener.relay, RelayModel::Buffer(_)));
+    assert!(matches!(
+        &listener.intercept,
+        Intercept::Forward { target: TargetAddr::Ip(a) } if a.port() == 5201
+    ));
+}
+
+#[test]
+fn denied_destinations_default_to_the_gateway_itself() {
+    let config = parse_config(MINIMAL, "<test>").unwrap();
+    for denied in [
+        "127.0.0.1",
+        "127.9.9.9",
+        "0.0.0.0",
+        "169.254.169.254",
+        "::1",
+        "::",
+    ] {
+        let addr: IpAddr = denied.parse().unwrap();
+        assert!(config.is_denied_destination(addr), "{denied}");
+    }
+    for mapped in ["::ffff:127.0.0.1", "::ffff:169.254.1.1"] {
+        let addr: IpAddr = mapped.parse().unwrap();
+        assert!(config.is_denied_destination(addr), "{mapped}");
+    }
+    for allowed in ["10.2.0.2", "192.0.2.1", "2001:db8::1", "::ffff:10.2.0.2"] {
+        let addr: IpAddr = allowed.parse().unwrap();
+        assert!(!config.is_denied_destination(addr), "{allowed}");
+    }
+    let open = MINIMAL.replace("[proxy]\n", "[proxy]\ndenied_destinations = []\n");
+    let config = parse_config(&open, "<test>").unwrap();
+    assert!(!config.is_denied_destination("127.0.0.1".parse().unwrap()));
+    let own = MINIMAL.replace(
+        "[proxy]\n",
+        "[proxy]\ndenied_destinations = [\"10.9.0.0/16\"]\n",
+    );
+    let config = parse_config(&own, "<test>").unwrap();
+    assert!(config.is_denied_destination("10.9.1.1".parse().unwrap()));
+    assert!(
+        !config.is_denied_destination("127.0.0.1".parse().unwrap()),
+        "an explicit list replaces the default"
+    );
+}
+
+#[test]
+fn unknown_key_names_key_and_line() {
+    let text = MINIMAL.replace("target = ", "tagret = ");
+    let err = parse_config(&text, "x.toml").unwrap_err().to_string();
+    assert!(err.contains("tagret"), "{err}");
+    assert!(err.starts_with("x.toml:8:"), "{err}");
+}
+
+#[test]
+fn longest_client_prefix_wins_per_segment() {
+    let text = format!(
+        "{MINIMAL}\n[[listeners.client_profiles]]\nprefix = \"10.0.0.0/8\"\nlocal_profile = \"wan\"\nremote_profile = \"wan\"\n\
+         [[listeners.client_profiles]]\nprefix = \"10.1.0.128/25\"\nlocal_profile = \"satellite-local\"\n"
+    );
+    let config = parse_config(&text, "<test>").unwrap();
+    let l = &config.listeners[0];
+    assert_eq!(
+        l.profiles_for("10.1.0.200".parse().unwrap()),
+        ("satellite-local", "wan")
+    );
+    assert_eq!(l.profiles_for("10.1.0.2".parse().unwrap()), ("wan", "wan"));
+    assert_eq!(
+        l.profiles_for("192.0.2.1".parse().unwrap()),
+        ("default", "default")
+    );
+}
+
+#[test]
+fn target_parsing() {
+    assert_eq!(
+        TargetAddr::parse("[::1]:80").unwrap(),
+        TargetAddr::Ip("[::1]:80".parse().unwrap())
+    );
+    assert_eq!(
+        TargetAddr::parse("example.org:443").unwrap(),
+        TargetAddr::Domain("example.org".into(), 443)
+    );
+    assert!(TargetAddr::parse("example.org").is_err());
+    assert!(TargetAddr::parse("::1:80").is_err());
+    assert!(TargetAddr::parse("host:99999").is_err());
+}
+
+#[test]
+fn passwords_not_in_debug() {
+    let text = r#"
+[proxy]
+allowed_clients = ["127.0.0.1"]
+[[listeners]]
+name = "s"
+mode = "socks5"
+listen = "127.0.0.1:0"
+auth = "password"
+users = [{ name = "alice", password = "sekrit-pw" }]
+"#;
+    let config = parse_config(text, "<test>").unwrap();
+    let dbg = format!("{config:?}");
+    assert!(dbg.contains("alice"));
+    assert!(!dbg.contains("sekrit-pw"));
+}
+
+const HTTP: &str = r#"
+[proxy]
+allowed_clients = ["127.0.0.1"]
+[[listeners]]
+name = "web"
+mode = "http"
+listen = "127.0.0.1:0"
+remote_profile = "wan"
+"#;
+
+#[test]
+fn http_listener_without_section_gets_engine_defaults() {
+    let config = parse_config(HTTP, "<test>").unwrap();
+    let listener = &config.listeners[0];
+    assert!(matches!(listener.intercept, Intercept::Http));
+    let http = listener.http.as_ref().unwrap();
+    let defaults = HttpProxyConfig::default();
+    assert_eq!(http.client.max_pipelined, defaults.client.max_pipelined);
+    assert_eq!(http.upstream.idle_keep, defaults.upstream.idle_keep);
+    assert_eq!(http.cache.memory_bytes, defaults.cache.memory_bytes);
+    assert!(http.cache.enabled && http.cache.disk.is_none());
+    assert_eq!(http.via_name, DEFAULT_HTTP_VIA_NAME);
+    // Split-connection listeners have no engine.
+    assert!(parse_config(MINIMAL, "<test>").unwrap().listeners[0]
+        .http
+        .is_none());
+}
+
+#[test]
+fn http_section_maps_keys_and_small_memory_lowers_object_cap() {
+    let text = format!(
+        "{HTTP}[listeners.http]\nupstream_keepalive = false\nupstream_max_idle = 0\n\
+         cache_memory_bytes = 100000\nclient_idle_timeout = \"7s\"\n"
+    );
+    let config = parse_config(&text, "<test>").unwrap();
+    let http = config.listeners[0].http.as_ref().unwrap();
+    assert!(http.upstream.keepalive.is_none());
+    assert_eq!(http.upstream.max_idle_per_origin, 0);
+    assert_eq!(http.cache.memory_bytes, 100_000);
+    assert_eq!(http.cache.max_object_bytes, 100_000);
+    assert_eq!(http.client.idle_timeout, Duration::from_secs(7));
+}
+
+#[test]
+fn transparent_http_application_and_shared_cache_dir() {
+    let transparent = |name: &str, port: u16, dir: &str| {
+        format!(
+            "[[listeners]]\nname = \"{name}\"\nmode = \"transparent\"\n\
+             application = \"http\"\nlisten = \"0.0.0.0:{port}\"\n\
+             [listeners.http]\ncache_disk_dir = \"{dir}\"\n"
+        )
+    };
+    let base = "[proxy]\nallowed_clients = [\"10.0.0.0/8\"]\n";
+    let one = format!("{base}{}", transparent("a", 7080, "/var/cache/m/a"));
+    let config = parse_config(&one, "<test>").unwrap();
+    assert!(matches!(
+        config.listeners[0].intercept,
+        Intercept::Transparent { .. }
+    ));
+    assert!(config.listeners[0].http.is_some());
+    let two = format!("{one}{}", transparent("b", 7081, "/var/cache/m/a"));
+    let err = parse_config(&two, "<test>").unwrap_err().to_string();
+    assert!(err.contains("listeners[1].http.cache_disk_dir"), "{err}");
+    assert!(
+        err.contains("already the cache directory of listener \"a\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn line_column_counts_from_one() {
+    assert_eq!(line_column("ab\ncd", 0), (1, 1));
+    assert_eq!(line_column("ab\ncd", 4), (2, 2));
+}

@@ -1,0 +1,130 @@
+//! The accept loop of one listener and its admission: a slot of the total limit before
+//! `accept`, then the access list and the per-client limit; admitted clients get their own
+//! task and span, everything slow happens there.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{field, Instrument};
+
+use super::connection::Connection;
+use super::{BoundListener, Shared};
+use crate::access::canonical;
+use crate::metrics::Metrics;
+
+/// First pause after accept ran out of a resource (file descriptors, memory); doubles per
+/// failure in a row up to [`ACCEPT_BACKOFF_MAX`].
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accept ran out of a resource that frees up by itself (another connection closing).
+fn is_resource_exhaustion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Accepts on `bound` until `shutdown`, spawning each admitted connection on `tracker`.
+pub(super) async fn accept_loop(
+    shared: Arc<Shared>,
+    bound: BoundListener,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    connections_cancel: CancellationToken,
+) {
+    let name = bound.config.name.clone();
+    let labels = Metrics::listener(&name);
+    let mut backoff: Option<Duration> = None;
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            permit = shared.total_limit.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return, // semaphore closed: never happens, but do not spin
+            },
+        };
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = bound.listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => {
+                if backoff.take().is_some() {
+                    tracing::info!(listener = %name, "accept recovered");
+                }
+                pair
+            }
+            Err(err) if is_resource_exhaustion(&err) => {
+                drop(permit);
+                shared.metrics.accept_backoffs.get_or_create(&labels).inc();
+                let pause = match backoff {
+                    None => {
+                        // Once per burst: the next log line is "accept recovered".
+                        tracing::warn!(listener = %name, error = %err, "accept out of resources; backing off");
+                        ACCEPT_BACKOFF_MIN
+                    }
+                    Some(previous) => (previous * 2).min(ACCEPT_BACKOFF_MAX),
+                };
+                backoff = Some(pause);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => continue,
+                }
+            }
+            Err(err) => {
+                // ECONNABORTED and friends concern one client only.
+                tracing::debug!(listener = %name, error = %err, "accept failed for one connection");
+                continue;
+            }
+        };
+
+        if !shared.access.allows(peer.ip()) {
+            shared.metrics.refuse(&name, "not_allowed");
+            tracing::debug!(listener = %name, client = %peer, "client not in allowed_clients; closed");
+            close_now(stream);
+            continue;
+        }
+        let Some(client_permit) = shared.client_limits.try_acquire(peer.ip()) else {
+            shared.metrics.refuse(&name, "client_limit");
+            tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
+            close_now(stream);
+            continue;
+        };
+        shared.metrics.accepted.get_or_create(&labels).inc();
+        shared.served.fetch_add(1, Ordering::Relaxed);
+
+        let client_ip = canonical(peer.ip());
+        let (local_profile, remote_profile) = bound.config.profiles_for(client_ip);
+        let span = tracing::info_span!(
+            "conn",
+            listener = %name,
+            client = %peer,
+            dst = field::Empty,
+            local_profile = %local_profile,
+            remote_profile = %remote_profile,
+        );
+        let conn = Connection {
+            shared: shared.clone(),
+            listener: bound.config.clone(),
+            http: bound.http.clone(),
+            listener_addr: bound.addr,
+            peer,
+            cancel: connections_cancel.clone(),
+            _permits: (permit, client_permit),
+        };
+        tracker.spawn(conn.serve(stream).instrument(span));
+    }
+}
+
+/// Closes with a reset, so a refused client learns at once and no TIME_WAIT stays behind.
+pub(super) fn close_now(stream: TcpStream) {
+    // Linger 0 does not block: the kernel sends RST and frees the socket at once.
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}

@@ -1,0 +1,185 @@
+//! Connect: the remote segment's socket (resolution, denied destinations, profile before
+//! connect, optional spoofed source address) and the profile steps every proxy socket gets
+//! once established. The HTTP engine opens its upstream sockets through the same path.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use midway_http::ConnectUpstream;
+use midway_tcp::{Role, TcpProfile};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::net::{TcpSocket, TcpStream};
+
+use super::error::SetupError;
+use super::memory::{self, leaves_buffers};
+use crate::config::{self, TargetAddr};
+use crate::sockmem::SocketMemory;
+
+/// Makes a socket transparent (IP_TRANSPARENT / IPV6_TRANSPARENT): a listener then accepts
+/// TPROXY'd connections, an outgoing socket may bind to an address that is not local.
+pub(super) fn set_transparent(sock: &Socket, v6: bool) -> io::Result<()> {
+    if v6 {
+        let one: libc::c_int = 1;
+        // SAFETY: valid fd, pointer to a c_int and its size, as IPV6_TRANSPARENT expects.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_IPV6,
+                libc::IPV6_TRANSPARENT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    } else {
+        sock.set_ip_transparent(true)
+    }
+}
+
+/// The profile steps of an established proxy socket: TCP_NODELAY unless the profile decides
+/// (see [`default_nodelay`]), then the profile's established-socket knobs for `role`.
+pub(super) fn apply_established(
+    stream: &TcpStream,
+    profile: &TcpProfile,
+    role: Role,
+) -> Result<(), SetupError> {
+    default_nodelay(stream, profile)?;
+    profile.apply_established(stream.as_fd(), role)?;
+    Ok(())
+}
+
+/// Turns Nagle's algorithm off on a proxy socket unless `profile` sets `nodelay` itself.
+///
+/// A proxy forwards what it has when it has it; the end hosts already decided how to batch
+/// their writes. With Nagle on, the short tail of every relayed chunk (or every small HTTP
+/// response piece) waits for the ACK of the data before it, which on a delayed-ACK receiver
+/// costs up to its delayed-ACK time per chunk, and under load keeps megabytes queued in the
+/// socket (see docs/results/bench/README.md, "Session 2 profile"). HAProxy and Squid also set
+/// TCP_NODELAY on both sides. A profile can still ask for Nagle with `nodelay = false`.
+fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), SetupError> {
+    if profile.nodelay.is_none() {
+        stream.set_nodelay(true).map_err(SetupError::Nodelay)?;
+    }
+    Ok(())
+}
+
+/// The HTTP engine's way to open an upstream connection: the same `connect` and profile steps
+/// as a split connection's remote segment (profile before connect, route mark, established
+/// knobs, TCP_NODELAY unless the profile decides), bounded by `connect_timeout`.
+///
+/// While the socket memory guard's caps are in force, a new upstream socket gets them at once
+/// (for the buffers its profile leaves to the kernel). The engine pools upstream sockets and
+/// shares them between clients, so they belong to no connection that could follow later cap
+/// changes: a socket made under caps keeps them until it closes, one made before keeps its
+/// autotuned buffers. The pool's keep time bounds both.
+pub(super) fn upstream_connector(
+    profile: TcpProfile,
+    timeout: Duration,
+    denied: Arc<[IpNet]>,
+    socket_memory: Option<Arc<SocketMemory>>,
+) -> ConnectUpstream {
+    let profile = Arc::new(profile);
+    Arc::new(move |addr: SocketAddr| {
+        let profile = profile.clone();
+        let denied = denied.clone();
+        let socket_memory = socket_memory.clone();
+        Box::pin(async move {
+            let stream = connect(&TargetAddr::Ip(addr), &profile, None, &denied, timeout)
+                .await
+                .map_err(SetupError::into_io)?;
+            apply_established(&stream, &profile, Role::Outgoing).map_err(SetupError::into_io)?;
+            if let Some(guard) = &socket_memory {
+                memory::cap_once(guard, &stream, leaves_buffers(&profile));
+            }
+            Ok(stream)
+        })
+    })
+}
+
+/// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,
+/// to the first of its addresses that is not in `denied` and accepts.
+pub(super) async fn connect(
+    target: &TargetAddr,
+    profile: &TcpProfile,
+    spoof_from: Option<IpAddr>,
+    denied: &[IpNet],
+    timeout: Duration,
+) -> Result<TcpStream, SetupError> {
+    let target_text = target.to_string();
+    let attempt = async {
+        let addrs: Vec<SocketAddr> = match target {
+            TargetAddr::Ip(addr) => vec![*addr],
+            TargetAddr::Domain(host, port) => tokio::net::lookup_host((host.as_str(), *port))
+                .await
+                .map_err(|source| SetupError::Resolve {
+                    target: target_text.clone(),
+                    source,
+                })?
+                .collect(),
+        };
+        let resolved_any = !addrs.is_empty();
+        let addrs: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|addr| !config::denied(denied, addr.ip()))
+            .collect();
+        if resolved_any && addrs.is_empty() {
+            return Err(SetupError::DestinationDenied {
+                target: target_text.clone(),
+            });
+        }
+        let mut last_err = None;
+        for addr in addrs {
+            match connect_one(addr, profile, spoof_from).await {
+                Ok(stream) => return Ok(stream),
+                Err(err) => last_err = Some(err),
+            }
+        }
+        Err(last_err.unwrap_or(SetupError::NoAddress {
+            target: target_text.clone(),
+        }))
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(SetupError::ConnectTimeout {
+            target: target_text,
+        }),
+    }
+}
+
+async fn connect_one(
+    addr: SocketAddr,
+    profile: &TcpProfile,
+    spoof_from: Option<IpAddr>,
+) -> Result<TcpStream, SetupError> {
+    let target = addr.to_string();
+    let io_err = |source| SetupError::Connect {
+        target: target.clone(),
+        source,
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(io_err)?;
+    sock.set_nonblocking(true).map_err(io_err)?;
+    profile.apply_before_connect(&sock)?;
+    if let Some(client) = spoof_from {
+        if client.is_ipv4() != addr.is_ipv4() {
+            return Err(SetupError::SpoofFamily {
+                client,
+                target: addr,
+            });
+        }
+        // IP_TRANSPARENT lets the socket bind to an address that is not local: the client's.
+        set_transparent(&sock, addr.is_ipv6()).map_err(io_err)?;
+        sock.bind(&SockAddr::from(SocketAddr::new(client, 0)))
+            .map_err(io_err)?;
+    }
+    let std_stream: std::net::TcpStream = sock.into();
+    let socket = TcpSocket::from_std_stream(std_stream);
+    socket.connect(addr).await.map_err(io_err)
+}

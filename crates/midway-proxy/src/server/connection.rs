@@ -1,0 +1,182 @@
+//! One admitted connection, start to end: the local profile, then either the HTTP engine
+//! (HTTP-speaking listeners) or find the target, connect and relay (split connections).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use midway_tcp::{Role, TcpProfile};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::field;
+
+use super::connect::{apply_established, connect};
+use super::error::{ErrorChain, SetupError};
+use super::intercept::Accepted;
+use super::memory::{self, leaves_buffers, MemoryCaps};
+use super::relay::ByteReporter;
+use super::{HttpListener, Shared};
+use crate::access::{canonical, ClientPermit};
+use crate::config::ListenerConfig;
+use crate::metrics::{ListenerLabels, Metrics};
+
+/// An admitted connection, owned by its task.
+pub(super) struct Connection {
+    pub(super) shared: Arc<Shared>,
+    pub(super) listener: Arc<ListenerConfig>,
+    pub(super) http: Option<HttpListener>,
+    /// The address the listener really bound.
+    pub(super) listener_addr: SocketAddr,
+    pub(super) peer: SocketAddr,
+    pub(super) cancel: CancellationToken,
+    /// Returned when the connection ends: a slot of the total limit and of the client's.
+    pub(super) _permits: (tokio::sync::OwnedSemaphorePermit, ClientPermit),
+}
+
+/// Decrements the active gauge however the task ends.
+struct ActiveGuard(Metrics, ListenerLabels);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.get_or_create(&self.1).dec();
+    }
+}
+
+impl Connection {
+    /// Serves the connection to its end; every outcome is logged and counted.
+    pub(super) async fn serve(self, mut client: TcpStream) {
+        let labels = Metrics::listener(&self.listener.name);
+        self.shared.metrics.active.get_or_create(&labels).inc();
+        let _active = ActiveGuard(self.shared.metrics.clone(), labels);
+        let started = Instant::now();
+        if let Some(http) = self.http.clone() {
+            self.serve_http(client, http, started).await;
+            return;
+        }
+        let (local, remote) = self.profiles();
+
+        let setup = tokio::select! {
+            _ = self.cancel.cancelled() => {
+                tracing::debug!("cancelled during setup");
+                return;
+            }
+            setup = self.setup(&mut client, local, remote) => setup,
+        };
+        let server = match setup {
+            Ok(server) => server,
+            Err(err) => {
+                self.refuse(&err, "connection not relayed");
+                self.listener.intercept.report_failure(client, &err).await;
+                return;
+            }
+        };
+        let adjustable = (leaves_buffers(local), leaves_buffers(remote));
+        self.relay(client, server, started, adjustable).await;
+    }
+
+    /// The (local, remote) profile for this client.
+    fn profiles(&self) -> (&TcpProfile, &TcpProfile) {
+        let (local, remote) = self.listener.profiles_for(canonical(self.peer.ip()));
+        (&self.shared.profiles[local], &self.shared.profiles[remote])
+    }
+
+    /// Counts and logs a connection that ends before relaying or serving.
+    fn refuse(&self, err: &SetupError, message: &str) {
+        self.shared
+            .metrics
+            .refuse(&self.listener.name, err.reason());
+        tracing::info!(error = %ErrorChain(err), reason = err.reason(), "{message}");
+    }
+
+    /// Applies the local profile, finds the target, connects. Returns the remote segment.
+    async fn setup(
+        &self,
+        client: &mut TcpStream,
+        local: &TcpProfile,
+        remote: &TcpProfile,
+    ) -> Result<TcpStream, SetupError> {
+        apply_established(client, local, Role::Accepted)?;
+        let config = &self.shared.config;
+        let intercept = &self.listener.intercept;
+        let accepted = Accepted {
+            peer: self.peer,
+            listener_addr: self.listener_addr,
+            config,
+        };
+        let target = intercept.find_target(client, &accepted).await?;
+        tracing::Span::current().record("dst", field::display(&target.addr));
+        let server = connect(
+            &target.addr,
+            remote,
+            target.spoof_from,
+            target.denied,
+            config.connect_timeout,
+        )
+        .await?;
+        apply_established(&server, remote, Role::Outgoing)?;
+        intercept.report_connected(client, &server).await?;
+        Ok(server)
+    }
+
+    /// An HTTP listener's connection: the engine reads requests and answers them (from the
+    /// cache or through pooled upstream connections opened by
+    /// [`super::connect::upstream_connector`]). Access control, limits and the active gauge
+    /// were handled like for any connection; the socket memory guard counts it and caps its
+    /// client socket like a relayed one's.
+    async fn serve_http(self, client: TcpStream, http: HttpListener, started: Instant) {
+        let name = &self.listener.name;
+        let metrics = &self.shared.metrics;
+        let (local, _) = self.profiles();
+        // The engine writes a response's head and its body pieces as they come; with Nagle on,
+        // a short piece waits for the client's (often delayed) ACK of the previous one, which
+        // cost the lab's web pages more than a second each.
+        let prepared = apply_established(&client, local, Role::Accepted).and_then(|()| {
+            self.listener
+                .intercept
+                .check_http_client(&client, self.listener_addr)
+        });
+        if let Err(err) = prepared {
+            self.refuse(&err, "connection not served");
+            return;
+        }
+        // Counted by the memory guard while served; the caps reach the client socket here and
+        // new upstream sockets in `upstream_connector` (pooled ones are shared by clients).
+        let mut memory = MemoryCaps::register(
+            self.shared.socket_memory.as_ref(),
+            &[("local", &client, leaves_buffers(local))],
+        );
+        let serve = http.engine.serve_client(
+            client,
+            self.peer,
+            http.connect_upstream.clone(),
+            self.cancel.clone(),
+        );
+        let result = memory::following_caps(memory.as_mut(), serve).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(report) => {
+                ByteReporter::new(name).report(
+                    metrics,
+                    report.bytes_from_client,
+                    report.bytes_to_client,
+                );
+                tracing::info!(
+                    requests = report.requests,
+                    rejected = report.rejected,
+                    tunnels = report.tunnels,
+                    bytes_from_client = report.bytes_from_client,
+                    bytes_to_client = report.bytes_to_client,
+                    duration_ms,
+                    "http connection closed"
+                );
+            }
+            Err(err) => {
+                metrics
+                    .relay_errors
+                    .get_or_create(&Metrics::listener(name))
+                    .inc();
+                tracing::info!(error = %ErrorChain(&err), duration_ms, "http connection failed");
+            }
+        }
+    }
+}

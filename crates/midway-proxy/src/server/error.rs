@@ -1,0 +1,204 @@
+//! Typed errors: why the proxy could not start ([`ProxyError`]), why one connection ended
+//! before relaying ([`SetupError`], with its metric reason and SOCKS5 reply), and how both
+//! are logged ([`ErrorChain`]).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use midway_http::HttpError;
+use midway_tcp::{KnobError, RouteKnobsError};
+
+use crate::nft::NftError;
+use crate::socks5::{self, ReplyCode};
+
+/// Why the proxy could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// A profile a listener uses asks for a knob this kernel lacks.
+    #[error("profile {profile:?} cannot be used on this kernel")]
+    ProfileUnsupported {
+        /// The profile's name.
+        profile: String,
+        #[source]
+        source: Box<KnobError>,
+    },
+    /// Route-metric knobs (policy routing tables, marks) could not be installed.
+    #[error("cannot install route-metric knobs (routing tables from {table_base}, marks from {mark_base:#x})")]
+    RouteKnobs {
+        /// First routing table tried.
+        table_base: u32,
+        /// First fwmark tried.
+        mark_base: u32,
+        #[source]
+        source: RouteKnobsError,
+    },
+    /// A listening socket could not be set up.
+    #[error("listener {listener:?}: cannot listen on {addr}")]
+    Bind {
+        /// The listener's name.
+        listener: String,
+        /// The configured address.
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The listener's local profile could not be applied to its listening socket.
+    #[error("listener {listener:?}: cannot put profile {profile:?} on the listening socket")]
+    ListenerProfile {
+        /// The listener's name.
+        listener: String,
+        /// The profile's name.
+        profile: String,
+        #[source]
+        source: Box<KnobError>,
+    },
+    /// `socket_memory` is a budget, but the kernel's TCP memory limits cannot be read.
+    #[error("proxy.socket_memory: cannot read the kernel's TCP memory limits (net.ipv4.tcp_mem, tcp_rmem, tcp_wmem); set socket_memory = \"off\" to run without the guard")]
+    SocketMemoryLimits(#[source] io::Error),
+    /// The `/metrics` endpoint could not be bound.
+    #[error("metrics endpoint: cannot listen on {addr}")]
+    MetricsBind {
+        /// The configured address.
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// Spool files of an earlier run could not be removed.
+    #[error("spool directory {dir}: cannot remove leftover spool files")]
+    SpoolClean {
+        /// The spool directory.
+        dir: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The relay's spool or pipes could not be set up.
+    #[error("cannot set up relay resources")]
+    Relay(#[source] midway_relay::RelayError),
+    /// The nftables table or policy routing could not be installed.
+    #[error("cannot install transparent interception (nftables / policy routing)")]
+    Intercept(#[source] NftError),
+    /// An HTTP listener's engine could not be set up.
+    #[error("listener {listener:?}: cannot set up the HTTP engine")]
+    Http {
+        /// The listener's name.
+        listener: String,
+        #[source]
+        source: HttpError,
+    },
+}
+
+/// Why a connection ended before relaying.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SetupError {
+    #[error("SOCKS5 handshake timed out")]
+    HandshakeTimeout,
+    #[error(transparent)]
+    Handshake(#[from] socks5::HandshakeError),
+    #[error("original destination is this listener itself (a loop)")]
+    Loop,
+    #[error("cannot read the original destination")]
+    OriginalDestination(#[source] io::Error),
+    #[error("cannot resolve {target}")]
+    Resolve {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{target} resolved to no address")]
+    NoAddress { target: String },
+    #[error("connect to {target} timed out")]
+    ConnectTimeout { target: String },
+    #[error("connect to {target} failed")]
+    Connect {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("spoofing: client {client} and target {target} are of different address families")]
+    SpoofFamily { client: IpAddr, target: SocketAddr },
+    #[error("TCP profile")]
+    Profile(#[from] KnobError),
+    #[error("an HTTP listener's connection reached the byte relay")]
+    NotARelayListener,
+    #[error("{target} is in proxy.denied_destinations")]
+    DestinationDenied { target: String },
+    #[error("cannot set TCP_NODELAY")]
+    Nodelay(#[source] io::Error),
+}
+
+impl SetupError {
+    /// The `reason` label of the refused-connections metric.
+    pub(super) fn reason(&self) -> &'static str {
+        match self {
+            SetupError::HandshakeTimeout => "socks5_timeout",
+            SetupError::Handshake(e) => e.reason(),
+            SetupError::Loop => "loop",
+            SetupError::OriginalDestination(_) => "original_destination",
+            SetupError::Resolve { .. } | SetupError::NoAddress { .. } => "resolve",
+            SetupError::ConnectTimeout { .. } => "connect_timeout",
+            SetupError::Connect { source, .. }
+                if source.raw_os_error() == Some(libc::ECONNREFUSED) =>
+            {
+                "connect_refused"
+            }
+            SetupError::Connect { .. } | SetupError::SpoofFamily { .. } => "connect_error",
+            SetupError::Profile(_) => "profile_error",
+            SetupError::NotARelayListener => "internal",
+            SetupError::DestinationDenied { .. } => "denied_destination",
+            SetupError::Nodelay(_) => "socket_option",
+        }
+    }
+
+    /// The target could not be reached (as opposed to a problem with the client).
+    pub(super) fn is_target_failure(&self) -> bool {
+        matches!(
+            self,
+            SetupError::Resolve { .. }
+                | SetupError::NoAddress { .. }
+                | SetupError::ConnectTimeout { .. }
+                | SetupError::Connect { .. }
+        )
+    }
+
+    /// The SOCKS5 reply that tells a client this failure, if the protocol has one for it.
+    pub(super) fn socks_reply(&self) -> Option<ReplyCode> {
+        match self {
+            SetupError::Resolve { .. } | SetupError::NoAddress { .. } => {
+                Some(ReplyCode::HostUnreachable)
+            }
+            SetupError::ConnectTimeout { .. } => Some(ReplyCode::TtlExpired),
+            SetupError::Connect { source, .. } => Some(ReplyCode::for_connect_error(source)),
+            SetupError::SpoofFamily { .. } => Some(ReplyCode::AddressTypeNotSupported),
+            SetupError::Profile(_) => Some(ReplyCode::GeneralFailure),
+            SetupError::DestinationDenied { .. } => Some(ReplyCode::NotAllowed),
+            _ => None,
+        }
+    }
+
+    /// The same failure as an `io::Error` for the HTTP engine, whose kind it acts on.
+    pub(super) fn into_io(self) -> io::Error {
+        let kind = match &self {
+            // The HTTP engine answers 403 for this kind.
+            SetupError::DestinationDenied { .. } => io::ErrorKind::PermissionDenied,
+            SetupError::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
+            SetupError::Connect { source, .. } => source.kind(),
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, self)
+    }
+}
+
+/// Displays an error and its sources, `a: b: c`, for logs.
+pub(super) struct ErrorChain<'a>(pub(super) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            write!(f, ": {err}")?;
+            source = err.source();
+        }
+        Ok(())
+    }
+}

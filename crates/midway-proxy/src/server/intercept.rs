@@ -1,0 +1,139 @@
+//! Find the target: what each intercept mode does with an accepted client before and after
+//! the remote segment is connected. Every difference between the modes lives here.
+
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+use tokio::net::TcpStream;
+
+use super::accept::close_now;
+use super::error::SetupError;
+use crate::access::canonical;
+use crate::config::{Intercept, RuntimeConfig, TargetAddr};
+use crate::socks5::{self, ReplyCode};
+
+/// Where a split connection's remote segment goes, and how.
+pub(super) struct Target<'c> {
+    pub(super) addr: TargetAddr,
+    /// Connect from the client's own address (transparent with `spoof_client_address`).
+    pub(super) spoof_from: Option<IpAddr>,
+    /// Addresses the target may not resolve to. Only a client-chosen target (SOCKS5) is
+    /// checked against `denied_destinations`.
+    pub(super) denied: &'c [IpNet],
+}
+
+/// What an intercept needs to know about the accepted connection.
+pub(super) struct Accepted<'c> {
+    pub(super) peer: SocketAddr,
+    /// The address the listener really bound.
+    pub(super) listener_addr: SocketAddr,
+    pub(super) config: &'c RuntimeConfig,
+}
+
+impl Intercept {
+    /// Whether the listening socket must be transparent (to accept TPROXY'd connections).
+    pub(super) fn needs_transparent_listener(&self) -> bool {
+        matches!(self, Intercept::Transparent { .. })
+    }
+
+    /// Finds the target of a connection to a relaying listener: the forward target, the
+    /// client's SOCKS5 request, or the original destination.
+    pub(super) async fn find_target<'c>(
+        &self,
+        client: &mut TcpStream,
+        accepted: &Accepted<'c>,
+    ) -> Result<Target<'c>, SetupError> {
+        let config = accepted.config;
+        match self {
+            Intercept::Forward { target } => Ok(Target {
+                addr: target.clone(),
+                spoof_from: None,
+                denied: &[],
+            }),
+            Intercept::Socks5 { auth } => {
+                let addr =
+                    tokio::time::timeout(config.handshake_timeout, socks5::handshake(client, auth))
+                        .await
+                        .map_err(|_| SetupError::HandshakeTimeout)??;
+                Ok(Target {
+                    addr,
+                    spoof_from: None,
+                    denied: &config.denied_destinations,
+                })
+            }
+            Intercept::Transparent {
+                spoof_client_address,
+                ..
+            } => {
+                let original = original_destination(client, accepted.listener_addr)?;
+                Ok(Target {
+                    addr: TargetAddr::Ip(original),
+                    spoof_from: spoof_client_address.then_some(canonical(accepted.peer.ip())),
+                    denied: &[],
+                })
+            }
+            // Served by the HTTP engine; never reaches the byte relay.
+            Intercept::Http => Err(SetupError::NotARelayListener),
+        }
+    }
+
+    /// Tells the client its target is connected, where the protocol says so (SOCKS5).
+    pub(super) async fn report_connected(
+        &self,
+        client: &mut TcpStream,
+        server: &TcpStream,
+    ) -> Result<(), SetupError> {
+        if let Intercept::Socks5 { .. } = self {
+            let bound = server.local_addr().ok();
+            socks5::send_reply(client, ReplyCode::Succeeded, bound)
+                .await
+                .map_err(|e| SetupError::Handshake(e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// Tells the client the connection will not be relayed, then closes it.
+    pub(super) async fn report_failure(&self, mut client: TcpStream, err: &SetupError) {
+        if let Intercept::Socks5 { .. } = self {
+            if let Some(code) = err.socks_reply() {
+                let _ = socks5::send_reply(&mut client, code, None).await;
+            }
+        } else if err.is_target_failure() {
+            // The client believes it talks to the server (transparent) or to a fixed
+            // service (forward): a reset is the closest thing to the server's refusal.
+            close_now(client);
+        }
+    }
+
+    /// Checks a connection to an HTTP-speaking listener before the engine serves it. The
+    /// origin comes from each request's Host header or URI; a transparent listener's original
+    /// destination is only checked for a loop back into this listener.
+    pub(super) fn check_http_client(
+        &self,
+        client: &TcpStream,
+        listener_addr: SocketAddr,
+    ) -> Result<(), SetupError> {
+        match self {
+            Intercept::Transparent { .. } => original_destination(client, listener_addr).map(drop),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// TPROXY delivers the connection with its original destination as local address; a
+/// connection to the listener itself would loop.
+fn original_destination(
+    client: &TcpStream,
+    listener_addr: SocketAddr,
+) -> Result<SocketAddr, SetupError> {
+    let original = client
+        .local_addr()
+        .map_err(SetupError::OriginalDestination)?;
+    let original = SocketAddr::new(canonical(original.ip()), original.port());
+    if original.port() == listener_addr.port()
+        && (listener_addr.ip().is_unspecified() || listener_addr.ip() == original.ip())
+    {
+        return Err(SetupError::Loop);
+    }
+    Ok(original)
+}

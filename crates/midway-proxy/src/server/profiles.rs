@@ -1,0 +1,119 @@
+//! The TCP profiles the listeners use: which ones, whether this kernel honours them, and the
+//! route-metric knobs some of them need.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use midway_tcp::{RouteKnobs, TcpProfile};
+
+use super::ProxyError;
+use crate::config::RuntimeConfig;
+
+/// Every profile name a listener (or a client override) refers to.
+pub(super) fn referenced_profiles(config: &RuntimeConfig) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for l in &config.listeners {
+        names.insert(l.local_profile.clone());
+        names.insert(l.remote_profile.clone());
+        for o in &l.client_profiles {
+            names.extend(o.local_profile.iter().cloned());
+            names.extend(o.remote_profile.iter().cloned());
+        }
+    }
+    names
+}
+
+/// Checks that `profiles` can honour every one of `names` on the running kernel.
+pub(super) fn check_profiles_supported<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+    profiles: &BTreeMap<String, TcpProfile>,
+) -> Result<(), ProxyError> {
+    for name in names {
+        if let Some(profile) = profiles.get(name) {
+            profile
+                .check_supported()
+                .map_err(|source| ProxyError::ProfileUnsupported {
+                    profile: name.clone(),
+                    source: Box::new(source),
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the running kernel can honour every profile a listener uses (for
+/// `midway check-config`; [`super::Proxy::bind`] does the same after installing route knobs).
+pub fn check_kernel_support(config: &RuntimeConfig) -> Result<(), ProxyError> {
+    check_profiles_supported(&referenced_profiles(config), &config.profiles)
+}
+
+/// The used profiles `RouteKnobs::install` must see: those with route-only knobs, and those with
+/// an RTO floor even when the floor is a socket option — `install` gives them a table too when
+/// the host's routes lock `rto_min` (a locked route floor overrides the socket's, so the option
+/// alone would silently do nothing there), and leaves them out otherwise.
+fn route_knob_candidates<'a>(
+    used: &BTreeSet<String>,
+    profiles: &'a BTreeMap<String, TcpProfile>,
+) -> Vec<&'a TcpProfile> {
+    used.iter()
+        .filter_map(|n| profiles.get(n))
+        .filter(|p| p.needs_route_knobs() || p.rto_min_ms.is_some())
+        .collect()
+}
+
+/// Installs route-metric knobs for the used profiles that need them and fills in their marks;
+/// `None` when no profile needs any.
+pub(super) fn install_route_knobs(
+    config: &RuntimeConfig,
+    used: &BTreeSet<String>,
+    profiles: &mut BTreeMap<String, TcpProfile>,
+) -> Result<Option<RouteKnobs>, ProxyError> {
+    let needing_knobs = route_knob_candidates(used, profiles);
+    if needing_knobs.is_empty() {
+        return Ok(None);
+    }
+    let knobs = RouteKnobs::install(
+        &needing_knobs,
+        config.route_knobs_table_base,
+        config.route_knobs_mark_base,
+    )
+    .map_err(|source| ProxyError::RouteKnobs {
+        table_base: config.route_knobs_table_base,
+        mark_base: config.route_knobs_mark_base,
+        source,
+    })?;
+    knobs.set_marks(profiles.values_mut());
+    Ok(Some(knobs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_with_only_an_rto_floor_reach_route_knobs() {
+        let mut timer_only = TcpProfile::kernel_default("timer-200ms");
+        timer_only.rto_min_ms = Some(200);
+        assert!(!timer_only.needs_route_knobs(), "a socket-option floor");
+        let mut dupack = TcpProfile::kernel_default("dupack-1");
+        dupack.dupack_threshold = Some(1);
+        let plain = TcpProfile::kernel_default("plain");
+        let unused = {
+            let mut p = TcpProfile::kernel_default("unused");
+            p.rto_min_ms = Some(40);
+            p
+        };
+        let profiles: BTreeMap<String, TcpProfile> = [timer_only, dupack, plain, unused]
+            .into_iter()
+            .map(|p| (p.name.clone(), p))
+            .collect();
+        let used: BTreeSet<String> = ["timer-200ms", "dupack-1", "plain"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let names: Vec<&str> = route_knob_candidates(&used, &profiles)
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, ["dupack-1", "timer-200ms"]);
+    }
+}

@@ -1,0 +1,356 @@
+//! Relay supervision and per-connection telemetry: runs midway-relay on the two segments,
+//! follows the memory guard's caps, samples tcp_info while bytes move, and at the end logs
+//! the connection and feeds the byte counters and histograms with final values.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use midway_relay::{OnClose, RelayCounters, RelayOptions, RelayReport};
+use midway_tcp::TcpStats;
+use tokio::net::TcpStream;
+
+use super::connection::Connection;
+use super::error::ErrorChain;
+use super::memory::{self, MemoryCaps};
+use super::socket_id::SocketId;
+use crate::metrics::{DirectionLabels, Metrics, SegmentLabels};
+use crate::sockmem::Adjustable;
+
+/// tcp_info of live connections is sampled this often (metrics, and the values logged at end).
+const TCP_INFO_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
+
+impl Connection {
+    /// Relays between `client` and `server` until both directions end (or the connection is
+    /// cancelled); `adjustable` says which buffers of each the memory guard may cap.
+    pub(super) async fn relay(
+        self,
+        client: TcpStream,
+        server: TcpStream,
+        started: Instant,
+        adjustable: (Adjustable, Adjustable),
+    ) {
+        let name = &self.listener.name;
+        let metrics = &self.shared.metrics;
+        let mut memory = MemoryCaps::register(
+            self.shared.socket_memory.as_ref(),
+            &[
+                ("local", &client, adjustable.0),
+                ("remote", &server, adjustable.1),
+            ],
+        );
+        let counters = Arc::new(RelayCounters::default());
+        // The relay owns and closes both sockets; it hands them to this callback just before,
+        // so the end-of-connection log and histograms get final values, not a stale sample.
+        let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
+        let on_close: OnClose = {
+            let slot = final_stats.clone();
+            Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
+                let _ = slot.set((
+                    midway_tcp::tcp_stats(client).ok(),
+                    midway_tcp::tcp_stats(server).ok(),
+                ));
+            })
+        };
+        let options = RelayOptions {
+            idle_timeout: Some(self.shared.config.idle_timeout),
+            counters: counters.clone(),
+            on_close: Some(on_close),
+        };
+        let mut sampler = SegmentSampler::new(name, &client, &server);
+        sampler.sample(metrics);
+        let mut bytes = ByteReporter::new(name);
+
+        let relay = midway_relay::relay(
+            client,
+            server,
+            &self.listener.relay,
+            &self.shared.resources,
+            options,
+            self.cancel.clone(),
+        );
+        let sampled_relay = async {
+            tokio::pin!(relay);
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
+                TCP_INFO_SAMPLE_INTERVAL,
+            );
+            loop {
+                tokio::select! {
+                    result = &mut relay => break result,
+                    _ = tick.tick() => {
+                        let moved = (
+                            counters.client_to_server.load(Ordering::Relaxed),
+                            counters.server_to_client.load(Ordering::Relaxed),
+                        );
+                        // An idle connection's tcp_info does not change: skip the syscalls,
+                        // which matters with thousands of idle connections.
+                        if moved != bytes.reported {
+                            // The relay future owns both sockets and is alive here, so their
+                            // fds are open (and SocketId checks the inode anyway).
+                            sampler.sample_live(metrics);
+                            bytes.report(metrics, moved.0, moved.1);
+                        }
+                    }
+                }
+            }
+        };
+        let result = memory::following_caps(memory.as_mut(), sampled_relay).await;
+        let duration = started.elapsed();
+        if let Some((local, remote)) = final_stats.get() {
+            sampler.record_final(metrics, local.clone(), remote.clone());
+        }
+        sampler.finish(metrics);
+        let (local, remote) = (&sampler.local.last, &sampler.remote.last);
+        match result {
+            Ok(report) => {
+                bytes.report(
+                    metrics,
+                    report.client_to_server_bytes,
+                    report.server_to_client_bytes,
+                );
+                log_end(
+                    &report,
+                    duration,
+                    local.as_ref(),
+                    remote.as_ref(),
+                    sampler.last_sample_age(),
+                );
+            }
+            Err(err) => {
+                bytes.report(
+                    metrics,
+                    counters.client_to_server.load(Ordering::Relaxed),
+                    counters.server_to_client.load(Ordering::Relaxed),
+                );
+                metrics
+                    .relay_errors
+                    .get_or_create(&Metrics::listener(name))
+                    .inc();
+                tracing::warn!(
+                    error = %ErrorChain(&err),
+                    bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
+                    bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
+                    duration_ms = duration.as_millis() as u64,
+                    "relay failed"
+                );
+            }
+        }
+    }
+}
+
+fn log_end(
+    report: &RelayReport,
+    duration: Duration,
+    local: Option<&TcpStats>,
+    remote: Option<&TcpStats>,
+    sample_age: Duration,
+) {
+    let get = |s: Option<&TcpStats>, f: fn(&TcpStats) -> u64| s.map(f);
+    tracing::info!(
+        bytes_client_to_server = report.client_to_server_bytes,
+        bytes_server_to_client = report.server_to_client_bytes,
+        client_to_server_end = ?report.client_to_server_end,
+        server_to_client_end = ?report.server_to_client_end,
+        duration_ms = duration.as_millis() as u64,
+        peak_spool_bytes = report.peak_spool_bytes,
+        // TCP state when the relay closed the socket (1 = established, 7 = closed, 8 =
+        // close-wait, 9 = last-ack, ...): shows the values below are final, not a sample.
+        local_state = get(local, |s| s.state.into()),
+        remote_state = get(remote, |s| s.state.into()),
+        local_bytes_received = get(local, |s| s.bytes_received),
+        remote_bytes_received = get(remote, |s| s.bytes_received),
+        local_srtt_us = get(local, |s| s.rtt_us.into()),
+        local_cwnd = get(local, |s| s.snd_cwnd.into()),
+        local_total_retrans = get(local, |s| s.total_retrans.into()),
+        local_reordering = get(local, |s| s.reordering.into()),
+        remote_srtt_us = get(remote, |s| s.rtt_us.into()),
+        remote_cwnd = get(remote, |s| s.snd_cwnd.into()),
+        remote_total_retrans = get(remote, |s| s.total_retrans.into()),
+        remote_reordering = get(remote, |s| s.reordering.into()),
+        tcp_info_age_ms = sample_age.as_millis() as u64,
+        "connection closed"
+    );
+}
+
+/// Final tcp_info of the (local, remote) segment, read by the relay's close callback.
+type FinalStats = (Option<TcpStats>, Option<TcpStats>);
+
+/// Adds only what is new since the last report to the byte counters.
+pub(super) struct ByteReporter {
+    c2s: DirectionLabels,
+    s2c: DirectionLabels,
+    reported: (u64, u64),
+}
+
+impl ByteReporter {
+    pub(super) fn new(listener: &str) -> ByteReporter {
+        ByteReporter {
+            c2s: DirectionLabels {
+                listener: listener.to_string(),
+                direction: "client_to_server",
+            },
+            s2c: DirectionLabels {
+                listener: listener.to_string(),
+                direction: "server_to_client",
+            },
+            reported: (0, 0),
+        }
+    }
+
+    /// Takes the running totals `c2s` and `s2c`; counts what they add.
+    pub(super) fn report(&mut self, metrics: &Metrics, c2s: u64, s2c: u64) {
+        add_new(metrics, &self.c2s, &mut self.reported.0, c2s);
+        add_new(metrics, &self.s2c, &mut self.reported.1, s2c);
+    }
+}
+
+/// Adds to the byte counter of `labels` what `total` has beyond `reported`.
+fn add_new(metrics: &Metrics, labels: &DirectionLabels, reported: &mut u64, total: u64) {
+    if total > *reported {
+        metrics
+            .bytes
+            .get_or_create(labels)
+            .inc_by(total - *reported);
+        *reported = total;
+    }
+}
+
+/// tcp_info of one segment's socket (owned by the relay, known by [`SocketId`]).
+struct Segment {
+    socket: SocketId,
+    labels: SegmentLabels,
+    last: Option<TcpStats>,
+    retrans_reported: u32,
+}
+
+impl Segment {
+    fn new(listener: &str, segment: &'static str, stream: &TcpStream) -> Segment {
+        Segment {
+            socket: SocketId::new(stream),
+            labels: SegmentLabels {
+                listener: listener.to_string(),
+                segment,
+            },
+            last: None,
+            retrans_reported: 0,
+        }
+    }
+
+    fn sample(&mut self, metrics: &Metrics) -> bool {
+        let Some(fd) = self.socket.borrow() else {
+            return false;
+        };
+        match midway_tcp::tcp_stats(fd) {
+            Ok(stats) => {
+                self.record(metrics, stats);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes `stats` as the latest values; the retransmit counter gets what is new.
+    fn record(&mut self, metrics: &Metrics, stats: TcpStats) {
+        if stats.total_retrans > self.retrans_reported {
+            metrics
+                .retransmits
+                .get_or_create(&self.labels)
+                .inc_by(u64::from(stats.total_retrans - self.retrans_reported));
+            self.retrans_reported = stats.total_retrans;
+        }
+        self.last = Some(stats);
+    }
+
+    fn observe(&self, metrics: &Metrics) {
+        if let Some(stats) = &self.last {
+            if stats.rtt_us > 0 {
+                metrics
+                    .srtt
+                    .get_or_create(&self.labels)
+                    .observe(f64::from(stats.rtt_us) / 1e6);
+            }
+            metrics
+                .cwnd
+                .get_or_create(&self.labels)
+                .observe(f64::from(stats.snd_cwnd));
+        }
+    }
+}
+
+/// Samples both segments right after connect and every few seconds while bytes move.
+struct SegmentSampler {
+    local: Segment,
+    remote: Segment,
+    last_sample: Instant,
+    /// The current `last` values are already in the histograms.
+    last_observed: bool,
+}
+
+impl SegmentSampler {
+    fn new(listener: &str, client: &TcpStream, server: &TcpStream) -> SegmentSampler {
+        SegmentSampler {
+            local: Segment::new(listener, "local", client),
+            remote: Segment::new(listener, "remote", server),
+            last_sample: Instant::now(),
+            last_observed: false,
+        }
+    }
+
+    /// Reads both sockets' tcp_info (retransmit counter updated at once).
+    fn sample(&mut self, metrics: &Metrics) {
+        let a = self.local.sample(metrics);
+        let b = self.remote.sample(metrics);
+        if a || b {
+            self.last_sample = Instant::now();
+            self.last_observed = false;
+        }
+    }
+
+    /// A periodic sample of a live connection: also goes into the srtt / cwnd histograms.
+    fn sample_live(&mut self, metrics: &Metrics) {
+        self.sample(metrics);
+        self.observe_once(metrics);
+    }
+
+    /// Puts the current values into the histograms unless they are there already.
+    fn observe_once(&mut self, metrics: &Metrics) {
+        if !self.last_observed {
+            self.local.observe(metrics);
+            self.remote.observe(metrics);
+            self.last_observed = true;
+        }
+    }
+
+    /// The values the relay's close callback read just before closing the sockets.
+    fn record_final(
+        &mut self,
+        metrics: &Metrics,
+        local: Option<TcpStats>,
+        remote: Option<TcpStats>,
+    ) {
+        let mut any = false;
+        for (segment, stats) in [(&mut self.local, local), (&mut self.remote, remote)] {
+            if let Some(stats) = stats {
+                segment.record(metrics, stats);
+                any = true;
+            }
+        }
+        if any {
+            self.last_sample = Instant::now();
+            self.last_observed = false;
+        }
+    }
+
+    /// The last sample stands for the end — normally the final one from the relay's close
+    /// callback (then `tcp_info_age_ms` is about 0); it is observed unless a live sample already
+    /// put these very values into the histograms.
+    fn finish(&mut self, metrics: &Metrics) {
+        self.observe_once(metrics);
+    }
+
+    fn last_sample_age(&self) -> Duration {
+        self.last_sample.elapsed()
+    }
+}
