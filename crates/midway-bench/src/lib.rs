@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use midway_proxy::sockmem::{machine_tcp_memory_bytes, KernelMemoryLimits};
+use midway_sys::procfs::{machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
 use midway_sys::procfs;

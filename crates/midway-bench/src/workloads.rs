@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use midway_proxy::sockmem::machine_tcp_memory_bytes;
+use midway_sys::procfs::machine_tcp_memory_bytes;
 
 use crate::netns::{BenchNet, Host, InHost};
 

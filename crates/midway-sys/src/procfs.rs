@@ -82,6 +82,113 @@ fn parse_vm_rss_bytes(status: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The kernel's limits on TCP memory: what midway-proxy's socket memory guard works against
+/// and the benchmark reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelMemoryLimits {
+    /// `tcp_mem[1]` in bytes: above it the kernel is under TCP memory pressure.
+    pub pressure_bytes: u64,
+    /// `tcp_rmem[2]`: the most receive-buffer autotuning gives one socket.
+    pub autotune_max_recv: u32,
+    /// `tcp_wmem[2]`: the most send-buffer autotuning gives one socket.
+    pub autotune_max_send: u32,
+}
+
+impl KernelMemoryLimits {
+    /// Reads `net.ipv4.tcp_rmem` and `tcp_wmem` of the current network namespace and the
+    /// machine's `tcp_mem`. `tcp_mem` is one value for the whole machine and Linux shows it only
+    /// in the initial network namespace; elsewhere (a proxy run in a namespace, as in the lab)
+    /// the pressure value is estimated as the kernel sets it at boot, 1/16 of memory.
+    pub fn read() -> io::Result<KernelMemoryLimits> {
+        let pressure_bytes = match third_fields("/proc/sys/net/ipv4/tcp_mem") {
+            Ok(pages) => pages[1].saturating_mul(page_size()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+                let total = parse_meminfo_total_bytes(&meminfo).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "/proc/meminfo has no MemTotal")
+                })?;
+                boot_default_pressure_bytes(total)
+            }
+            Err(err) => return Err(err),
+        };
+        let rmem = third_fields("/proc/sys/net/ipv4/tcp_rmem")?;
+        let wmem = third_fields("/proc/sys/net/ipv4/tcp_wmem")?;
+        Ok(KernelMemoryLimits {
+            pressure_bytes,
+            autotune_max_recv: clamp_u32(rmem[2]),
+            autotune_max_send: clamp_u32(wmem[2]),
+        })
+    }
+}
+
+/// `tcp_mem[1]` as the kernel computes it at boot (`tcp_init_mem`: free buffer pages / 16),
+/// approximated with the machine's total memory.
+fn boot_default_pressure_bytes(mem_total_bytes: u64) -> u64 {
+    mem_total_bytes / 16
+}
+
+fn parse_meminfo_total_bytes(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => Some(value.saturating_mul(1024)),
+        _ => None,
+    }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory effects; it returns -1 on error, handled below.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
+
+/// The three numbers of a `tcp_mem`-style sysctl file.
+fn third_fields(path: &str) -> io::Result<[u64; 3]> {
+    let text = std::fs::read_to_string(path)?;
+    parse_three(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{path}: expected three numbers, found {text:?}"),
+        )
+    })
+}
+
+fn parse_three(text: &str) -> Option<[u64; 3]> {
+    let mut numbers = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    let three = [numbers.next()??, numbers.next()??, numbers.next()??];
+    numbers.next().is_none().then_some(three)
+}
+
+/// Bytes of TCP memory the whole machine uses now (`/proc/net/sockstat`, "TCP: ... mem N" in
+/// pages; the count is machine-wide whatever the network namespace).
+pub fn machine_tcp_memory_bytes() -> io::Result<u64> {
+    let text = std::fs::read_to_string("/proc/net/sockstat")?;
+    parse_sockstat_tcp_pages(&text)
+        .map(|pages| pages.saturating_mul(page_size()))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "/proc/net/sockstat has no \"TCP: ... mem N\" line",
+            )
+        })
+}
+
+fn parse_sockstat_tcp_pages(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "mem" {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +218,37 @@ mod tests {
         );
         assert_eq!(parse_vm_rss_bytes("Name:\tx\n"), None);
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
+    }
+
+    #[test]
+    fn proc_files_parse_and_garbage_does_not() {
+        assert_eq!(
+            parse_three("287898\t383867\t575796\n"),
+            Some([287898, 383867, 575796])
+        );
+        assert_eq!(parse_three("1 2"), None);
+        assert_eq!(parse_three("1 2 x"), None);
+        assert_eq!(parse_three("1 2 3 4"), None);
+        let sockstat =
+            "sockets: used 11\nTCP: inuse 1 orphan 0 tw 0 alloc 1 mem 166\nUDP: inuse 0 mem 0\n";
+        assert_eq!(parse_sockstat_tcp_pages(sockstat), Some(166));
+        assert_eq!(parse_sockstat_tcp_pages("UDP: inuse 0 mem 3\n"), None);
+        assert_eq!(parse_sockstat_tcp_pages("TCP: inuse 1 mem\n"), None);
+    }
+
+    #[test]
+    fn outside_the_initial_namespace_pressure_is_estimated_from_memory() {
+        let meminfo = "MemTotal:       24684084 kB\nMemFree:         1 kB\n";
+        let total = parse_meminfo_total_bytes(meminfo).unwrap();
+        assert_eq!(total, 24_684_084 * 1024);
+        // This machine: tcp_mem[1] = 383867 pages = 1499 MiB; the estimate is within 3 %.
+        let estimate = boot_default_pressure_bytes(total) as f64;
+        let actual = 383_867.0 * 4096.0;
+        assert!(
+            (estimate / actual - 1.0).abs() < 0.03,
+            "{estimate} vs {actual}"
+        );
+        assert_eq!(parse_meminfo_total_bytes("MemTotal: 12 MB\n"), None);
+        assert_eq!(parse_meminfo_total_bytes("MemFree: 12 kB\n"), None);
     }
 }
