@@ -190,57 +190,8 @@ fn validate_case(
         }
     }
     let midway = if kind == CaseKind::Midway {
-        if host == scenario.client || host == scenario.server {
-            return Err((
-                case.kind.span(),
-                format!("case `{name}`: the proxy cannot run on the client or server host"),
-            ));
-        }
-        let intercept = case
-            .intercept
-            .as_ref()
-            .map_or(Intercept::Forward, |s| *s.get_ref());
-        if let Some(relay) = case.relay.as_ref().filter(|_| intercept == Intercept::Http) {
-            return Err((
-                relay.span(),
-                format!(
-                    "case `{name}`: an HTTP proxy answers requests itself; `relay` applies to \
-                     forward and transparent cases"
-                ),
-            ));
-        }
-        if case.http.is_some() && intercept != Intercept::Http {
-            return Err((
-                case.kind.span(),
-                format!("case `{name}`: `http` applies only with intercept = \"http\""),
-            ));
-        }
-        if intercept == Intercept::Http && matches!(scenario.workload, Workload::Bulk(_)) {
-            let span = case
-                .intercept
-                .as_ref()
-                .map_or(case.kind.span(), |s| s.span());
-            return Err((
-                span,
-                format!(
-                    "case `{name}`: an HTTP proxy needs HTTP requests; a bulk workload sends \
-                     none (use a web or command workload)"
-                ),
-            ));
-        }
-        Some(MidwayCase {
-            intercept,
-            relay: case
-                .relay
-                .as_ref()
-                .map_or(RelayKind::Buffer, |s| *s.get_ref()),
-            local_profile: case.local_profile.as_ref().map(|s| s.get_ref().clone()),
-            remote_profile: case.remote_profile.as_ref().map(|s| s.get_ref().clone()),
-            profiles: case.profiles.clone().unwrap_or_default(),
-            listener: case.listener.clone().unwrap_or_default(),
-            config: case.config.clone().unwrap_or_default(),
-            http: case.http.clone().unwrap_or_default(),
-        })
+        refuse_proxy_on_endpoint(name, case, &host, scenario)?;
+        Some(midway_case(name, case, scenario)?)
     } else {
         for (field, span) in midway_only {
             if let Some(span) = span {
@@ -250,32 +201,12 @@ fn validate_case(
         None
     };
     let squid = if kind == CaseKind::Squid {
-        if matches!(scenario.workload, Workload::Bulk(_)) {
-            return Err((
-                case.kind.span(),
-                format!(
-                    "case `{name}`: Squid needs HTTP requests; a bulk workload sends none \
-                     (use a web or command workload)"
-                ),
-            ));
-        }
-        Some(SquidCase {
-            cache: case.cache.as_ref().is_none_or(|c| *c.get_ref()),
-            upstream_persistence: case
-                .upstream_persistence
-                .as_ref()
-                .map_or(UpstreamPersistence::Default, |u| *u.get_ref()),
-        })
+        Some(squid_case(name, case, scenario)?)
     } else {
         None
     };
-    if matches!(kind, CaseKind::Haproxy | CaseKind::Squid)
-        && (host == scenario.client || host == scenario.server)
-    {
-        return Err((
-            case.kind.span(),
-            format!("case `{name}`: the proxy cannot run on the client or server host"),
-        ));
+    if matches!(kind, CaseKind::Haproxy | CaseKind::Squid) {
+        refuse_proxy_on_endpoint(name, case, &host, scenario)?;
     }
     Ok(Case {
         name: name.to_string(),
@@ -284,6 +215,91 @@ fn validate_case(
         midway,
         squid,
         route_tuning: case.route_tuning.clone(),
+    })
+}
+
+/// A proxy case's host must be neither the client nor the server.
+fn refuse_proxy_on_endpoint(
+    name: &str,
+    case: &CaseFile,
+    host: &str,
+    scenario: &Scenario,
+) -> Result<(), Blame> {
+    if host == scenario.client || host == scenario.server {
+        return Err((
+            case.kind.span(),
+            format!("case `{name}`: the proxy cannot run on the client or server host"),
+        ));
+    }
+    Ok(())
+}
+
+/// The settings of a `midway` case, checked against its intercept mode and the workload.
+fn midway_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<MidwayCase, Blame> {
+    let intercept = case
+        .intercept
+        .as_ref()
+        .map_or(Intercept::Forward, |s| *s.get_ref());
+    if let Some(relay) = case.relay.as_ref().filter(|_| intercept == Intercept::Http) {
+        return Err((
+            relay.span(),
+            format!(
+                "case `{name}`: an HTTP proxy answers requests itself; `relay` applies to \
+                 forward and transparent cases"
+            ),
+        ));
+    }
+    if case.http.is_some() && intercept != Intercept::Http {
+        return Err((
+            case.kind.span(),
+            format!("case `{name}`: `http` applies only with intercept = \"http\""),
+        ));
+    }
+    if intercept == Intercept::Http && matches!(scenario.workload, Workload::Bulk(_)) {
+        let span = case
+            .intercept
+            .as_ref()
+            .map_or(case.kind.span(), |s| s.span());
+        return Err((
+            span,
+            format!(
+                "case `{name}`: an HTTP proxy needs HTTP requests; a bulk workload sends \
+                 none (use a web or command workload)"
+            ),
+        ));
+    }
+    Ok(MidwayCase {
+        intercept,
+        relay: case
+            .relay
+            .as_ref()
+            .map_or(RelayKind::Buffer, |s| *s.get_ref()),
+        local_profile: case.local_profile.as_ref().map(|s| s.get_ref().clone()),
+        remote_profile: case.remote_profile.as_ref().map(|s| s.get_ref().clone()),
+        profiles: case.profiles.clone().unwrap_or_default(),
+        listener: case.listener.clone().unwrap_or_default(),
+        config: case.config.clone().unwrap_or_default(),
+        http: case.http.clone().unwrap_or_default(),
+    })
+}
+
+/// The settings of a `squid` case, which needs a workload that sends HTTP requests.
+fn squid_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<SquidCase, Blame> {
+    if matches!(scenario.workload, Workload::Bulk(_)) {
+        return Err((
+            case.kind.span(),
+            format!(
+                "case `{name}`: Squid needs HTTP requests; a bulk workload sends none \
+                 (use a web or command workload)"
+            ),
+        ));
+    }
+    Ok(SquidCase {
+        cache: case.cache.as_ref().is_none_or(|c| *c.get_ref()),
+        upstream_persistence: case
+            .upstream_persistence
+            .as_ref()
+            .map_or(UpstreamPersistence::Default, |u| *u.get_ref()),
     })
 }
 
