@@ -35,6 +35,7 @@ pub struct ScenarioFile {
     pub experiments: Vec<ExperimentFile>,
 }
 
+/// A `[hosts.NAME]` table: one network namespace.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostFile {
@@ -43,6 +44,7 @@ pub struct HostFile {
     pub stack: midway_labnet::StackProfile,
 }
 
+/// A `[links.NAME]` table: an emulated link between hosts `a` and `b`, one config per direction.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkFile {
@@ -81,6 +83,7 @@ pub struct DirectionFile {
     pub trace: Option<PathBuf>,
 }
 
+/// The `[roles]` table: which hosts run the client, the proxy and the server.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RolesFile {
@@ -92,6 +95,7 @@ pub struct RolesFile {
     pub server: Spanned<String>,
 }
 
+/// `workload.kind`: what the client and server do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadKind {
@@ -104,6 +108,7 @@ pub enum WorkloadKind {
     Web,
 }
 
+/// The `[workload]` table; which fields apply depends on `kind` (checked in `validate_workload`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
@@ -275,6 +280,7 @@ pub struct CommandFile {
     pub listen_port: Option<u16>,
 }
 
+/// `kind` of a case: what, if anything, runs on the proxy host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CaseKind {
@@ -288,6 +294,7 @@ pub enum CaseKind {
     Squid,
 }
 
+/// How the client's connections reach a midway case's proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Intercept {
@@ -299,6 +306,7 @@ pub enum Intercept {
     Http,
 }
 
+/// How a midway case relays data between its two segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RelayKind {
@@ -308,6 +316,7 @@ pub enum RelayKind {
     Spool,
 }
 
+/// A `[cases.NAME]` table: one way of carrying the workload (no proxy, midway, HAProxy, Squid).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaseFile {
@@ -373,6 +382,7 @@ pub struct RouteTuning {
 /// nested tables of them.
 pub type OverridesFile = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
+/// The `[quick]` table: overrides applied by `--quick`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuickFile {
@@ -380,6 +390,7 @@ pub struct QuickFile {
     pub set: OverridesFile,
 }
 
+/// One `[[experiments]]` entry: cases, repetitions, fixed overrides and an optional sweep.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentFile {
@@ -404,6 +415,7 @@ fn one() -> Spanned<u32> {
     Spanned::new(0..0, 1)
 }
 
+/// An experiment's `[experiments.sweep]`: one parameter (and its `also` paths) over a list of values.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepFile {

@@ -36,15 +36,20 @@ pub const MAX_BULK_CONNECTIONS: u32 = 64;
 pub const DEFAULT_WEB_PORT: u16 = 80;
 /// Web workload defaults (see `scenarios/README.md`).
 pub const DEFAULT_WEB_HOST: &str = "www.lab";
+/// Parallel connections per host name of the loader (and Chromium's own number).
 pub const DEFAULT_CONNECTIONS_PER_HOST: u32 = 6;
 /// Origin's `Cache-Control: max-age` (1 h).
 pub const DEFAULT_CACHE_MAX_AGE_SECS: u64 = 3600;
 /// Origin's idle keep-alive limit: Apache's default.
 pub const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 15;
-/// Bounds that keep a web workload's description sane (a typo, not an experiment, beyond them).
+/// Bounds that keep a web workload's description sane (a typo, not an experiment, beyond them):
+/// host names,
 pub const MAX_WEB_HOSTS: usize = 64;
+/// pages per run,
 pub const MAX_WEB_PAGES: u32 = 10_000;
+/// objects per page,
 pub const MAX_WEB_OBJECTS: u32 = 10_000;
+/// connections per host name.
 pub const MAX_CONNECTIONS_PER_HOST: u32 = 256;
 /// Default limit on one workload run; a point that takes longer fails with a timeout.
 pub const DEFAULT_WORKLOAD_TIMEOUT_SECS: u64 = 300;
@@ -157,6 +162,7 @@ impl LoadedScenario {
         Ok(())
     }
 
+    /// An [`ScenarioError::Invalid`] blaming `span` of this file's text.
     pub(super) fn error_at(&self, span: &Range<usize>, message: String) -> ScenarioError {
         ScenarioError::Invalid {
             location: location(&self.path, &self.text, span),

@@ -26,6 +26,7 @@ pub struct Scenario {
     pub cases: BTreeMap<String, Case>,
 }
 
+/// A validated link: named hosts and one emulator config per direction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {
     pub name: String,
@@ -35,6 +36,7 @@ pub struct Link {
     pub b_to_a: DirectionFile,
 }
 
+/// A validated workload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Workload {
     Bulk(BulkWorkload),
@@ -53,7 +55,7 @@ impl Workload {
     }
 }
 
-/// Page loads (see [`WorkloadKind::Web`]).
+/// Page loads (see [`WorkloadKind::Web`](super::WorkloadKind::Web)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebWorkload {
     pub hosts: Vec<String>,
@@ -73,6 +75,7 @@ pub struct WebWorkload {
     pub timeout: std::time::Duration,
 }
 
+/// Bulk transfers (see [`WorkloadKind::Bulk`](super::WorkloadKind::Bulk)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BulkWorkload {
     pub bytes: u64,
@@ -87,6 +90,7 @@ pub struct BulkWorkload {
     pub timeout: std::time::Duration,
 }
 
+/// External programs (see [`WorkloadKind::Command`](super::WorkloadKind::Command)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandWorkload {
     pub bytes: Option<u64>,
@@ -96,6 +100,7 @@ pub struct CommandWorkload {
     pub client: HostCommand,
 }
 
+/// A command of a command workload: its host, its argv (placeholders not yet expanded).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostCommand {
     pub host: String,
@@ -103,6 +108,7 @@ pub struct HostCommand {
     pub listen_port: Option<u16>,
 }
 
+/// A validated case; the settings of its kind are in `midway` or `squid`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Case {
     pub name: String,
@@ -121,6 +127,7 @@ pub struct SquidCase {
     pub upstream_persistence: UpstreamPersistence,
 }
 
+/// Settings of a `midway` case, turned into the proxy's config by `cases::midway_config`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MidwayCase {
     pub intercept: Intercept,
@@ -135,6 +142,7 @@ pub struct MidwayCase {
 }
 
 impl Scenario {
+    /// The link between hosts `x` and `y`, either way round.
     pub fn link_between(&self, x: &str, y: &str) -> Option<&Link> {
         self.links
             .iter()

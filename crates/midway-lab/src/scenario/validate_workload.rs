@@ -12,6 +12,7 @@ use super::{
     MAX_BULK_CONNECTIONS, MAX_CONNECTIONS_PER_HOST, MAX_WEB_HOSTS, MAX_WEB_OBJECTS, MAX_WEB_PAGES,
 };
 
+/// The validated `[workload]`; `host_exists` resolves the hosts of a command workload.
 pub(super) fn validate_workload(
     workload: &WorkloadFile,
     host_exists: HostCheck<'_>,
