@@ -1,0 +1,446 @@
+//! Runs a plan: each point builds a fresh topology with a unique tag, starts its case's proxy,
+//! runs the workload, writes one [`RunRecord`] line (flushed), and tears everything down. Several
+//! points run at once (`jobs`); a failed point is recorded with `ok = false` and the run goes on.
+//!
+//! The case's proxy is in `proxy`; each workload kind's run is one impl in `workloads`.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use midway_labnet::Topology;
+use midway_report::RunRecord;
+
+use crate::cases::{self, Placement};
+use crate::plan::{skeleton_record, Point};
+use crate::scenario::{Case, CaseKind, RouteTuning, Scenario};
+
+mod proxy;
+mod workloads;
+
+use proxy::{remove_squid_segments, start_proxy, stop_proxy};
+use workloads::{measured, PointContext, WorkloadOutcome};
+
+/// How often and how long to poll for a proxy's listener (bounded; no blind sleeps).
+const READY_POLL_INTERVAL: Duration = Duration::from_millis(20);
+const READY_POLL_TRIES: u32 = 500;
+/// Last bytes of a proxy's log quoted in an error.
+const LOG_TAIL_BYTES: usize = 1500;
+
+/// Everything a point needs besides the point itself.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The output folder (results.jsonl, points/...).
+    pub out_dir: PathBuf,
+    /// Folder of the scenario file (for relative trace paths).
+    pub scenario_dir: PathBuf,
+    /// Scenario path as given on the command line, recorded in every line.
+    pub scenario_file: String,
+    pub commit: String,
+    /// The midway binary run as the proxy of `midway` cases.
+    pub midway_bin: PathBuf,
+    /// Keep each point's folder (configs, proxy logs) even when the point succeeded.
+    pub keep_point_dirs: bool,
+}
+
+/// Runs `points` with `jobs` workers, appending to `results` as each finishes. `on_record` sees
+/// every record (for a progress bar). Returns the records written.
+pub fn run_points(
+    context: &RunContext,
+    points: &[Point],
+    jobs: usize,
+    results: &Path,
+    mut on_record: impl FnMut(&RunRecord),
+) -> anyhow::Result<Vec<RunRecord>> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(results)
+        .with_context(|| format!("cannot open {}", results.display()))?;
+    let next = AtomicUsize::new(0);
+    let (sender, receiver) = mpsc::channel::<RunRecord>();
+    let mut written = Vec::with_capacity(points.len());
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        for worker in 0..jobs.max(1).min(points.len().max(1)) {
+            let sender = sender.clone();
+            let next = &next;
+            std::thread::Builder::new()
+                .name(format!("lab-worker-{worker}"))
+                .spawn_scoped(scope, move || loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(point) = points.get(index) else {
+                        break;
+                    };
+                    if sender.send(run_point(context, point)).is_err() {
+                        break;
+                    }
+                })
+                .context("cannot start a worker thread")?;
+        }
+        drop(sender);
+        for record in receiver {
+            let line = serde_json::to_string(&record).context("cannot encode a record")?;
+            writeln!(file, "{line}")
+                .and_then(|_| file.flush())
+                .with_context(|| format!("cannot append to {}", results.display()))?;
+            on_record(&record);
+            written.push(record);
+        }
+        Ok(())
+    })?;
+    Ok(written)
+}
+
+/// Measures one point; never panics on a measurement failure, which becomes `ok = false`.
+pub fn run_point(context: &RunContext, point: &Point) -> RunRecord {
+    let started_at = crate::time::rfc3339_now();
+    let mut record = skeleton_record(point, &context.scenario_file, &context.commit, &started_at);
+    let point_dir = context.out_dir.join("points").join(format!(
+        "{:05}-{}-{}-r{}",
+        point.index, point.experiment, point.case, point.repetition
+    ));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        measure(context, point, &point_dir)
+    }))
+    .unwrap_or_else(|panic| {
+        let text = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(anyhow!("internal error (panic): {text}"))
+    });
+    match outcome {
+        Ok(measurement) => {
+            record.ok = true;
+            record.bytes = measurement.bytes;
+            record.seconds = measurement.seconds;
+            record.throughput_bps = if measurement.seconds > 0.0 {
+                measurement.bytes as f64 * 8.0 / measurement.seconds
+            } else {
+                0.0
+            };
+            record.retransmits = measurement.retransmits;
+            record.extra = measurement.extra;
+            if !context.keep_point_dirs {
+                let _ = fs::remove_dir_all(&point_dir);
+            }
+        }
+        Err(error) => {
+            record.error = Some(format!("{error:#}"));
+        }
+    }
+    record
+}
+
+/// What a point measured; goes into its record.
+#[derive(Debug, Default)]
+struct Measurement {
+    bytes: u64,
+    seconds: f64,
+    retransmits: BTreeMap<String, u64>,
+    extra: BTreeMap<String, f64>,
+}
+
+/// Addresses of one point, from the built topology.
+struct Addresses {
+    /// Server address on its link toward the client side.
+    server: SocketAddr,
+    placement: Option<Placement>,
+}
+
+fn addresses(
+    scenario: &Scenario,
+    topology: &Topology,
+    proxy_host: &str,
+    port: u16,
+    point_dir: &Path,
+) -> anyhow::Result<Addresses> {
+    let path = scenario
+        .path(&scenario.client, &scenario.server)
+        .context("no path from client to server")?;
+    let server_neighbour = &path[path.len() - 2];
+    let server_ip = topology.try_addr(&scenario.server, server_neighbour)?;
+    let server = SocketAddr::new(server_ip, port);
+    let placement = match path.iter().position(|h| h == proxy_host) {
+        Some(position) if position > 0 => {
+            let toward_client = &path[position - 1];
+            Some(Placement {
+                server,
+                proxy_addr: topology.try_addr(proxy_host, toward_client)?,
+                client_prefix: topology.link_prefix(&path[0], &path[1]).to_string(),
+                route_prefix: topology.link_prefix(proxy_host, toward_client).to_string(),
+                client_iface: topology.iface(proxy_host, toward_client).to_string(),
+                spool_dir: point_dir.join("spool"),
+            })
+        }
+        _ => None,
+    };
+    Ok(Addresses { server, placement })
+}
+
+fn measure(context: &RunContext, point: &Point, point_dir: &Path) -> anyhow::Result<Measurement> {
+    let scenario = &point.scenario;
+    if !scenario.cases.contains_key(&point.case) {
+        bail!("unknown case {}", point.case);
+    }
+    let spec = scenario.topology_spec(&context.scenario_dir)?;
+    fs::create_dir_all(point_dir)
+        .with_context(|| format!("cannot create {}", point_dir.display()))?;
+    let tag = midway_labnet::fresh_tag();
+    let topology = Topology::build(&spec, &tag, point.seed).context("cannot build the topology")?;
+    let result = measure_in(context, point, point_dir, &topology);
+    if scenario.cases[&point.case].kind == CaseKind::Squid {
+        // Squid (stopped by now) leaves its shared-memory segments behind.
+        remove_squid_segments(&cases::squid_service_name(&tag));
+    }
+    let teardown = topology.teardown();
+    let measurement = result?;
+    teardown.context("the topology was measured but not removed cleanly")?;
+    Ok(measurement)
+}
+
+/// The steps of one point on its built topology: static neighbours, the workload's spawn
+/// options, route tuning, the proxy, the workload itself, then the proxy's and the hosts' counters.
+fn measure_in(
+    context: &RunContext,
+    point: &Point,
+    point_dir: &Path,
+    topology: &Topology,
+) -> anyhow::Result<Measurement> {
+    let scenario = &point.scenario;
+    let case = &scenario.cases[&point.case];
+    let workload = measured(&scenario.workload);
+    pin_neighbours(scenario, topology)?;
+    let addresses = addresses(
+        scenario,
+        topology,
+        &case.host,
+        scenario.workload.port(),
+        point_dir,
+    )?;
+    let spawn_options = workload.spawn_options(addresses.server, point_dir)?;
+    let placement = required_placement(case, &addresses)?;
+    if let (Some(tuning), Some(placement)) = (&case.route_tuning, &placement) {
+        apply_route_tuning(topology, case, tuning, placement)?;
+    }
+    let proxy = start_proxy(
+        context,
+        topology,
+        case,
+        placement.as_ref(),
+        point_dir,
+        &spawn_options,
+    )?;
+    let target = match &placement {
+        Some(p) => cases::connect_target(case, p),
+        None => addresses.server,
+    };
+    let WorkloadOutcome {
+        mut measurement,
+        netstat_before,
+    } = workload.measure(&PointContext {
+        topology,
+        scenario,
+        case,
+        placement: placement.as_ref(),
+        target,
+        server: addresses.server,
+        point_dir,
+        spawn_options: &spawn_options,
+    })?;
+    if let Some(child) = proxy {
+        stop_proxy(
+            topology,
+            case,
+            child,
+            point_dir,
+            point.index,
+            &mut measurement,
+        )?;
+    }
+    add_netstat_deltas(topology, &netstat_before, &mut measurement);
+    add_link_drops(scenario, topology, &mut measurement);
+    Ok(measurement)
+}
+
+/// The proxy's place on the path, which every case but an untuned `direct` needs.
+fn required_placement(case: &Case, addresses: &Addresses) -> anyhow::Result<Option<Placement>> {
+    let needs_placement = case.kind != CaseKind::Direct || case.route_tuning.is_some();
+    Ok(match (&addresses.placement, needs_placement) {
+        (Some(p), _) => Some(p.clone()),
+        (None, false) => None,
+        (None, true) => bail!(
+            "case {} needs host {} on the path from client to server",
+            case.name,
+            case.host
+        ),
+    })
+}
+
+/// Sets the case's route metrics on its host's route toward the client.
+fn apply_route_tuning(
+    topology: &Topology,
+    case: &Case,
+    tuning: &RouteTuning,
+    placement: &Placement,
+) -> anyhow::Result<()> {
+    if let Some(args) = cases::route_tuning_args(tuning, placement) {
+        let output = topology
+            .command(&case.host, "ip")
+            .args(&args)
+            .output()
+            .context("cannot run ip route")?;
+        if !output.status.success() {
+            bail!(
+                "ip {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Adds every host's loss-recovery counters to `measurement`.
+fn add_netstat_deltas(
+    topology: &Topology,
+    netstat_before: &NetstatCounters,
+    measurement: &mut Measurement,
+) {
+    // Loss-recovery counters of every host's namespace (fresh per point): on the proxy host they
+    // are the proxy's two segments, and show whether a tuning such as the duplicate-ACK
+    // threshold changed fast retransmits and timeouts.
+    // With a warm-up transfer, only what the measured connection did (after minus before).
+    for (host, counters) in netstat_all(topology) {
+        for name in crate::netstat::RECORDED {
+            if let Some(value) = counters.get(name) {
+                let before = netstat_before
+                    .get(&host)
+                    .and_then(|c| c.get(name))
+                    .copied()
+                    .unwrap_or(0);
+                measurement.extra.insert(
+                    format!("{host}.{name}"),
+                    value.saturating_sub(before) as f64,
+                );
+            }
+        }
+    }
+}
+
+/// Adds each link direction's dropped frames to `measurement`.
+fn add_link_drops(scenario: &Scenario, topology: &Topology, measurement: &mut Measurement) {
+    // labnet names links "a-b"; records use the scenario's link names.
+    for (labnet_name, ab, ba) in topology.link_stats() {
+        let name = scenario
+            .links
+            .iter()
+            .find(|l| format!("{}-{}", l.a, l.b) == labnet_name)
+            .map_or(labnet_name.clone(), |l| l.name.clone());
+        for (dir, stats) in [("a_to_b", ab), ("b_to_a", ba)] {
+            let drops = stats.dropped_loss_frames + stats.dropped_queue_frames;
+            measurement
+                .extra
+                .insert(format!("{name}.{dir}.drops"), drops as f64);
+        }
+    }
+}
+
+/// Makes every host's ARP entry for its link neighbours permanent. Without this the first packet
+/// on each hop waits for ARP, which costs one extra round trip per link on the first connection:
+/// 0.5 s on a GEO hop, more than a small transfer itself.
+fn pin_neighbours(scenario: &Scenario, topology: &Topology) -> anyhow::Result<()> {
+    let run = |host: &str, args: &[&str]| -> anyhow::Result<String> {
+        let output = topology
+            .command(host, "ip")
+            .args(args)
+            .output()
+            .context("cannot run ip")?;
+        if !output.status.success() {
+            bail!(
+                "ip {} in {host} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    for link in &scenario.links {
+        for (host, neighbour) in [(&link.a, &link.b), (&link.b, &link.a)] {
+            let neighbour_iface = topology.iface(neighbour, host).to_string();
+            let shown = run(neighbour, &["-o", "link", "show", "dev", &neighbour_iface])?;
+            let mac = shown
+                .split_whitespace()
+                .skip_while(|word| *word != "link/ether")
+                .nth(1)
+                .with_context(|| format!("no MAC address in `{}`", shown.trim()))?
+                .to_string();
+            let address = topology.try_addr(neighbour, host)?.to_string();
+            let iface = topology.iface(host, neighbour).to_string();
+            run(
+                host,
+                &[
+                    "neigh",
+                    "replace",
+                    &address,
+                    "lladdr",
+                    &mac,
+                    "dev",
+                    &iface,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The last bytes of a log file, for error messages.
+fn log_tail(path: &Path) -> String {
+    let text = fs::read(path).unwrap_or_default();
+    let start = text.len().saturating_sub(LOG_TAIL_BYTES);
+    String::from_utf8_lossy(&text[start..]).trim().to_string()
+}
+
+/// TCP ports listening in `host` (IPv4 and IPv6).
+fn listening_ports(
+    topology: &Topology,
+    host: &str,
+) -> anyhow::Result<std::collections::BTreeSet<u16>> {
+    let text = topology.try_in_host(host, || {
+        // /proc/thread-self/net follows this thread's namespace (/proc/self/net would follow
+        // the main thread's).
+        let v4 = fs::read_to_string("/proc/thread-self/net/tcp").unwrap_or_default();
+        let v6 = fs::read_to_string("/proc/thread-self/net/tcp6").unwrap_or_default();
+        (v4, v6)
+    })?;
+    let mut ports = cases::listening_ports(&text.0);
+    ports.extend(cases::listening_ports(&text.1));
+    Ok(ports)
+}
+
+/// `TcpExt` counters by host, then by counter name.
+type NetstatCounters = BTreeMap<String, BTreeMap<String, u64>>;
+
+/// `TcpExt` counters of every host's namespace; a host that cannot be read is left out (logged).
+fn netstat_all(topology: &Topology) -> NetstatCounters {
+    let mut all = BTreeMap::new();
+    for host in topology.hosts().map(str::to_owned).collect::<Vec<_>>() {
+        match topology.try_in_host(&host, crate::netstat::read_tcp_ext) {
+            Ok(Ok(counters)) => {
+                all.insert(host, counters);
+            }
+            Ok(Err(error)) => tracing::warn!("no netstat of {host}: {error}"),
+            Err(error) => tracing::warn!("no netstat of {host}: {error}"),
+        }
+    }
+    all
+}

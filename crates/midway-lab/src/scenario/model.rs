@@ -1,0 +1,384 @@
+//! The validated form a point runs ([`Scenario`]), and its conversion to `midway-labnet`'s
+//! topology and `midway-linkemu`'s direction configs.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use super::{
+    CaseKind, DirectionFile, HttpVersion, Intercept, RelayKind, RouteTuning, UpstreamPersistence,
+    WebCache, WebClient,
+};
+use crate::units::{LossSpec, QueueSpec};
+
+/// A validated scenario, with one point's overrides applied.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub source: String,
+    pub seed: u64,
+    pub hosts: Vec<midway_labnet::HostSpec>,
+    pub links: Vec<Link>,
+    pub client: String,
+    pub proxy: String,
+    pub server: String,
+    pub workload: Workload,
+    pub cases: BTreeMap<String, Case>,
+}
+
+/// A validated link: named hosts and one emulator config per direction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    pub name: String,
+    pub a: String,
+    pub b: String,
+    pub a_to_b: DirectionFile,
+    pub b_to_a: DirectionFile,
+}
+
+/// A validated workload, by kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    Bulk(BulkWorkload),
+    Command(CommandWorkload),
+    Web(WebWorkload),
+}
+
+impl Workload {
+    /// The port the server side listens on.
+    pub fn port(&self) -> u16 {
+        match self {
+            Workload::Bulk(bulk) => bulk.port,
+            Workload::Command(command) => command.port,
+            Workload::Web(web) => web.port,
+        }
+    }
+}
+
+/// Page loads (see [`WorkloadKind::Web`](super::WorkloadKind::Web)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebWorkload {
+    pub hosts: Vec<String>,
+    pub pages: u32,
+    pub page_bytes: u64,
+    pub objects: u32,
+    pub object_hosts: u32,
+    pub http: HttpVersion,
+    pub connections_per_host: u32,
+    pub client: WebClient,
+    pub cache: WebCache,
+    /// None = the origin sends no-cache.
+    pub cache_max_age: Option<std::time::Duration>,
+    pub keepalive_timeout: std::time::Duration,
+    pub think_time: std::time::Duration,
+    pub port: u16,
+    pub timeout: std::time::Duration,
+}
+
+/// Bulk transfers (see [`WorkloadKind::Bulk`](super::WorkloadKind::Bulk)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkWorkload {
+    pub bytes: u64,
+    pub client_recv_buffer: Option<u64>,
+    pub server_send_buffer: Option<u64>,
+    pub server_congestion_control: Option<String>,
+    pub client_congestion_control: Option<String>,
+    pub warmup_bytes: Option<u64>,
+    /// Parallel connections, each moving `bytes` (>= 1).
+    pub connections: u32,
+    pub port: u16,
+    pub timeout: std::time::Duration,
+}
+
+/// External programs (see [`WorkloadKind::Command`](super::WorkloadKind::Command)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandWorkload {
+    pub bytes: Option<u64>,
+    pub port: u16,
+    pub timeout: std::time::Duration,
+    pub server: Option<HostCommand>,
+    pub client: HostCommand,
+}
+
+/// A command of a command workload: its host, its argv (placeholders not yet expanded).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostCommand {
+    pub host: String,
+    pub argv: Vec<String>,
+    pub listen_port: Option<u16>,
+}
+
+/// A validated case; the settings of its kind are in `midway` or `squid`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    pub name: String,
+    pub kind: CaseKind,
+    /// Host running the proxy (unused by `direct` except for route tuning).
+    pub host: String,
+    pub midway: Option<MidwayCase>,
+    pub squid: Option<SquidCase>,
+    pub route_tuning: Option<RouteTuning>,
+}
+
+/// Settings of a `squid` case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SquidCase {
+    pub cache: bool,
+    pub upstream_persistence: UpstreamPersistence,
+}
+
+/// Settings of a `midway` case, turned into the proxy's config by `cases::midway_config`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MidwayCase {
+    pub intercept: Intercept,
+    pub relay: RelayKind,
+    pub local_profile: Option<String>,
+    pub remote_profile: Option<String>,
+    pub profiles: toml::Table,
+    pub listener: toml::Table,
+    pub config: toml::Table,
+    /// Extra keys of `[listeners.http]` (intercept = "http" only).
+    pub http: toml::Table,
+}
+
+impl Scenario {
+    /// The link between hosts `x` and `y`, either way round.
+    pub fn link_between(&self, x: &str, y: &str) -> Option<&Link> {
+        self.links
+            .iter()
+            .find(|l| (l.a == x && l.b == y) || (l.a == y && l.b == x))
+    }
+
+    /// Hosts on the shortest path from `from` to `to`, both included (None if unreachable).
+    pub fn path(&self, from: &str, to: &str) -> Option<Vec<String>> {
+        let mut previous: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut queue = VecDeque::from([from]);
+        let mut seen = BTreeSet::from([from]);
+        while let Some(host) = queue.pop_front() {
+            if host == to {
+                let mut path = vec![to.to_string()];
+                let mut cursor = to;
+                while let Some(prev) = previous.get(cursor) {
+                    path.push(prev.to_string());
+                    cursor = prev;
+                }
+                path.reverse();
+                return Some(path);
+            }
+            for link in &self.links {
+                let next = if link.a == host {
+                    link.b.as_str()
+                } else if link.b == host {
+                    link.a.as_str()
+                } else {
+                    continue;
+                };
+                if seen.insert(next) {
+                    previous.insert(next, host);
+                    queue.push_back(next);
+                }
+            }
+        }
+        None
+    }
+
+    /// Topology for `midway-labnet`; `base_dir` resolves relative trace paths.
+    pub fn topology_spec(
+        &self,
+        base_dir: &Path,
+    ) -> Result<midway_labnet::TopologySpec, ConvertError> {
+        let mut links = Vec::with_capacity(self.links.len());
+        for link in &self.links {
+            links.push(midway_labnet::LinkSpec {
+                a: link.a.clone(),
+                b: link.b.clone(),
+                a_to_b: direction_config(&link.a_to_b, base_dir, &link.name, "a_to_b")?,
+                b_to_a: direction_config(&link.b_to_a, base_dir, &link.name, "b_to_a")?,
+            });
+        }
+        Ok(midway_labnet::TopologySpec {
+            hosts: self.hosts.clone(),
+            links,
+        })
+    }
+
+    /// The effective parameters of this point, flattened to dotted keys (for result records).
+    pub fn flat_params(&self) -> BTreeMap<String, serde_json::Value> {
+        use serde_json::json;
+        let mut params = BTreeMap::new();
+        for link in &self.links {
+            for (dir, d) in [("a_to_b", &link.a_to_b), ("b_to_a", &link.b_to_a)] {
+                let key = |field: &str| format!("{}.{dir}.{field}", link.name);
+                params.insert(key("delay_ms"), json!(d.delay.as_millis_f64()));
+                if let Some(rate) = d.rate {
+                    params.insert(key("rate_bps"), json!(rate.0));
+                }
+                // Defaults (no queue limit, no loss) are left out to keep reports short.
+                if d.queue != QueueSpec::Unlimited {
+                    params.insert(key("queue"), json!(d.queue.to_string()));
+                }
+                if d.data_loss != LossSpec::None {
+                    params.insert(key("data_loss"), json!(d.data_loss.mean_rate()));
+                }
+                if d.ack_loss != LossSpec::None {
+                    params.insert(key("ack_loss"), json!(d.ack_loss.mean_rate()));
+                }
+                if d.jitter.0 > std::time::Duration::ZERO {
+                    params.insert(key("jitter_ms"), json!(d.jitter.as_millis_f64()));
+                }
+            }
+        }
+        for host in &self.hosts {
+            params.insert(
+                format!("{}.stack", host.name),
+                json!(host.stack.to_string()),
+            );
+        }
+        match &self.workload {
+            Workload::Bulk(bulk) => {
+                params.insert("bytes".into(), json!(bulk.bytes));
+                if let Some(b) = bulk.client_recv_buffer {
+                    params.insert("client_recv_buffer".into(), json!(b));
+                }
+                if let Some(b) = bulk.server_send_buffer {
+                    params.insert("server_send_buffer".into(), json!(b));
+                }
+                if let Some(cc) = &bulk.server_congestion_control {
+                    params.insert("server_congestion_control".into(), json!(cc));
+                }
+                if let Some(b) = bulk.warmup_bytes {
+                    params.insert("warmup_bytes".into(), json!(b));
+                }
+                if bulk.connections > 1 {
+                    params.insert("connections".into(), json!(bulk.connections));
+                }
+            }
+            Workload::Command(command) => {
+                if let Some(bytes) = command.bytes {
+                    params.insert("bytes".into(), json!(bytes));
+                }
+                params.insert("client_argv".into(), json!(command.client.argv.join(" ")));
+            }
+            Workload::Web(web) => {
+                params.insert("page_bytes".into(), json!(web.page_bytes));
+                params.insert("pages".into(), json!(web.pages));
+                params.insert("objects".into(), json!(web.objects));
+                params.insert("object_hosts".into(), json!(web.object_hosts));
+                params.insert("http".into(), json!(web.http));
+                params.insert(
+                    "connections_per_host".into(),
+                    json!(web.connections_per_host),
+                );
+                params.insert("web_client".into(), json!(web.client));
+                params.insert("cache".into(), json!(web.cache));
+                params.insert(
+                    "cache_max_age_s".into(),
+                    web.cache_max_age
+                        .map_or(serde_json::Value::Null, |d| json!(d.as_secs_f64())),
+                );
+                params.insert(
+                    "keepalive_timeout_s".into(),
+                    json!(web.keepalive_timeout.as_secs_f64()),
+                );
+                if web.think_time > std::time::Duration::ZERO {
+                    params.insert("think_time_s".into(), json!(web.think_time.as_secs_f64()));
+                }
+            }
+        }
+        params
+    }
+}
+
+/// Why a validated direction cannot become an emulator config (e.g. a trace file is unreadable).
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("link {link}.{direction}: cannot read trace {path}")]
+    TraceRead {
+        link: String,
+        direction: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("link {link}.{direction}: bad trace {path}")]
+    Trace {
+        link: String,
+        direction: &'static str,
+        path: PathBuf,
+        #[source]
+        source: midway_linkemu::TraceError,
+    },
+    #[error("link {link}.{direction}: the emulator refuses this configuration")]
+    Config {
+        link: String,
+        direction: &'static str,
+        #[source]
+        source: midway_linkemu::ConfigError,
+    },
+}
+
+fn loss_model(loss: &LossSpec) -> midway_linkemu::LossModel {
+    match loss {
+        LossSpec::None => midway_linkemu::LossModel::None,
+        LossSpec::Bernoulli(p) => midway_linkemu::LossModel::Bernoulli { p: p.0 },
+        LossSpec::GilbertElliott(ge) => midway_linkemu::LossModel::GilbertElliott {
+            p_good_to_bad: ge.p_good_to_bad.0,
+            p_bad_to_good: ge.p_bad_to_good.0,
+            loss_in_good: ge.loss_in_good.0,
+            loss_in_bad: ge.loss_in_bad.0,
+        },
+    }
+}
+
+/// Converts one direction to the emulator's config, reading its trace if any, and validates it.
+pub fn direction_config(
+    direction: &DirectionFile,
+    base_dir: &Path,
+    link: &str,
+    name: &'static str,
+) -> Result<midway_linkemu::DirectionConfig, ConvertError> {
+    let trace = match &direction.trace {
+        None => None,
+        Some(path) => {
+            let path = base_dir.join(path);
+            let text =
+                std::fs::read_to_string(&path).map_err(|source| ConvertError::TraceRead {
+                    link: link.to_string(),
+                    direction: name,
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(
+                midway_linkemu::CapacityTrace::parse(&text).map_err(|source| {
+                    ConvertError::Trace {
+                        link: link.to_string(),
+                        direction: name,
+                        path: path.clone(),
+                        source,
+                    }
+                })?,
+            )
+        }
+    };
+    let config = midway_linkemu::DirectionConfig {
+        delay: direction.delay.0,
+        rate_bps: direction.rate.map(|r| r.0),
+        queue: match direction.queue {
+            QueueSpec::Unlimited => midway_linkemu::QueueLimit::Unlimited,
+            QueueSpec::Bytes(b) => midway_linkemu::QueueLimit::Bytes(b),
+            QueueSpec::Packets(p) => {
+                midway_linkemu::QueueLimit::Packets(u32::try_from(p).unwrap_or(u32::MAX))
+            }
+        },
+        data_loss: loss_model(&direction.data_loss),
+        ack_loss: loss_model(&direction.ack_loss),
+        jitter: (direction.jitter.0 > std::time::Duration::ZERO).then_some(direction.jitter.0),
+        trace,
+    };
+    config.validate().map_err(|source| ConvertError::Config {
+        link: link.to_string(),
+        direction: name,
+        source,
+    })?;
+    Ok(config)
+}

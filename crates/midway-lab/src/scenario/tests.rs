@@ -1,0 +1,284 @@
+//! Tests of scenario parsing, validation and overrides.
+
+use super::*;
+
+#[test]
+fn set_path_requires_existing_parents_and_replaces_the_leaf() {
+    let mut doc: toml::Table = toml::from_str("[links.access.b_to_a]\ndelay = \"10ms\"").unwrap();
+    set_path(&mut doc, "links.access.b_to_a.delay", "20ms".into()).unwrap();
+    set_path(&mut doc, "links.access.b_to_a.rate", "1Mbit".into()).unwrap();
+    set_path(&mut doc, "links.access.a_to_b.delay", "5ms".into()).unwrap();
+    assert_eq!(
+        doc["links"]["access"]["a_to_b"]["delay"].as_str(),
+        Some("5ms")
+    );
+    assert!(set_path(&mut doc, "nosuch.x", "1ms".into()).is_err());
+    assert_eq!(
+        doc["links"]["access"]["b_to_a"]["delay"].as_str(),
+        Some("20ms")
+    );
+    assert_eq!(
+        doc["links"]["access"]["b_to_a"]["rate"].as_str(),
+        Some("1Mbit")
+    );
+    let error = set_path(&mut doc, "links.acess.b_to_a.delay", "1ms".into()).unwrap_err();
+    assert!(error.contains("`links.acess` does not exist"), "{error}");
+    let error = set_path(&mut doc, "links.access.b_to_a.delay.x", "1ms".into()).unwrap_err();
+    assert!(error.contains("is a value"), "{error}");
+    assert!(set_path(&mut doc, "links..x", "1ms".into()).is_err());
+}
+
+#[test]
+fn axis_values_are_derived_from_units() {
+    assert_eq!(derived_axis_value(&"100ms".into()), Some(100.0));
+    assert_eq!(derived_axis_value(&"3MB".into()), Some(3e6));
+    assert_eq!(derived_axis_value(&toml::Value::Integer(5)), Some(5.0));
+    let loss: toml::Value =
+        toml::from_str::<toml::Table>("x = { bernoulli = 0.03 }").unwrap()["x"].clone();
+    assert_eq!(derived_axis_value(&loss), Some(0.03));
+    assert_eq!(derived_axis_value(&"modern".into()), None);
+}
+
+#[test]
+fn bulk_connections_default_to_one_and_go_into_the_params() {
+    let text = |extra: &str| {
+        format!(
+            "name = \"c\"\ndescription = \"d\"\nsource = \"s\"\n[hosts.client]\n[hosts.server]\n[roles]\nclient = \"client\"\n\
+             proxy = \"server\"\nserver = \"server\"\n[links.l]\na = \"client\"\n\
+             b = \"server\"\n[workload]\nkind = \"bulk\"\nbytes = \"300KB\"\n{extra}\
+             [cases.direct]\nkind = \"direct\"\n[[experiments]]\nname = \"e\"\n\
+             cases = [\"direct\"]\n"
+        )
+    };
+    let connections = |extra: &str| {
+        let loaded = LoadedScenario::from_text(Path::new("c.toml"), text(extra)).unwrap();
+        match &loaded.base.workload {
+            Workload::Bulk(bulk) => bulk.connections,
+            other => panic!("not bulk: {other:?}"),
+        }
+    };
+    assert_eq!(connections(""), 1);
+    assert_eq!(connections("connections = 3\n"), 3);
+    let params = |extra: &str| {
+        LoadedScenario::from_text(Path::new("c.toml"), text(extra))
+            .unwrap()
+            .base
+            .flat_params()
+    };
+    assert_eq!(params("connections = 3\n")["connections"], 3);
+    assert!(!params("").contains_key("connections"));
+    let error = LoadedScenario::from_text(Path::new("c.toml"), text("connections = 65\n"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("between 1 and 64 (got 65)"), "{error}");
+}
+
+const WEB: &str = r#"
+name = "web"
+description = "d"
+source = "s"
+[hosts.client]
+[hosts.proxy]
+[hosts.server]
+[roles]
+client = "client"
+proxy = "proxy"
+server = "server"
+[links.access]
+a = "client"
+b = "proxy"
+[links.internet]
+a = "proxy"
+b = "server"
+[workload]
+kind = "web"
+page_bytes = "65KB"
+objects = 19
+[cases.direct]
+kind = "direct"
+[cases.squid]
+kind = "squid"
+upstream_persistence = "long"
+[cases.midway-http]
+kind = "midway"
+intercept = "http"
+http = { cache = false }
+[quick]
+set = { "workload.pages" = 1 }
+[[experiments]]
+name = "modes"
+cases = ["direct", "squid", "midway-http"]
+set = { "workload.pages" = 3 }
+[experiments.sweep]
+param = "workload.http"
+label = "http"
+values = ["1.0", "1.1", "pipelining"]
+"#;
+
+fn web_of(scenario: &Scenario) -> &WebWorkload {
+    match &scenario.workload {
+        Workload::Web(web) => web,
+        other => panic!("not web: {other:?}"),
+    }
+}
+
+#[test]
+fn web_defaults_follow_the_interface() {
+    let loaded = LoadedScenario::from_text(Path::new("web.toml"), WEB.into()).unwrap();
+    let web = web_of(&loaded.base);
+    assert_eq!(web.hosts, ["www.lab"]);
+    assert_eq!(web.pages, 1);
+    // A single host: the objects can only be on it.
+    assert_eq!(web.object_hosts, 0);
+    assert_eq!(web.http, HttpVersion::KeepAlive);
+    assert_eq!(web.connections_per_host, 6);
+    assert_eq!(web.client, WebClient::Loader);
+    assert_eq!(web.cache, WebCache::Plain);
+    assert_eq!(
+        web.cache_max_age,
+        Some(std::time::Duration::from_secs(3600))
+    );
+    assert_eq!(web.keepalive_timeout, std::time::Duration::from_secs(15));
+    assert_eq!(web.think_time, std::time::Duration::ZERO);
+    assert_eq!(web.port, 80);
+    let squid = loaded.base.cases["squid"].squid.unwrap();
+    assert!(squid.cache);
+    assert_eq!(squid.upstream_persistence, UpstreamPersistence::Long);
+    let http = loaded.base.cases["midway-http"].midway.as_ref().unwrap();
+    assert_eq!(http.intercept, Intercept::Http);
+    assert_eq!(http.http["cache"].as_bool(), Some(false));
+}
+
+#[test]
+fn web_values_are_swept_set_and_quick_overridden_by_dotted_path() {
+    let loaded = LoadedScenario::from_text(Path::new("web.toml"), WEB.into()).unwrap();
+    let experiment = &loaded.file.experiments[0];
+    let sweep = experiment.sweep.as_ref().unwrap();
+    let modes: Vec<(HttpVersion, u32)> = (0..3)
+        .map(|index| {
+            let mut all = loaded.fixed_overrides(experiment, false);
+            all.extend(loaded.sweep_overrides(sweep, index));
+            let scenario = loaded.point_scenario(&all).unwrap();
+            let web = web_of(&scenario);
+            (web.http, web.pages)
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            (HttpVersion::Http10, 3),
+            (HttpVersion::KeepAlive, 3),
+            (HttpVersion::Pipelining, 3)
+        ]
+    );
+    let quick = loaded
+        .point_scenario(&loaded.fixed_overrides(experiment, true))
+        .unwrap();
+    assert_eq!(web_of(&quick).pages, 1);
+    // A swept value is checked like a written one.
+    let bad = Override {
+        path: "workload.cache_max_age".into(),
+        value: "forever".into(),
+        path_span: 0..0,
+        value_span: 0..0,
+    };
+    assert!(loaded.point_scenario(&[bad]).is_err());
+    let chromium = Override {
+        path: "workload.client".into(),
+        value: "chromium".into(),
+        path_span: 0..0,
+        value_span: 0..0,
+    };
+    assert_eq!(
+        web_of(&loaded.point_scenario(&[chromium]).unwrap()).client,
+        WebClient::Chromium
+    );
+}
+
+#[test]
+fn web_and_command_clients_do_not_mix_and_proxy_kinds_need_requests() {
+    let with = |from: &str, to: &str| {
+        assert!(WEB.contains(from), "{from}");
+        LoadedScenario::from_text(Path::new("web.toml"), WEB.replace(from, to))
+    };
+    let error = with(
+        "objects = 19\n",
+        "objects = 19\n[workload.client]\nhost = \"client\"\nargv = [\"true\"]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("not a command"), "{error}");
+    let error = with(
+        "kind = \"web\"\npage_bytes = \"65KB\"\nobjects = 19",
+        "kind = \"bulk\"\nbytes = \"1MB\"",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("needs HTTP requests"), "{error}");
+    let error = with(
+        "upstream_persistence = \"long\"",
+        "upstream_persistence = \"forever\"",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("unknown variant `forever`"), "{error}");
+    let error = with(
+        "kind = \"direct\"",
+        "kind = \"direct\"\nupstream_persistence = \"long\"",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("applies only to `squid` cases"), "{error}");
+    let error = with(
+        "http = { cache = false }",
+        "intercept = \"forward\"\nhttp = {}",
+    )
+    .unwrap_err()
+    .to_string();
+    // TOML itself refuses the second `intercept`; a forward case with `http` is refused by us.
+    assert!(error.contains("intercept"), "{error}");
+    let error = with(
+        "intercept = \"http\"\nhttp = { cache = false }",
+        "http = { cache = false }",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("only with intercept = \"http\""), "{error}");
+    // The command workload still takes its client table (spans kept for its errors).
+    let command = with(
+        "kind = \"web\"\npage_bytes = \"65KB\"\nobjects = 19",
+        "kind = \"command\"\n[workload.client]\nhost = \"nohost\"\nargv = [\"curl\"]",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(command.contains("web.toml:21:8"), "{command}");
+    assert!(command.contains("`nohost`"), "{command}");
+}
+
+#[test]
+fn a_forward_case_is_refused_only_in_experiments_that_run_chromium() {
+    let text = WEB.replace("[quick]", "[cases.haproxy]\nkind = \"haproxy\"\n[quick]");
+    let browser = |cases: &str| {
+        format!(
+            "{text}[[experiments]]\nname = \"browser\"\ncases = {cases}\n\
+             set = {{ \"workload.client\" = \"chromium\" }}\n"
+        )
+    };
+    LoadedScenario::from_text(Path::new("web.toml"), browser("[\"direct\", \"squid\"]")).unwrap();
+    let error =
+        LoadedScenario::from_text(Path::new("web.toml"), browser("[\"direct\", \"haproxy\"]"))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        error.contains("experiment `browser`: case `haproxy`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn locations_are_one_based_lines_and_columns() {
+    let text = "a = 1\nbb = 2\n";
+    assert_eq!(location(Path::new("f.toml"), text, &(9..10)), "f.toml:2:4");
+    assert_eq!(location(Path::new("f.toml"), text, &(0..1)), "f.toml:1:1");
+}
