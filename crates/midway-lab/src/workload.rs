@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -81,23 +81,8 @@ fn apply(
 }
 
 /// `tcpi_total_retrans` of a TCP socket.
-pub fn total_retransmits(socket: &impl AsRawFd) -> io::Result<u64> {
-    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(u64::from(info.tcpi_total_retrans))
+pub fn total_retransmits(socket: &impl AsFd) -> io::Result<u64> {
+    midway_sys::tcp_info::tcp_stats(socket.as_fd()).map(|stats| u64::from(stats.total_retrans))
 }
 
 /// A listening bulk server. Bind it first (the client may start once `bind` returned), then
