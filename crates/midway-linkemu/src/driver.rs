@@ -41,7 +41,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sched::CloneFlags;
 
 use crate::classify::is_pure_tcp_ack;
 use crate::engine::{Direction, DirectionStats, Verdict, LATE_SEND_THRESHOLD_NS};
@@ -91,7 +90,7 @@ pub enum DriverError {
     EnterNetns {
         path: PathBuf,
         #[source]
-        source: nix::Error,
+        source: std::io::Error,
     },
     #[error("no interface {name:?} in the link's namespace")]
     NoSuchInterface {
@@ -312,11 +311,9 @@ fn open_sockets(plan: &DirectionPlan) -> Result<Sockets, DriverError> {
         path: plan.netns.clone(),
         source,
     })?;
-    nix::sched::setns(&namespace, CloneFlags::CLONE_NEWNET).map_err(|source| {
-        DriverError::EnterNetns {
-            path: plan.netns.clone(),
-            source,
-        }
+    midway_sys::netns::enter(&namespace).map_err(|source| DriverError::EnterNetns {
+        path: plan.netns.clone(),
+        source,
     })?;
     // Wake up on time: the default 50 us timer slack would be added to every departure.
     // SAFETY: prctl with PR_SET_TIMERSLACK takes an integer argument and touches no memory.

@@ -19,6 +19,15 @@ pub fn netns_path(name: &str) -> PathBuf {
     Path::new(NETNS_DIR).join(name)
 }
 
+/// Moves the calling thread into the network namespace `namespace` (an open handle such as
+/// `/run/netns/NAME`). Only for a thread that was started for work in that namespace and ends
+/// with it (an emulator's forwarding thread, a scoped helper): code that later runs on a moved
+/// thread would open its sockets in the wrong namespace. Everything else uses [`spawn_in`] or
+/// [`run_in`].
+pub fn enter(namespace: &File) -> io::Result<()> {
+    setns(namespace.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
+}
+
 /// Starts `f` on a new thread that has joined the network namespace at `path`; the caller joins
 /// the returned handle when it wants the result. The namespace is opened before the thread
 /// starts, so a missing one is reported at once.
@@ -31,13 +40,8 @@ pub fn spawn_in<T: Send + 'static>(
     std::thread::Builder::new()
         .name("in-netns".into())
         .spawn(move || {
-            setns(file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| {
-                with_path(
-                    "cannot enter network namespace",
-                    &owned_path,
-                    io::Error::from(errno),
-                )
-            })?;
+            enter(&file)
+                .map_err(|e| with_path("cannot enter network namespace", &owned_path, e))?;
             Ok(f())
         })
 }

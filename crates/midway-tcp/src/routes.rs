@@ -80,7 +80,7 @@ pub enum RouteKnobsError {
         count: usize,
     },
     #[error("cannot enter the network namespace the route knobs were installed in")]
-    EnterNetns(#[source] nix::errno::Errno),
+    EnterNetns(#[source] std::io::Error),
     #[error("base table {0} is reserved (0, 253-255 are the kernel's)")]
     ReservedTable(u32),
 }
@@ -505,8 +505,7 @@ impl RouteKnobs {
             scope
                 .spawn(|| {
                     if let Some(ns) = &installed {
-                        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                            .map_err(RouteKnobsError::EnterNetns)?;
+                        midway_sys::netns::enter(ns).map_err(RouteKnobsError::EnterNetns)?;
                     }
                     self.remove_here()
                 })
