@@ -31,10 +31,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use midway_sys::procfs::{machine_tcp_memory_bytes, KernelMemoryLimits};
+use midway_config::haproxy::{HaproxyConfig, ListenSection};
+use midway_config::{overlay, ConfigBuilder, ListenerBuilder, RelayName};
+use midway_sys::procfs::{self, machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
-use midway_sys::procfs;
 use netns::{BenchNet, Host, CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 pub use summary::{Spread, ThroughputSummary};
 
@@ -375,7 +376,7 @@ fn start_proxy(
             let path = options.work_dir.join(format!("{}.toml", case.name()));
             std::fs::write(
                 &path,
-                midway_config(case, net.iface(Host::Router, Host::Client), options),
+                midway_config(case, net.iface(Host::Router, Host::Client), options)?,
             )?;
             (
                 options.midway_bin.display().to_string(),
@@ -442,80 +443,89 @@ fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn midway_config(case: Case, client_iface: &str, options: &BenchOptions) -> String {
-    let proxy_extra = lines(&options.midway_proxy_extra);
-    let listener_extra = format!(
-        "local_profile = \"{profile}\"\nremote_profile = \"{profile}\"\n{}",
-        lines(&options.midway_listener_extra),
-        profile = options.midway_profile
-    );
-    let threads = options
-        .proxy_threads
-        .map(|n| format!("worker_threads = {n}\n"))
-        .unwrap_or_default();
-    let mut config = format!(
-        "[proxy]\nallowed_clients = [\"{CLIENT_PREFIX}\"]\nmax_connections = 19000\n\
-         max_connections_per_client = 19000\nconnect_timeout = \"5s\"\nidle_timeout = \"600s\"\n\
-         shutdown_grace = \"2s\"\n{threads}{proxy_extra}\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n\n"
-    );
+/// midway's config for a case: one forward listener per port, or one transparent listener for
+/// all of them, with the profile under test on both segments; then the `--midway-proxy-extra`
+/// lines (TOML in the `[proxy]` table, where a table header may open another table such as
+/// `[profiles.NAME]`) and the `--midway-listener-extra` lines (TOML in each listener) on top.
+fn midway_config(case: Case, client_iface: &str, options: &BenchOptions) -> anyhow::Result<String> {
+    let profile = options.midway_profile.as_str();
+    let with_profile = |listener: ListenerBuilder| {
+        listener
+            .relay(RelayName::Buffer)
+            .local_profile(profile)
+            .remote_profile(profile)
+            .build()
+    };
+    let mut config = ConfigBuilder::new([CLIENT_PREFIX])
+        .max_connections(19000, 19000)
+        .timeouts(
+            Duration::from_secs(5),
+            Duration::from_secs(600),
+            Duration::from_secs(2),
+        )
+        .metrics(METRICS_ADDR.parse().expect("a valid socket address"));
+    if let Some(threads) = options.proxy_threads {
+        config = config.worker_threads(usize::from(threads));
+    }
     match case {
         Case::MidwayForward => {
             for port in all_ports() {
-                let _ = write!(
-                    config,
-                    "[[listeners]]\nname = \"p{port}\"\nmode = \"forward\"\n\
-                     listen = \"{ROUTER_CLIENT_SIDE}:{port}\"\ntarget = \"{SERVER_ADDR}:{port}\"\n\
-                     relay = \"buffer\"\n{listener_extra}\n"
-                );
+                config = config.listener(with_profile(ListenerBuilder::forward(
+                    format!("p{port}"),
+                    SocketAddr::from((ROUTER_CLIENT_SIDE, port)),
+                    SocketAddr::from((SERVER_ADDR, port)),
+                )));
             }
         }
         Case::MidwayTransparent => {
-            let ports = all_ports()
-                .iter()
-                .map(u16::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
-            let _ = write!(
-                config,
-                "[[listeners]]\nname = \"tproxy\"\nmode = \"transparent\"\n\
-                 listen = \"0.0.0.0:{TRANSPARENT_PORT}\"\nrelay = \"buffer\"\n{listener_extra}\n\
-                 [listeners.nftables]\nmanage = true\ninterfaces = [\"{client_iface}\"]\n\
-                 ports = [{ports}]\n"
-            );
+            config = config.listener(with_profile(ListenerBuilder::transparent(
+                "tproxy",
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, TRANSPARENT_PORT)),
+                [client_iface.to_string()],
+                all_ports(),
+            )));
         }
-        _ => unreachable!("only midway cases have a midway config"),
+        _ => bail!("only midway cases have a midway config"),
     }
-    config
+    let mut table = config.build().to_table()?;
+    let proxy_extra: toml::Table = format!("[proxy]\n{}", options.midway_proxy_extra.join("\n"))
+        .parse()
+        .context("--midway-proxy-extra is not TOML")?;
+    overlay(&mut table, &proxy_extra, "")?;
+    let listener_extra: toml::Table = options
+        .midway_listener_extra
+        .join("\n")
+        .parse()
+        .context("--midway-listener-extra is not TOML")?;
+    if let Some(toml::Value::Array(listeners)) = table.get_mut("listeners") {
+        for listener in listeners.iter_mut() {
+            if let toml::Value::Table(listener) = listener {
+                overlay(listener, &listener_extra, "listeners")?;
+            }
+        }
+    }
+    Ok(toml::to_string(&table)?)
 }
 
-/// One TOML line per entry, each ending in a newline.
-fn lines(entries: &[String]) -> String {
-    entries.iter().map(|e| format!("{e}\n")).collect()
-}
-
+/// HAProxy in TCP mode with one `listen` section per port. maxconn and maxpipes leave room under
+/// the 20000 open-file limit: two descriptors per proxied connection and two per splice pipe; a
+/// section accepts 2000 connections unless told otherwise, and the idle test needs more.
 fn haproxy_config(splice: bool, threads: Option<u16>) -> String {
-    // maxconn and maxpipes leave room under the 20000 open-file limit: two descriptors per proxied
-    // connection and two per splice pipe.
-    let mut config = String::from("global\n");
-    if let Some(threads) = threads {
-        let _ = writeln!(config, "    nbthread {threads}");
-    }
-    config.push_str(
-        "    maxconn 9000\n    maxpipes 512\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
-         timeout client 600s\n    timeout server 600s\n",
-    );
-    // A frontend accepts 2000 connections unless told otherwise; the idle test needs more.
-    config.push_str("    maxconn 9000\n");
-    if splice {
-        config.push_str("    option splice-request\n    option splice-response\n");
-    }
-    for port in all_ports() {
-        let _ = write!(
-            config,
-            "\nlisten p{port}\n    bind {ROUTER_CLIENT_SIDE}:{port}\n    server s {SERVER_ADDR}:{port}\n"
-        );
-    }
-    config
+    let mut config = HaproxyConfig::tcp(9000, Duration::from_secs(5), Duration::from_secs(600));
+    config.threads = threads;
+    config.max_pipes = Some(512);
+    config.max_connections_per_section = Some(9000);
+    config.splice = splice;
+    config.sections = all_ports()
+        .into_iter()
+        .map(|port| ListenSection {
+            name: format!("p{port}"),
+            bind: SocketAddr::from((ROUTER_CLIENT_SIDE, port)),
+            server_name: "s".into(),
+            server: SocketAddr::from((SERVER_ADDR, port)),
+        })
+        .collect();
+    config.to_string()
 }
 
 fn measure_throughput(
@@ -874,7 +884,7 @@ mod tests {
                 &["socket_memory = \"off\""],
                 &["buffer_bytes = 65536"],
             );
-            let text = midway_config(case, "mwb0r0", &opts);
+            let text = midway_config(case, "mwb0r0", &opts).unwrap();
             let config = midway_proxy::parse_config(&text, "bench")
                 .unwrap_or_else(|e| panic!("{case:?}: {e}\n{text}"));
             assert_eq!(config.worker_threads, Some(1), "{case:?}");
@@ -899,7 +909,7 @@ mod tests {
                 config.listeners
             );
             let default = midway_proxy::parse_config(
-                &midway_config(case, "mwb0r0", &options(None, &[], &[])),
+                &midway_config(case, "mwb0r0", &options(None, &[], &[])).unwrap(),
                 "bench",
             )
             .unwrap();

@@ -6,6 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use midway_config::haproxy::{HaproxyConfig, ListenSection};
+use midway_config::{
+    overlay, ConfigBuilder, ListenerBuilder, ModeName, OverlayConflict, RelayName,
+};
 
 use crate::scenario::{
     Case, CaseKind, Intercept, MidwayCase, RelayKind, RouteTuning, SquidCase, UpstreamPersistence,
@@ -70,121 +76,82 @@ pub enum ConfigGenError {
     Serialize(#[source] toml::ser::Error),
 }
 
+impl From<OverlayConflict> for ConfigGenError {
+    fn from(conflict: OverlayConflict) -> Self {
+        ConfigGenError::MergeConflict { key: conflict.key }
+    }
+}
+
 /// The midway config of a case: one listener on [`PROXY_PORT`], metrics on
 /// [`METRICS_LISTEN`], the case's profiles, then the case's `listener` and `config` tables merged.
 pub fn midway_config(case: &MidwayCase, placement: &Placement) -> Result<String, ConfigGenError> {
-    use toml::Value;
-    let mut listener = toml::Table::new();
-    listener.insert("name".into(), LISTENER_NAME.into());
-    listener.insert("listen".into(), format!("0.0.0.0:{PROXY_PORT}").into());
+    let listen = format!("0.0.0.0:{PROXY_PORT}");
+    let mut listener = match case.intercept {
+        Intercept::Forward => ListenerBuilder::forward(LISTENER_NAME, &listen, placement.server),
+        Intercept::Transparent => ListenerBuilder::transparent(
+            LISTENER_NAME,
+            &listen,
+            [placement.client_iface.clone()],
+            [placement.server.port()],
+        ),
+        // Requests name their origin; the proxy resolves it (the hosts file of its host).
+        Intercept::Http => ListenerBuilder::new(ModeName::Http, LISTENER_NAME, &listen),
+    };
     // An HTTP listener answers requests itself and refuses relay settings.
     if case.intercept != Intercept::Http {
-        listener.insert(
-            "relay".into(),
-            match case.relay {
-                RelayKind::Buffer => "buffer",
-                RelayKind::Spool => "spool",
-            }
-            .into(),
-        );
-    }
-    match case.intercept {
-        Intercept::Forward => {
-            listener.insert("mode".into(), "forward".into());
-            listener.insert("target".into(), placement.server.to_string().into());
-        }
-        Intercept::Transparent => {
-            listener.insert("mode".into(), "transparent".into());
-            let mut nft = toml::Table::new();
-            nft.insert("manage".into(), true.into());
-            nft.insert(
-                "interfaces".into(),
-                Value::Array(vec![placement.client_iface.clone().into()]),
-            );
-            nft.insert(
-                "ports".into(),
-                Value::Array(vec![Value::Integer(i64::from(placement.server.port()))]),
-            );
-            listener.insert("nftables".into(), Value::Table(nft));
-        }
-        Intercept::Http => {
-            // Requests name their origin; the proxy resolves it (the hosts file of its host).
-            listener.insert("mode".into(), "http".into());
-            if !case.http.is_empty() {
-                listener.insert("http".into(), Value::Table(case.http.clone()));
-            }
-        }
+        listener = listener.relay(match case.relay {
+            RelayKind::Buffer => RelayName::Buffer,
+            RelayKind::Spool => RelayName::Spool,
+        });
     }
     if let Some(profile) = &case.local_profile {
-        listener.insert("local_profile".into(), profile.clone().into());
+        listener = listener.local_profile(profile);
     }
     if let Some(profile) = &case.remote_profile {
-        listener.insert("remote_profile".into(), profile.clone().into());
+        listener = listener.remote_profile(profile);
     }
-    merge(&mut listener, &case.listener, "listeners")?;
-
-    let mut config = toml::Table::new();
-    let mut proxy = toml::Table::new();
-    proxy.insert(
-        "allowed_clients".into(),
-        Value::Array(vec![placement.client_prefix.clone().into()]),
-    );
-    config.insert("proxy".into(), Value::Table(proxy));
-    let mut metrics = toml::Table::new();
-    metrics.insert("listen".into(), METRICS_LISTEN.into());
-    config.insert("metrics".into(), Value::Table(metrics));
-    let mut spool = toml::Table::new();
-    spool.insert(
-        "dir".into(),
-        placement.spool_dir.display().to_string().into(),
-    );
-    config.insert("spool".into(), Value::Table(spool));
-    if !case.profiles.is_empty() {
-        config.insert("profiles".into(), Value::Table(case.profiles.clone()));
-    }
-    config.insert(
-        "listeners".into(),
-        Value::Array(vec![Value::Table(listener)]),
-    );
-    merge(&mut config, &case.config, "")?;
-    toml::to_string(&config).map_err(ConfigGenError::Serialize)
-}
-
-/// Deep merge: tables merge key by key, anything else replaces.
-fn merge(into: &mut toml::Table, from: &toml::Table, at: &str) -> Result<(), ConfigGenError> {
-    for (key, value) in from {
-        let path = if at.is_empty() {
-            key.clone()
-        } else {
-            format!("{at}.{key}")
-        };
-        match (into.get_mut(key), value) {
-            (Some(toml::Value::Table(existing)), toml::Value::Table(extra)) => {
-                merge(existing, extra, &path)?
-            }
-            (Some(toml::Value::Table(_)), _) => {
-                return Err(ConfigGenError::MergeConflict { key: path })
-            }
-            _ => {
-                into.insert(key.clone(), value.clone());
+    let written = ConfigBuilder::new([&placement.client_prefix])
+        .metrics(METRICS_LISTEN.parse().expect("a valid socket address"))
+        .spool_dir(&placement.spool_dir)
+        .listener(listener.build())
+        .build();
+    let mut config = written.to_table().map_err(ConfigGenError::Serialize)?;
+    // The scenario's own tables go on top: its HTTP engine settings and profiles as written
+    // (checked by the proxy when it reads them), then its listener and config extras.
+    let extras = |key: &str, table: &toml::Table| {
+        (!table.is_empty())
+            .then(|| toml::Table::from_iter([(key.to_owned(), table.clone().into())]))
+    };
+    let written_listener = match config.get_mut("listeners") {
+        Some(toml::Value::Array(listeners)) => listeners.first_mut(),
+        _ => None,
+    };
+    if let Some(toml::Value::Table(listener)) = written_listener {
+        if case.intercept == Intercept::Http {
+            if let Some(http) = extras("http", &case.http) {
+                overlay(listener, &http, "listeners")?;
             }
         }
+        overlay(listener, &case.listener, "listeners")?;
     }
-    Ok(())
+    if let Some(profiles) = extras("profiles", &case.profiles) {
+        overlay(&mut config, &profiles, "")?;
+    }
+    overlay(&mut config, &case.config, "")?;
+    toml::to_string(&config).map_err(ConfigGenError::Serialize)
 }
 
 /// HAProxy in TCP mode, in the foreground (`haproxy -f FILE -db`), forwarding to the server.
 pub fn haproxy_config(placement: &Placement) -> String {
-    format!(
-        "# generated by midway lab\n\
-         global\n    maxconn 4096\n\n\
-         defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 600s\n    timeout server 600s\n\n\
-         frontend lab\n    bind {proxy}:{port}\n    default_backend server\n\n\
-         backend server\n    server s1 {server}\n",
-        proxy = placement.proxy_addr,
-        port = PROXY_PORT,
-        server = placement.server,
-    )
+    let mut config = HaproxyConfig::tcp(4096, Duration::from_secs(5), Duration::from_secs(600));
+    config.comment = Some("generated by midway lab".into());
+    config.sections.push(ListenSection {
+        name: "lab".into(),
+        bind: SocketAddr::new(placement.proxy_addr, PROXY_PORT),
+        server_name: "s1".into(),
+        server: placement.server,
+    });
+    config.to_string()
 }
 
 /// User Squid drops to after binding its port (Debian's package creates it and makes it the

@@ -41,7 +41,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-
 use crate::classify::is_pure_tcp_ack;
 use crate::engine::{Direction, DirectionStats, Verdict, LATE_SEND_THRESHOLD_NS};
 use crate::{ConfigError, DirectionConfig};

@@ -16,37 +16,12 @@
 //!
 //! All functions are pure.
 
-use serde::Deserialize;
+pub use midway_config::profile::AutoBuffer;
 
 /// Buffer returned when the device never queues (`r_out >= r_in`): the rule then puts no bound on
 /// the window, so the size is left to what a long fat segment needs. 4 MiB covers 320 Mbit/s at
 /// 100 ms RTT and is Linux's default `tcp_wmem` maximum.
 pub const UNBOUNDED_BUFFER_CAP_BYTES: u32 = 4 * 1024 * 1024;
-
-/// Inputs of the rule, as written in config under `send_buffer = { auto = { ... } }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AutoBuffer {
-    /// Buffer of the access device (cable modem) in bytes.
-    pub device_buffer_bytes: u32,
-    /// Rate into the device (e.g. HFC downstream), bits per second.
-    pub rate_in_bps: f64,
-    /// Rate out of the device (e.g. the 10BaseT link to the PC), bits per second.
-    pub rate_out_bps: f64,
-    /// Connections expected to share one device at once.
-    #[serde(default = "default_connections")]
-    pub connections_per_device: u32,
-    /// Packet payload size in bytes; the paper uses 1460.
-    #[serde(default = "default_mss")]
-    pub mss: u32,
-}
-
-fn default_connections() -> u32 {
-    1
-}
-fn default_mss() -> u32 {
-    1460
-}
 
 /// Why the rule's inputs make no sense.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

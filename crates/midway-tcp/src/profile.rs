@@ -4,132 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+pub use midway_config::profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};
+use serde::Serialize;
 
-pub use crate::bufrule::AutoBuffer;
 use crate::bufrule::{auto_buffer_bytes, BufRuleError};
-
-/// File form of one profile, as written under `[profiles.NAME]` in midway's TOML config.
-/// Every field is optional: `None` means "inherit" (or, at the root, "kernel default").
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfileSpec {
-    /// A preset or another profile name; the fields below override it.
-    pub inherits: Option<String>,
-    /// Name of a congestion control registered in the kernel (`reno`, `cubic`, `bbr`, ...).
-    pub congestion_control: Option<String>,
-    /// Initial congestion window in segments (route metric `initcwnd`).
-    pub initial_cwnd: Option<u32>,
-    /// `false` = acknowledge every segment at once.
-    pub delayed_ack: Option<bool>,
-    /// Duplicate ACKs that trigger fast retransmit (route metric `reordering`, see caveat).
-    pub dupack_threshold: Option<u32>,
-    /// Floor of the retransmission timeout in milliseconds.
-    pub rto_min_ms: Option<u32>,
-    /// Send buffer: bytes, or `{ auto = { ... } }` from the hfc-tuning rule.
-    pub send_buffer: Option<BufferSize>,
-    /// Receive buffer: bytes, or `{ auto = { ... } }` from the hfc-tuning rule.
-    pub recv_buffer: Option<BufferSize>,
-    /// Maximum segment size in bytes (`TCP_MAXSEG`).
-    pub mss: Option<u32>,
-    /// Unsent bytes the socket may hold before it stops being writable (`TCP_NOTSENT_LOWAT`).
-    pub notsent_lowat: Option<u32>,
-    /// `true` = disable Nagle (`TCP_NODELAY`).
-    pub nodelay: Option<bool>,
-    /// Keepalive probes; absent = off (kernel default).
-    pub keepalive: Option<Keepalive>,
-    /// `TCP_USER_TIMEOUT` in milliseconds (0 = kernel default behaviour).
-    pub user_timeout_ms: Option<u32>,
-    /// Ceiling of the socket's pacing rate in bits per second of TCP payload
-    /// (`SO_MAX_PACING_RATE`, which takes bytes per second). An integer or a whole float
-    /// (`24e6`), like `rate_in_bps` of the buffer rule.
-    #[serde(default, deserialize_with = "deserialize_bits_per_second")]
-    pub max_pacing_rate_bps: Option<u64>,
-}
-
-/// Reads a rate in bits per second written as an integer or as a whole, non-negative float
-/// (`24e6`), so that rates can be written the same way as the buffer rule's `rate_in_bps`.
-fn deserialize_bits_per_second<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<u64>, D::Error> {
-    struct RateVisitor;
-    impl Visitor<'_> for RateVisitor {
-        type Value = u64;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str(
-                "a rate in bits per second: a non-negative whole number such as 24000000 or 24e6",
-            )
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
-            Ok(v)
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
-            u64::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
-            // 2^64 is exact as f64; anything at or above it does not fit a u64.
-            if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0 {
-                Ok(v as u64)
-            } else {
-                Err(E::invalid_value(de::Unexpected::Float(v), &self))
-            }
-        }
-    }
-    deserializer.deserialize_any(RateVisitor).map(Some)
-}
-
-/// A buffer size: fixed bytes, or derived from the access device with the hfc-tuning rule.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BufferSize {
-    Bytes(u32),
-    Auto(AutoBuffer),
-}
-
-impl<'de> Deserialize<'de> for BufferSize {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct BufferVisitor;
-        impl<'de> Visitor<'de> for BufferVisitor {
-            type Value = BufferSize;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a buffer size in bytes, or { auto = { device_buffer_bytes, rate_in_bps, rate_out_bps, connections_per_device, mss } }")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<BufferSize, E> {
-                u32::try_from(v)
-                    .map(BufferSize::Bytes)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<BufferSize, E> {
-                u32::try_from(v)
-                    .map(BufferSize::Bytes)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<BufferSize, A::Error> {
-                let key: String = map
-                    .next_key()?
-                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
-                if key != "auto" {
-                    return Err(de::Error::unknown_field(&key, &["auto"]));
-                }
-                let auto: AutoBuffer = map.next_value()?;
-                if let Some(extra) = map.next_key::<String>()? {
-                    return Err(de::Error::unknown_field(&extra, &["auto"]));
-                }
-                Ok(BufferSize::Auto(auto))
-            }
-        }
-        deserializer.deserialize_any(BufferVisitor)
-    }
-}
-
-/// Keepalive settings (`SO_KEEPALIVE` + `TCP_KEEPIDLE`/`TCP_KEEPINTVL`/`TCP_KEEPCNT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Keepalive {
-    pub idle_s: u32,
-    pub interval_s: u32,
-    pub count: u32,
-}
 
 /// Validated, resolved profile: no `inherits`, buffers in bytes. `None` = kernel default.
 /// Serializes (e.g. into lab results) with unset knobs left out; `Display` gives one log line.
@@ -627,6 +505,7 @@ pub fn resolve_profiles(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]

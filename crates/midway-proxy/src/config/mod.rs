@@ -12,7 +12,6 @@
 //!
 //! Secrets (SOCKS5 passwords) never appear in an error message or in `Debug` output.
 
-mod file;
 mod http;
 mod listener;
 mod runtime;
@@ -23,7 +22,9 @@ use std::time::Duration;
 
 use midway_tcp::ProfileError;
 
-pub use file::*;
+/// Stage 1, the file as written, is midway-config's: the proxy reads it, the lab and the
+/// benchmark write it.
+pub use midway_config::file::*;
 pub use runtime::*;
 
 /// Total split connections served at once, all listeners together.

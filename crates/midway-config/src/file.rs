@@ -1,4 +1,4 @@
-//! Stage 1: the file as written. Every struct is `deny_unknown_fields`, so a typo is an error
+//! The file as written (stage 1 of the proxy's configuration). Every struct is `deny_unknown_fields`, so a typo is an error
 //! naming the key and its line; every value is optional here and filled in by stage 3.
 
 use std::collections::BTreeMap;
@@ -7,24 +7,28 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use midway_tcp::ProfileSpec;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+use crate::profile::ProfileSpec;
 
 /// The whole file as written.
-#[derive(Debug, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub proxy: FileProxy,
     pub metrics: Option<FileMetrics>,
     pub spool: Option<FileSpool>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub profiles: BTreeMap<String, ProfileSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<FileListener>,
 }
 
 /// `[proxy]`
-#[derive(Debug, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileProxy {
     pub allowed_clients: Option<Vec<String>>,
@@ -41,14 +45,14 @@ pub struct FileProxy {
     pub handshake_timeout: Option<Duration>,
     pub max_pipes: Option<usize>,
     pub worker_threads: Option<usize>,
-    /// Socket memory guard: "auto", "off", or a budget in bytes (see [`crate::sockmem`]).
+    /// Socket memory guard: "auto", "off", or a budget in bytes (see midway-proxy's `sockmem`).
     pub socket_memory: Option<FileSocketMemory>,
     pub route_knobs_table_base: Option<u32>,
     pub route_knobs_mark_base: Option<u32>,
 }
 
 /// `socket_memory = "auto" | "off" | <bytes>`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum FileSocketMemory {
     Keyword(String),
@@ -56,14 +60,15 @@ pub enum FileSocketMemory {
 }
 
 /// `[metrics]`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileMetrics {
     pub listen: SocketAddr,
 }
 
 /// `[spool]`
-#[derive(Debug, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSpool {
     pub dir: Option<PathBuf>,
@@ -71,7 +76,7 @@ pub struct FileSpool {
 }
 
 /// How connections reach a listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeName {
     Forward,
@@ -82,7 +87,7 @@ pub enum ModeName {
 }
 
 /// What a transparent listener does with intercepted connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ApplicationName {
     /// Split the TCP connection and relay bytes (the default).
@@ -92,7 +97,7 @@ pub enum ApplicationName {
 }
 
 /// Relay model name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RelayName {
     Buffer,
@@ -100,7 +105,7 @@ pub enum RelayName {
 }
 
 /// SOCKS5 authentication method name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthName {
     None,
@@ -108,7 +113,8 @@ pub enum AuthName {
 }
 
 /// `[[listeners]]`
-#[derive(Debug, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileListener {
     pub name: Option<String>,
@@ -122,7 +128,7 @@ pub struct FileListener {
     pub spool_max_bytes: Option<u64>,
     pub local_profile: Option<String>,
     pub remote_profile: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_profiles: Vec<FileClientProfile>,
     pub auth: Option<AuthName>,
     pub users: Option<Vec<FileUser>>,
@@ -135,7 +141,8 @@ pub struct FileListener {
 
 /// `[listeners.http]`: the HTTP engine of `mode = "http"` and of transparent listeners with
 /// `application = "http"`. Every key is optional.
-#[derive(Debug, Default, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileHttp {
     // Client side.
@@ -169,7 +176,8 @@ pub struct FileHttp {
 }
 
 /// `[[listeners.client_profiles]]`
-#[derive(Debug, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileClientProfile {
     pub prefix: String,
@@ -178,7 +186,7 @@ pub struct FileClientProfile {
 }
 
 /// One SOCKS5 user. `Debug` hides the password.
-#[derive(Deserialize)]
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileUser {
     pub name: String,
@@ -195,14 +203,15 @@ impl fmt::Debug for FileUser {
 }
 
 /// `[listeners.nftables]`
-#[derive(Debug, Deserialize)]
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileNftables {
     pub manage: Option<bool>,
     pub table: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
     pub mark: Option<u32>,
     pub route_table: Option<u32>,

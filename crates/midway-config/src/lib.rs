@@ -1,0 +1,30 @@
+//! midway-config: midway's configuration file as types, and the configurations of the peers the
+//! lab and the benchmark run beside it (HAProxy). Nothing here does I/O.
+//!
+//! - [`file`]: the TOML file as written ([`FileConfig`] and its parts), `Deserialize` for the
+//!   proxy, which validates it into its runtime form, and `Serialize` for the programs that write
+//!   configs: the lab's cases and the benchmark. Unset keys are left out of what is written, so a
+//!   written file says only what its writer chose.
+//! - [`profile`]: the file form of a TCP profile ([`ProfileSpec`]); midway-tcp resolves and
+//!   applies it.
+//! - [`builder`]: [`ConfigBuilder`] and [`ListenerBuilder`], the way programs make a config.
+//! - [`overlay`]: deep-merging extra TOML (a scenario's `config` table, the benchmark's
+//!   `--midway-*-extra` lines) onto a written config.
+//! - [`haproxy`]: HAProxy's configuration in TCP mode, as the lab and the benchmark run it.
+//!
+//! Programs write configs through these types, never by formatting text, so what they write is
+//! what the proxy reads: a field renamed here is renamed for every writer at compile time.
+
+pub mod builder;
+pub mod file;
+pub mod haproxy;
+pub mod overlay;
+pub mod profile;
+
+pub use builder::{ConfigBuilder, ListenerBuilder};
+pub use file::{
+    ApplicationName, AuthName, FileClientProfile, FileConfig, FileHttp, FileListener, FileMetrics,
+    FileNftables, FileProxy, FileSocketMemory, FileSpool, FileUser, ModeName, RelayName,
+};
+pub use overlay::{overlay, OverlayConflict};
+pub use profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};
