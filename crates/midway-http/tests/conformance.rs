@@ -1,13 +1,11 @@
 //! Conformance suite: real proxy, real origin, real sockets on loopback.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::*;
 use http::Method;
 use midway_http::HttpProxyConfig;
+use midway_testkit::http::*;
 
 fn config() -> HttpProxyConfig {
     HttpProxyConfig::default()

@@ -19,8 +19,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-mod common;
-use common::*;
+use midway_testkit::metrics::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
+use midway_testkit::wait::*;
 
 const BUDGET: u64 = 16 << 20;
 const CONNECTIONS: usize = 4;
@@ -142,7 +144,7 @@ async fn wait_for_cap(running: &Running, want: impl Fn(f64) -> bool) -> f64 {
 /// for "lifted" to be observable.
 async fn wait_for_low_machine_memory() {
     assert!(
-        eventually(|| machine_tcp_memory_bytes().unwrap() < BUDGET / 4).await,
+        eventually(WAIT, || machine_tcp_memory_bytes().unwrap() < BUDGET / 4).await,
         "this machine uses {} bytes of TCP memory; the test needs less than {}",
         machine_tcp_memory_bytes().unwrap(),
         BUDGET / 4
@@ -197,7 +199,10 @@ target = "{echo}"
         "both segments of every connection"
     );
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == (1 << 20, 1 << 20))).await,
+        eventually(WAIT, || sockets
+            .iter()
+            .all(|&fd| buffers(fd) == (1 << 20, 1 << 20)))
+        .await,
         "capped buffers read back from the proxy's sockets: {:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );
@@ -216,7 +221,7 @@ target = "{echo}"
         limits.autotune_max_send as usize,
     );
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
+        eventually(WAIT, || sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
         "lifted buffers: {:?}, want {lifted:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );
@@ -369,7 +374,10 @@ listen = "127.0.0.1:0"
     let sockets = accepted();
     assert_eq!(sockets.len(), CONNECTIONS);
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == (1 << 20, 1 << 20))).await,
+        eventually(WAIT, || sockets
+            .iter()
+            .all(|&fd| buffers(fd) == (1 << 20, 1 << 20)))
+        .await,
         "capped buffers read back from the proxy's client sockets: {:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );
@@ -408,7 +416,7 @@ listen = "127.0.0.1:0"
         limits.autotune_max_send as usize,
     );
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
+        eventually(WAIT, || sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
         "lifted buffers: {:?}, want {lifted:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );

@@ -3,16 +3,14 @@
 //! package: `cargo build --release -p midway && cargo test -p midway-web --test midway_proxy --
 //! --ignored` (or set MIDWAY_BIN). Page hosts are loopback names midway resolves itself.
 
-mod common;
-
+use midway_testkit::host::midway_binary;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::*;
+use midway_testkit::web::*;
 use midway_web::{
     chromium_command, load_pages, parse_chromium_output, BrowserSpec, CacheMode, HttpMode,
     SiteSpec, CHROMIUM_PATH,
@@ -25,13 +23,6 @@ impl Drop for MidwayGuard {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn midway_binary() -> PathBuf {
-    match std::env::var_os("MIDWAY_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/midway"),
     }
 }
 

@@ -2,22 +2,17 @@
 //! transfer, then draining it on SIGTERM and exiting cleanly.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use midway_testkit::host::repo_root;
+use midway_testkit::net::echo_once;
+
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-}
 
 #[test]
 fn prints_its_version() {
@@ -60,20 +55,6 @@ fn check_config_accepts_every_example_and_names_what_is_wrong() {
     assert!(!out.status.success());
     let message = String::from_utf8_lossy(&out.stderr);
     assert!(message.contains("allowed_clients"), "{message}");
-}
-
-/// An echo server on loopback: returns everything it reads, then closes its side.
-fn start_echo() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        if let Ok((mut stream, _)) = listener.accept() {
-            let mut copy = stream.try_clone().unwrap();
-            let _ = std::io::copy(&mut stream, &mut copy);
-            let _ = copy.shutdown(Shutdown::Write);
-        }
-    });
-    addr
 }
 
 /// Reads midway's JSON log until the "listening" line and returns the bound address; the rest of
@@ -128,7 +109,7 @@ fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> std::proc
 
 #[test]
 fn proxy_serves_then_drains_on_sigterm() {
-    let echo = start_echo();
+    let echo = echo_once();
     let dir = tempfile::tempdir().unwrap();
     let mut child =
         start_forward_proxy(dir.path(), "shutdown_grace = \"10s\"\n", &format!("{echo}"));

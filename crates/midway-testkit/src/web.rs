@@ -1,6 +1,5 @@
-//! Shared helpers of the integration tests: sites, a raw HTTP client, a recording relay
+//! The harness of midway-web's tests (feature `web`): sites, a raw HTTP client, a recording relay
 //! "proxy" and tiny misbehaving servers, all on loopback with ports chosen by the kernel.
-#![allow(dead_code)] // each test file uses a different subset
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -1,5 +1,4 @@
-//! Test harness: a hand-written HTTP/1.1 origin on loopback, a proxy listener and a raw client.
-#![allow(dead_code)]
+//! The harness of midway-http's tests (feature `http`): a hand-written HTTP/1.1 origin on loopback, a proxy listener and a raw client.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -315,14 +314,7 @@ impl Drop for ProxyHarness {
 impl ProxyHarness {
     /// Value of one metric from the text exposition (0 if absent).
     pub fn metric(&self, name: &str) -> f64 {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
-        text.lines()
-            .find_map(|line| {
-                let (key, value) = line.split_once(' ')?;
-                (key == name).then(|| value.parse().unwrap())
-            })
-            .unwrap_or(0.0)
+        crate::metrics::metric(&crate::metrics::encode(&self.registry), name).unwrap_or(0.0)
     }
 }
 
