@@ -172,3 +172,15 @@ pub fn output(args: &[&str]) -> String {
         .unwrap_or_else(|error| panic!("cannot run {args:?}: {error}"));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Network namespaces of labnet topology `tag` (named `mw<tag>-host` or `mw<tag>.host`), as
+/// `ip netns list` shows them.
+pub fn namespaces_tagged(tag: &str) -> Vec<String> {
+    let (dash, dot) = (format!("mw{tag}-"), format!("mw{tag}."));
+    output(&["ip", "netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&dash) || n.starts_with(&dot))
+        .map(str::to_owned)
+        .collect()
+}
