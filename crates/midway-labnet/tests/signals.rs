@@ -4,12 +4,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use midway_labnet::{
     fresh_tag, DirectionConfig, HostSpec, LinkSpec, StackProfile, Topology, TopologySpec,
 };
 use midway_testkit::netns::namespaces_tagged;
+use midway_testkit::wait::wait_exit;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -80,14 +81,11 @@ fn sigint_tears_down_the_live_topology() {
     let tag = fresh_tag();
     let mut child = start_child(&tag);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "child did not exit after SIGINT");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(
+        &mut child,
+        Duration::from_secs(10),
+        "child did not exit after SIGINT",
+    );
     assert!(!status.success());
     assert!(
         namespaces_tagged(&tag).is_empty(),

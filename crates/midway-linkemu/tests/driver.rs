@@ -15,6 +15,7 @@ use midway_linkemu::{
     spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel, QueueLimit,
 };
 use midway_testkit::netns::{in_netns, run};
+use midway_testkit::wait::poll_until;
 
 static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
 
@@ -373,10 +374,9 @@ fn checksum_offload_left_on_is_reported() {
     });
     sender.join().expect("sender");
     // The link thread publishes its counters every few milliseconds: wait for them, bounded.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while link.stats().0.partial_checksum_frames < 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(Duration::from_secs(5), || {
+        link.stats().0.partial_checksum_frames >= 10
+    });
     let (a_to_b, _) = link.stop();
     assert!(a_to_b.partial_checksum_frames >= 10, "{a_to_b:?}");
 }

@@ -225,42 +225,27 @@ ports = [{SERVER_PORT}]
 
 fn run_case(spoof: bool, knobs: bool) {
     let topo = Topology::new();
+    let r = topo.router.name();
     let targets = [
         SocketAddr::from(([10, 77, 2, 2], SERVER_PORT)),
         SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT),
     ];
     let spool = tempfile::tempdir().unwrap();
     let (peers, server) = start_server(topo.server.name(), targets.len());
-    let proxy = start_proxy(topo.router.name(), config(spoof, knobs, spool.path()));
+    let proxy = start_proxy(r, config(spoof, knobs, spool.path()));
 
-    let tables = output(&[
-        "ip",
-        "netns",
-        "exec",
-        topo.router.name(),
-        "nft",
-        "list",
-        "tables",
-    ]);
+    let tables = output(&["ip", "netns", "exec", r, "nft", "list", "tables"]);
     assert!(
         tables.contains("table inet midway"),
         "table not installed: {tables}"
     );
     if knobs {
-        let rules = output(&["ip", "-n", topo.router.name(), "rule", "show"]);
+        let rules = output(&["ip", "-n", r, "rule", "show"]);
         assert!(
             rules.contains("fwmark 0x6d770000"),
             "route-knob rule missing: {rules}"
         );
-        let table = output(&[
-            "ip",
-            "-n",
-            topo.router.name(),
-            "route",
-            "show",
-            "table",
-            "1000",
-        ]);
+        let table = output(&["ip", "-n", r, "route", "show", "table", "1000"]);
         let presets = midway_tcp::resolve_profiles(&Default::default()).unwrap();
         let initcwnd = presets["hfc-local"]
             .initial_cwnd
@@ -269,16 +254,7 @@ fn run_case(spoof: bool, knobs: bool) {
             table.contains(&format!("initcwnd {initcwnd}")),
             "hfc-local initcwnd missing: {table}"
         );
-        let table6 = output(&[
-            "ip",
-            "-n",
-            topo.router.name(),
-            "-6",
-            "route",
-            "show",
-            "table",
-            "1000",
-        ]);
+        let table6 = output(&["ip", "-n", r, "-6", "route", "show", "table", "1000"]);
         assert!(
             table6.contains(&format!("initcwnd {initcwnd}"))
                 && table6.matches("fe80::/64").count() >= 2,
@@ -314,17 +290,9 @@ fn run_case(spoof: bool, knobs: bool) {
     let summary = proxy.handle.join().expect("proxy thread");
     assert_eq!(summary.connections_served, targets.len() as u64);
     server.join().unwrap();
-    let tables = output(&[
-        "ip",
-        "netns",
-        "exec",
-        topo.router.name(),
-        "nft",
-        "list",
-        "tables",
-    ]);
+    let tables = output(&["ip", "netns", "exec", r, "nft", "list", "tables"]);
     assert!(!tables.contains("midway"), "table left behind: {tables}");
-    let rules = output(&["ip", "-n", topo.router.name(), "rule", "show"]);
+    let rules = output(&["ip", "-n", r, "rule", "show"]);
     assert!(
         !rules.contains("fwmark 0x1 "),
         "policy rule left behind: {rules}"
@@ -333,29 +301,12 @@ fn run_case(spoof: bool, knobs: bool) {
         !rules.contains("fwmark 0x6d77"),
         "route-knob rule left behind: {rules}"
     );
-    let knob_table = output(&[
-        "ip",
-        "-n",
-        topo.router.name(),
-        "route",
-        "show",
-        "table",
-        "1000",
-    ]);
+    let knob_table = output(&["ip", "-n", r, "route", "show", "table", "1000"]);
     assert!(
         knob_table.trim().is_empty(),
         "route-knob table left behind: {knob_table}"
     );
-    let knob_table6 = output(&[
-        "ip",
-        "-n",
-        topo.router.name(),
-        "-6",
-        "route",
-        "show",
-        "table",
-        "1000",
-    ]);
+    let knob_table6 = output(&["ip", "-n", r, "-6", "route", "show", "table", "1000"]);
     assert!(
         knob_table6.trim().is_empty(),
         "IPv6 route-knob table left behind: {knob_table6}"

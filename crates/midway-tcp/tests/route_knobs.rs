@@ -7,11 +7,12 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsFd;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use midway_tcp::apply::{delack_floor_us, get_int, TCP_DELACK_MAX_US};
 use midway_tcp::{tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError, TcpProfile};
 use midway_testkit::netns::{ip, Netns};
+use midway_testkit::wait::wait_until;
 use socket2::{Domain, Protocol, Socket, Type};
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 231, 0, 1);
@@ -205,14 +206,11 @@ fn dupack_threshold_applies_from_the_second_connection_on() {
     }
     close_cleanly(first);
     // Wait (bounded) until both ends have written their tcp_metrics entry on close.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !(has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER)) {
-        assert!(
-            Instant::now() < deadline,
-            "no tcp_metrics entries after close"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(5),
+        || has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER),
+        "no tcp_metrics entries after close",
+    );
 
     let second = connect(&t, &server_profile, &client_profile);
     for (who, sock) in [
@@ -373,14 +371,11 @@ fn presets_apply_to_both_segments() {
             continue;
         }
         close_cleanly(first);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !(has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER)) {
-            assert!(
-                Instant::now() < deadline,
-                "no tcp_metrics entries after close"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            Duration::from_secs(5),
+            || has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER),
+            "no tcp_metrics entries after close",
+        );
         let second = connect(&t, &server_profile, &client_profile);
         check(
             &second,

@@ -1,8 +1,12 @@
 //! The test host: root and program checks, the workspace, the built `midway` binary and
 //! self-removing temp folders.
 
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Whether this process runs as root. /proc/self belongs to the effective user of the process
 /// reading it.
@@ -73,4 +77,34 @@ pub fn output_and_pid(command: &mut Command) -> (u32, Output) {
         .unwrap();
     let pid = child.id();
     (pid, child.wait_with_output().unwrap())
+}
+
+/// Reads a `midway --log-format json` log (the child's piped stderr) until its "listening" line
+/// and returns the bound address; panics if none comes within `limit`. The whole log, that line
+/// included, keeps flowing into `rest` (drop its receiver to discard it).
+pub fn listening_addr(
+    stderr: impl Read + Send + 'static,
+    rest: mpsc::Sender<String>,
+    limit: Duration,
+) -> SocketAddr {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !sent {
+                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if value["fields"]["message"] == "listening" {
+                        let addr: SocketAddr =
+                            value["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                        let _ = tx.send(addr);
+                        sent = true;
+                    }
+                }
+            }
+            let _ = rest.send(line);
+        }
+    });
+    rx.recv_timeout(limit)
+        .expect("midway never logged its listening address")
 }

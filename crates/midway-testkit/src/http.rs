@@ -44,6 +44,7 @@ impl OriginState {
     }
 }
 
+/// The running origin of [`start_origin`]; stops on drop.
 pub struct Origin {
     pub addr: SocketAddr,
     pub state: Arc<OriginState>,
@@ -318,10 +319,12 @@ impl ProxyHarness {
     }
 }
 
+/// Starts the proxy with the plain upstream connector.
 pub async fn start_proxy(config: HttpProxyConfig) -> ProxyHarness {
     start_proxy_with(config, HttpProxy::plain_connector()).await
 }
 
+/// Starts the proxy on 127.0.0.1:0 with `connect` as its upstream connector.
 pub async fn start_proxy_with(
     config: HttpProxyConfig,
     connect: midway_http::ConnectUpstream,
@@ -358,6 +361,7 @@ pub struct Client {
     buf: BytesMut,
 }
 
+/// A response read by [`Client::read_response`].
 pub struct Response {
     pub head: ResponseHead,
     pub body: Vec<u8>,
@@ -431,12 +435,12 @@ impl Client {
         Response { head, body }
     }
 
-    /// True if the peer closed cleanly (EOF, not reset) within 10 s and sent nothing more.
     /// Bytes read past the last response.
     pub fn take_buffered(&mut self) -> Vec<u8> {
         self.buf.split().to_vec()
     }
 
+    /// True if the peer closed cleanly (EOF, not reset) within 10 s and sent nothing more.
     pub async fn closed_cleanly(&mut self) -> bool {
         let mut rest = Vec::new();
         let read =
@@ -445,6 +449,7 @@ impl Client {
     }
 }
 
+/// A proxy request for `path` on `origin` (absolute form, keep-alive).
 pub fn get(origin: SocketAddr, path: &str) -> String {
     format!("GET http://{origin}{path} HTTP/1.1\r\nHost: {origin}\r\n\r\n")
 }
@@ -465,6 +470,7 @@ pub async fn fetch(
     client.read_response(&http::Method::GET).await
 }
 
+/// `items`, asserting the fixture list is not empty.
 pub fn non_empty<T>(items: &[T]) -> &[T] {
     assert!(!items.is_empty(), "fixture list must not be empty");
     items

@@ -1,6 +1,7 @@
-//! Bounded waits for async tests: every one gives up after the `limit` its caller passes.
+//! Bounded waits, async and blocking: every one gives up after the `limit` its caller passes.
 
 use std::future::Future;
+use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -75,4 +76,34 @@ pub async fn wait_until_stable(
         }
     }
     last
+}
+
+/// Blocking: polls `cond` until it holds or `limit` passes; returns its last answer.
+pub fn poll_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(POLL);
+    }
+    cond()
+}
+
+/// Blocking: polls until `cond` holds; panics with `message` once `limit` passes.
+pub fn wait_until(limit: Duration, cond: impl FnMut() -> bool, message: &str) {
+    assert!(poll_until(limit, cond), "{message}");
+}
+
+/// Blocking: waits for `child` to exit and returns its status; panics with `message` once
+/// `limit` passes (the child is left running: a guard of the caller ends it).
+pub fn wait_exit(child: &mut Child, limit: Duration, message: &str) -> ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{message}");
+        std::thread::sleep(POLL);
+    }
 }
