@@ -26,7 +26,18 @@ pub fn listen_v4(backlog: u32) -> TcpListener {
 /// An echo server on loopback for any number of connections: writes back everything, carries
 /// the client's FIN back as its own FIN. Runs until the task is aborted or the runtime ends.
 pub async fn echo_server() -> (SocketAddr, JoinHandle<()>) {
-    let listener = listen_v4(1024);
+    echo_server_on(listen_v4(1024))
+}
+
+/// [`echo_server`] bound to `addr` (such as `"[::1]:0"`); panics if it cannot bind.
+pub async fn echo_server_at(addr: &str) -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind(addr)
+        .await
+        .unwrap_or_else(|e| panic!("cannot bind {addr}: {e}"));
+    echo_server_on(listener)
+}
+
+fn echo_server_on(listener: TcpListener) -> (SocketAddr, JoinHandle<()>) {
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         loop {
@@ -160,9 +171,9 @@ pub fn read_request_head_blocking(stream: &mut impl Read, buf: &mut Vec<u8>) -> 
 }
 
 /// A blocking HTTP/1.1 origin on a listener the test bound (on loopback, or inside a network
-/// namespace: its sockets stay there): every request on a keep-alive connection (at most 64 a
-/// connection) gets the same `response`, and [`PageOrigin::requests`] counts them. It stops
-/// accepting when dropped or once `limit` has passed; each read is bounded by `limit` too.
+/// namespace: its sockets stay there). It answers every request on a keep-alive connection (at
+/// most 64 a connection) and [`PageOrigin::requests`] counts them. It stops accepting when
+/// dropped or once `limit` has passed; each read is bounded by `limit` too.
 pub struct PageOrigin {
     /// The listener's address.
     pub addr: SocketAddr,
@@ -173,14 +184,25 @@ pub struct PageOrigin {
 }
 
 impl PageOrigin {
-    /// Serves `response` (a whole HTTP response, head and body) on `listener`.
+    /// Answers every request with the same `response` (a whole HTTP response, head and body).
     pub fn serve(listener: std::net::TcpListener, response: String, limit: Duration) -> PageOrigin {
+        let response = response.into_bytes();
+        PageOrigin::respond(listener, limit, move |_| response.clone())
+    }
+
+    /// Answers each request with the bytes `answer` makes of its head (request line and
+    /// header lines, as text).
+    pub fn respond(
+        listener: std::net::TcpListener,
+        limit: Duration,
+        answer: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static,
+    ) -> PageOrigin {
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
         let requests = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (counter, stopped) = (requests.clone(), stop.clone());
-        let response = Arc::new(response);
+        let answer = Arc::new(answer);
         let thread = std::thread::spawn(move || {
             let deadline = std::time::Instant::now() + limit;
             while !stopped.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
@@ -194,7 +216,7 @@ impl PageOrigin {
                 };
                 stream.set_nonblocking(false).unwrap();
                 stream.set_read_timeout(Some(limit)).unwrap();
-                let (counter, response) = (counter.clone(), response.clone());
+                let (counter, answer) = (counter.clone(), answer.clone());
                 std::thread::spawn(move || {
                     let mut buf = Vec::new();
                     // Bounded: a test connection carries a handful of requests.
@@ -202,9 +224,10 @@ impl PageOrigin {
                         let Some(end) = read_request_head_blocking(&mut stream, &mut buf) else {
                             return;
                         };
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
                         buf.drain(..end);
                         counter.fetch_add(1, Ordering::SeqCst);
-                        if stream.write_all(response.as_bytes()).is_err() {
+                        if stream.write_all(&answer(&head)).is_err() {
                             return;
                         }
                     }
