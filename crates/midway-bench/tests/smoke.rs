@@ -6,15 +6,8 @@
 //! Ignored by default because it needs root, iperf3, HAProxy and the release build of
 //! `midway`; `scripts/test` runs it after the workspace tests have built that binary.
 
-use std::path::PathBuf;
+use midway_testkit::host::midway_binary;
 use std::process::Command;
-
-fn midway_binary() -> PathBuf {
-    match std::env::var_os("MIDWAY_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/midway"),
-    }
-}
 
 #[test]
 #[ignore = "needs root, iperf3, haproxy and target/release/midway; run with --ignored"]

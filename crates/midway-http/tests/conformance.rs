@@ -1,13 +1,12 @@
 //! Conformance suite: real proxy, real origin, real sockets on loopback.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::*;
 use http::Method;
 use midway_http::HttpProxyConfig;
+use midway_testkit::http::*;
+use midway_testkit::net::echo_server;
 
 fn config() -> HttpProxyConfig {
     HttpProxyConfig::default()
@@ -348,13 +347,7 @@ async fn pooled_connection_closed_by_origin_is_replaced_transparently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_tunnel_relays_both_ways() {
-    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let echo_addr = echo.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (mut stream, _) = echo.accept().await.unwrap();
-        let (mut r, mut w) = stream.split();
-        let _ = tokio::io::copy(&mut r, &mut w).await;
-    });
+    let (echo_addr, _echo) = echo_server().await;
     let proxy = start_proxy(config()).await;
     let mut client = Client::connect(proxy.addr).await;
     client

@@ -2,10 +2,10 @@
 //! scenario with the `direct` and `haproxy` cases, run through the library as the CLI does.
 //! The `midway` case needs the built binary and is covered by crates/midway/tests/lab_run.rs.
 
-use std::path::Path;
-
 use midway_lab::cli::{run, RunOptions};
 use midway_lab::plan::PlanOptions;
+use midway_testkit::host::is_root;
+use midway_testkit::netns::namespaces_of_pid;
 
 const SCENARIO: &str = r#"
 name = "runner-test"
@@ -59,10 +59,6 @@ values = [{ bernoulli = 0.0 }, { bernoulli = 0.02 }]
 /// Tests of this file run one at a time: each checks that no namespace of this process is left,
 /// which another test's live topology would break.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
 
 #[test]
 fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
@@ -130,40 +126,6 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
     assert_eq!((again.records, again.skipped), (0, 6));
     let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 6);
-}
-
-fn base36(mut n: u32) -> String {
-    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(digits[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
-}
-
-/// Namespaces whose tag is one `midway_labnet::fresh_tag` made in process `pid` (pid in base 36,
-/// then a one-character counter: this test makes fewer than 36 topologies).
-fn namespaces_of_pid(pid: u32) -> Vec<String> {
-    let prefix = format!("mw{}", base36(pid));
-    std::fs::read_dir(Path::new("/run/netns"))
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| {
-                    name.strip_prefix(&prefix).is_some_and(|rest| {
-                        let rest = rest.as_bytes();
-                        rest.len() > 2 && (rest[1] == b'-' || rest[1] == b'.')
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 const COMMAND_SCENARIO: &str = r#"

@@ -5,10 +5,7 @@ use std::path::{Path, PathBuf};
 
 use midway_lab::plan::{self, PlanOptions};
 use midway_lab::LoadedScenario;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use midway_testkit::host::repo_root;
 
 fn files_in(dir: &Path, extension: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -4,28 +4,17 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use midway_labnet::{
     fresh_tag, DirectionConfig, HostSpec, LinkSpec, StackProfile, Topology, TopologySpec,
 };
+use midway_testkit::netns::namespaces_tagged;
+use midway_testkit::wait::wait_exit;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const CHILD_ENV: &str = "MIDWAY_LABNET_SIGNAL_CHILD_TAG";
-
-fn ours(tag: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("mw{tag}-")) || n.starts_with(&format!("mw{tag}.")))
-        .map(str::to_owned)
-        .collect()
-}
 
 /// The child's side: only does something when started by `start_child`.
 #[test]
@@ -83,7 +72,7 @@ fn start_child(tag: &str) -> std::process::Child {
         .take(50)
         .any(|l| l.map(|l| l.contains("READY")).unwrap_or(false));
     assert!(ready, "child never became ready");
-    assert_eq!(ours(tag).len(), 3, "child built its topology");
+    assert_eq!(namespaces_tagged(tag).len(), 3, "child built its topology");
     child
 }
 
@@ -92,16 +81,17 @@ fn sigint_tears_down_the_live_topology() {
     let tag = fresh_tag();
     let mut child = start_child(&tag);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "child did not exit after SIGINT");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(
+        &mut child,
+        Duration::from_secs(10),
+        "child did not exit after SIGINT",
+    );
     assert!(!status.success());
-    assert!(ours(&tag).is_empty(), "SIGINT left {:?}", ours(&tag));
+    assert!(
+        namespaces_tagged(&tag).is_empty(),
+        "SIGINT left {:?}",
+        namespaces_tagged(&tag)
+    );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
 }
 
@@ -111,8 +101,12 @@ fn sigkill_leftovers_are_removed_by_clean_leftovers() {
     let mut child = start_child(&tag);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(ours(&tag).len(), 3, "SIGKILL cannot clean up");
+    assert_eq!(namespaces_tagged(&tag).len(), 3, "SIGKILL cannot clean up");
     let removed = midway_labnet::clean_leftovers().expect("cleans");
     assert!(removed >= 3);
-    assert!(ours(&tag).is_empty(), "left {:?}", ours(&tag));
+    assert!(
+        namespaces_tagged(&tag).is_empty(),
+        "left {:?}",
+        namespaces_tagged(&tag)
+    );
 }

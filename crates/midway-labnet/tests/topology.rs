@@ -8,6 +8,7 @@ use midway_labnet::{
     fresh_tag, DirectionConfig, HostSpec, LabNetError, LinkSpec, StackProfile, Topology,
     TopologySpec,
 };
+use midway_testkit::netns::{ip, namespaces_tagged};
 
 fn delayed(ms: u64) -> DirectionConfig {
     DirectionConfig {
@@ -43,24 +44,6 @@ fn chain() -> TopologySpec {
     }
 }
 
-fn netns_list() -> String {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ours(tag: &str) -> Vec<String> {
-    let prefix = format!("mw{tag}");
-    netns_list()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{prefix}-")) || n.starts_with(&format!("{prefix}.")))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Min RTT of `count` pings from `from` to `to` (ms), or None if none came back.
 fn ping_min_ms(topology: &Topology, from: &str, to: std::net::IpAddr, count: u32) -> Option<f64> {
     let out = topology
@@ -94,7 +77,12 @@ fn ping_min_ms(topology: &Topology, from: &str, to: std::net::IpAddr, count: u32
 fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
     let tag = fresh_tag();
     let topology = Topology::build(&chain(), &tag, 1).expect("builds");
-    assert_eq!(ours(&tag).len(), 5, "3 hosts + 2 links: {}", netns_list());
+    assert_eq!(
+        namespaces_tagged(&tag).len(),
+        5,
+        "3 hosts + 2 links: {}",
+        ip(&["netns", "list"])
+    );
     let server = topology.addr("server", "proxy");
     assert_eq!(server.to_string(), "10.0.2.2");
     assert_eq!(topology.iface("client", "proxy"), "to-proxy");
@@ -146,7 +134,11 @@ fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
         stats[0].1
     );
     topology.teardown().expect("tears down");
-    assert!(ours(&tag).is_empty(), "left: {}", netns_list());
+    assert!(
+        namespaces_tagged(&tag).is_empty(),
+        "left: {}",
+        ip(&["netns", "list"])
+    );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
 }
 
@@ -173,9 +165,9 @@ fn invalid_specs_fail_before_anything_is_created() {
         "{err}"
     );
     assert!(
-        ours(&tag).is_empty(),
+        namespaces_tagged(&tag).is_empty(),
         "validation created something: {}",
-        netns_list()
+        ip(&["netns", "list"])
     );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
 }
@@ -195,7 +187,7 @@ fn two_topologies_side_by_side_with_same_addresses() {
     ));
     drop(a);
     drop(b);
-    assert!(ours(&t1).is_empty() && ours(&t2).is_empty());
+    assert!(namespaces_tagged(&t1).is_empty() && namespaces_tagged(&t2).is_empty());
 }
 
 #[test]
@@ -292,7 +284,11 @@ fn panic_inside_a_host_closure_still_tears_down() {
         topology.in_host("client", || panic!("boom inside the host"));
     });
     assert!(result.is_err(), "the panic reached the caller");
-    assert!(ours(&tag).is_empty(), "left after panic: {}", netns_list());
+    assert!(
+        namespaces_tagged(&tag).is_empty(),
+        "left after panic: {}",
+        ip(&["netns", "list"])
+    );
 }
 
 #[test]
@@ -409,12 +405,16 @@ fn clean_leftovers_removes_namespaces_of_a_dead_owner() {
     let removed = midway_labnet::clean_leftovers().expect("cleans");
     assert!(removed >= 1);
     assert!(
-        ours(&tag).is_empty(),
+        namespaces_tagged(&tag).is_empty(),
         "leftover not removed: {}",
-        netns_list()
+        ip(&["netns", "list"])
     );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
-    assert_eq!(ours(&live_tag).len(), 5, "live topology touched");
+    assert_eq!(
+        namespaces_tagged(&live_tag).len(),
+        5,
+        "live topology touched"
+    );
     drop(live);
 }
 
@@ -437,7 +437,7 @@ fn build_and_teardown_are_quick_enough_for_sweeps() {
         "3-host chain: build {built:?}, teardown {:?}",
         started.elapsed() - built
     );
-    assert!(ours(&tag).is_empty());
+    assert!(namespaces_tagged(&tag).is_empty());
 }
 
 #[test]
@@ -459,9 +459,9 @@ fn build_reclaims_names_of_a_dead_run_with_the_same_tag() {
         .unwrap()
         .success());
     let topology = Topology::build(&chain(), &tag, 1).expect("builds over a dead run's leftovers");
-    assert_eq!(ours(&tag).len(), 5);
+    assert_eq!(namespaces_tagged(&tag).len(), 5);
     drop(topology);
-    assert!(ours(&tag).is_empty());
+    assert!(namespaces_tagged(&tag).is_empty());
 }
 
 #[test]
@@ -480,6 +480,6 @@ fn several_topologies_build_in_parallel() {
     for handle in handles {
         let (tag, rtt) = handle.join().expect("no panic");
         assert!(rtt.is_some_and(|ms| ms >= 30.0), "{tag}: {rtt:?}");
-        assert!(ours(&tag).is_empty());
+        assert!(namespaces_tagged(&tag).is_empty());
     }
 }

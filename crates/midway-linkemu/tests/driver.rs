@@ -3,7 +3,6 @@
 //! Topology per test: `lemu-<pid>-<n>-a` (a0, 10.99.0.1/24) <-veth-> `...-l` (la | lb, the
 //! emulator's namespace) <-veth-> `...-b` (b0, 10.99.0.2/24). A Drop guard deletes the namespaces.
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -15,20 +14,10 @@ use std::time::{Duration, Instant};
 use midway_linkemu::{
     spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel, QueueLimit,
 };
+use midway_testkit::netns::{in_netns, run};
+use midway_testkit::wait::poll_until;
 
 static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
-
-fn run(args: &[&str]) {
-    let output = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {args:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// Three namespaces and two veth pairs; deleted on drop, even when the test fails.
 struct Topology {
@@ -98,18 +87,6 @@ impl Drop for Topology {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
         }
     }
-}
-
-/// Runs `work` on a thread that has entered the namespace at `path`.
-fn in_namespace<T: Send + 'static>(
-    path: PathBuf,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    std::thread::spawn(move || {
-        let namespace = File::open(&path).expect("open namespace");
-        nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        work()
-    })
 }
 
 /// No frame suffered from the driver itself or from offloads left on.
@@ -192,7 +169,7 @@ fn ping_rtt_matches_the_configured_delay() {
 /// after the first `warm_up` bytes, time from the end of the warm-up to the last byte).
 fn bulk_transfer(topology: &Topology, total: usize, warm_up: usize) -> (usize, usize, Duration) {
     let (port_tx, port_rx) = mpsc::channel();
-    let server = in_namespace(topology.path(2), move || {
+    let server = in_netns(&topology.names[2], move || {
         let listener = TcpListener::bind("10.99.0.2:0").expect("bind");
         port_tx.send(listener.local_addr().unwrap().port()).unwrap();
         let (mut stream, _) = listener.accept().expect("accept");
@@ -218,7 +195,7 @@ fn bulk_transfer(topology: &Topology, total: usize, warm_up: usize) -> (usize, u
     let port = port_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("server port");
-    let client = in_namespace(topology.path(0), move || {
+    let client = in_netns(&topology.names[0], move || {
         let address = SocketAddr::from(([10, 99, 0, 2], port));
         let mut stream =
             TcpStream::connect_timeout(&address, Duration::from_secs(10)).expect("connect");
@@ -313,7 +290,7 @@ fn bernoulli_loss_through_the_link_matches_the_stats() {
     let before = link.stats().0;
 
     let (port_tx, port_rx) = mpsc::channel();
-    let receiver = in_namespace(topology.path(2), move || {
+    let receiver = in_netns(&topology.names[2], move || {
         let socket = UdpSocket::bind("10.99.0.2:0").expect("bind");
         nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::RcvBufForce, &(8 << 20))
             .expect("receive buffer");
@@ -330,7 +307,7 @@ fn bernoulli_loss_through_the_link_matches_the_stats() {
         received
     });
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let sender = in_namespace(topology.path(0), move || {
+    let sender = in_netns(&topology.names[0], move || {
         let socket = UdpSocket::bind("10.99.0.1:0").expect("bind");
         for index in 0..DATAGRAMS {
             let mut payload = [0u8; 100];
@@ -389,7 +366,7 @@ fn checksum_offload_left_on_is_reported() {
         "tx",
         "on",
     ]);
-    let sender = in_namespace(topology.path(0), || {
+    let sender = in_netns(&topology.names[0], || {
         let socket = UdpSocket::bind("10.99.0.1:0").expect("bind");
         for _ in 0..10 {
             socket.send_to(&[1u8; 100], "10.99.0.2:9").expect("send");
@@ -397,10 +374,9 @@ fn checksum_offload_left_on_is_reported() {
     });
     sender.join().expect("sender");
     // The link thread publishes its counters every few milliseconds: wait for them, bounded.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while link.stats().0.partial_checksum_frames < 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(Duration::from_secs(5), || {
+        link.stats().0.partial_checksum_frames >= 10
+    });
     let (a_to_b, _) = link.stop();
     assert!(a_to_b.partial_checksum_frames >= 10, "{a_to_b:?}");
 }

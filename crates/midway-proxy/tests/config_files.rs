@@ -2,14 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use midway_testkit::host::repo_root;
+
 use midway_proxy::config::Intercept;
 use midway_proxy::load_config;
-
-mod common;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 #[test]
 fn examples_load() {
@@ -22,7 +18,7 @@ fn examples_load() {
         "http.toml",
     ] {
         let config = load_config(&dir.join(name))
-            .unwrap_or_else(|e| panic!("{name}: {}", common::chain(&e)));
+            .unwrap_or_else(|e| panic!("{name}: {}", midway_testkit::chain(&e)));
         assert!(!config.allowed_clients.is_empty());
         modes.extend(config.listeners.iter().map(|l| l.intercept.mode_name()));
     }
@@ -105,7 +101,7 @@ fn bad_configs_fail_with_their_message() {
         match load_config(path) {
             Ok(_) => failures.push(format!("{}: loaded, but must fail", path.display())),
             Err(err) => {
-                let message = common::chain(&err);
+                let message = midway_testkit::chain(&err);
                 // The message names the file it came from.
                 if !message.contains(path.file_name().unwrap().to_str().unwrap())
                     || !message.contains(expected)

@@ -11,8 +11,9 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
-use common::*;
+use midway_testkit::metrics::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
 
 /// Restores the original limit even if the test fails.
 struct RestoreLimit(u64, u64);
@@ -28,9 +29,11 @@ fn open_fds() -> u64 {
 }
 
 fn backoffs(proxy: &Running) -> f64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &proxy.registry).unwrap();
-    metric(&text, "midway_accept_backoffs_total{listener=\"fwd\"}").unwrap_or(0.0)
+    metric(
+        &encode(&proxy.registry),
+        "midway_accept_backoffs_total{listener=\"fwd\"}",
+    )
+    .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,9 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-mod common;
-use common::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
+use midway_testkit::wait::*;
 
 /// Collects formatted log lines in memory.
 #[derive(Clone, Default)]
@@ -71,7 +72,7 @@ target = "{echo}"
     let (sent, received) = echo_roundtrip(stream, len, 3).await;
     assert_eq!(sent, received);
     let mut line = String::new();
-    let logged = eventually(|| {
+    let logged = eventually(WAIT, || {
         line = captured
             .text()
             .lines()

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-mod common;
-use common::*;
+use midway_testkit::metrics::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
 
 fn forward_config(target: SocketAddr, relay: &str, extra_proxy: &str) -> String {
     format!(

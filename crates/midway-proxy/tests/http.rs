@@ -5,53 +5,24 @@
 
 use std::net::SocketAddr;
 use std::process::Output;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
-
-mod common;
-use common::*;
+use midway_testkit::metrics::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
+use midway_testkit::wait::*;
 
 const PAGE_BODY: &str = "midway http mode test page\n";
 
-/// An origin server: answers every request on a keep-alive connection with a page that may be
-/// cached for a minute, and counts the requests it saw.
-async fn origin() -> (SocketAddr, Arc<AtomicUsize>, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counter = requests.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                // Bounded: a test connection carries a handful of requests.
-                for _ in 0..64 {
-                    let Some(head_end) = read_request_head(&mut stream, &mut buf).await else {
-                        return;
-                    };
-                    buf.drain(..head_end);
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-                         Cache-Control: public, max-age=60\r\nETag: \"v1\"\r\n\r\n{PAGE_BODY}",
-                        PAGE_BODY.len()
-                    );
-                    if stream.write_all(response.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, requests, task)
+/// An origin server on loopback: answers every request on a keep-alive connection with a page
+/// that may be cached for a minute, and counts the requests it saw.
+fn origin() -> PageOrigin {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Cache-Control: public, max-age=60\r\nETag: \"v1\"\r\n\r\n{PAGE_BODY}",
+        PAGE_BODY.len()
+    );
+    PageOrigin::serve(listener, response, WAIT * 4)
 }
 
 fn config(allowed: &str) -> String {
@@ -109,7 +80,8 @@ async fn metric_now(metrics: SocketAddr, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_through_http_listener_second_fetch_is_a_cache_hit() {
-    let (origin_addr, origin_requests, _origin) = origin().await;
+    let origin = origin();
+    let origin_addr = origin.addr;
     let proxy = start(&config("127.0.0.1/32")).await;
     let proxy_url = format!("http://{}", proxy.addr("web"));
     let page = format!("http://{origin_addr}/page");
@@ -135,7 +107,7 @@ async fn curl_through_http_listener_second_fetch_is_a_cache_hit() {
         );
     }
     assert_eq!(
-        origin_requests.load(Ordering::SeqCst),
+        origin.requests(),
         1,
         "the second fetch must not reach the origin"
     );
@@ -155,7 +127,7 @@ async fn curl_through_http_listener_second_fetch_is_a_cache_hit() {
     let accepted = "midway_connections_accepted_total{listener=\"web\"}";
     let active = "midway_connections_active{listener=\"web\"}";
     assert!(
-        eventually_async(|| async {
+        eventually_async(WAIT, || async {
             let t = scrape(metrics).await;
             metric(&t, accepted) == Some(2.0) && metric(&t, active) == Some(0.0)
         })
@@ -187,7 +159,8 @@ async fn curl_through_http_listener_second_fetch_is_a_cache_hit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_outside_allowed_clients_is_refused() {
-    let (origin_addr, origin_requests, _origin) = origin().await;
+    let origin = origin();
+    let origin_addr = origin.addr;
     // Only 127.0.0.1 may use the proxy; curl connects from 127.0.0.2 (also loopback).
     let proxy = start(&config("127.0.0.1/32")).await;
     let metrics = proxy.metrics.unwrap();
@@ -204,7 +177,7 @@ async fn client_outside_allowed_clients_is_refused() {
         "refused client got an answer: {out:?}"
     );
     assert_eq!(text(&out), "", "no HTTP answer at all for a refused client");
-    assert_eq!(origin_requests.load(Ordering::SeqCst), 0);
+    assert_eq!(origin.requests(), 0);
     assert_eq!(
         metric_now(
             metrics,
@@ -222,7 +195,8 @@ async fn client_outside_allowed_clients_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_tunnel_works() {
-    let (origin_addr, origin_requests, _origin) = origin().await;
+    let origin = origin();
+    let origin_addr = origin.addr;
     let proxy = start(&config("127.0.0.0/8")).await;
     let metrics = proxy.metrics.unwrap();
     // --proxytunnel: curl sends CONNECT origin, then its GET through the tunnel; the proxy
@@ -238,7 +212,7 @@ async fn connect_tunnel_works() {
         assert!(out.status.success(), "{out:?}");
         assert_eq!(text(&out), PAGE_BODY);
     }
-    assert_eq!(origin_requests.load(Ordering::SeqCst), 2);
+    assert_eq!(origin.requests(), 2);
     assert_eq!(
         metric_now(metrics, "midway_http_tunnels_total{listener=\"web\"}").await,
         Some(2.0)
@@ -250,25 +224,10 @@ async fn connect_tunnel_works() {
     proxy.stop().await;
 }
 
-/// Like `eventually`, for an async check: polls until true or `WAIT` passes.
-async fn eventually_async<F, Fut>(mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    check().await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_origin_is_forbidden_by_default() {
-    let (origin_addr, origin_requests, _origin) = origin().await;
+    let origin = origin();
+    let origin_addr = origin.addr;
     let config = config("127.0.0.0/8").replace("denied_destinations = []\n", "");
     let proxy = start(&config).await;
     let proxy_url = format!("http://{}", proxy.addr("web"));
@@ -296,6 +255,6 @@ async fn loopback_origin_is_forbidden_by_default() {
         String::from_utf8_lossy(&out.stderr).contains("403"),
         "CONNECT to loopback: {out:?}"
     );
-    assert_eq!(origin_requests.load(Ordering::SeqCst), 0);
+    assert_eq!(origin.requests(), 0);
     proxy.stop().await;
 }

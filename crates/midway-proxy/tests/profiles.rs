@@ -5,8 +5,9 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-mod common;
-use common::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
+use midway_testkit::wait::*;
 
 fn ss(filter: &str) -> String {
     let out = std::process::Command::new("ss")
@@ -163,7 +164,7 @@ local_profile = "nagle"
         drop(client);
         // Let the relay close before the next listener's connection is counted in `ss`.
         assert!(
-            eventually(|| ss(&format!("( dport = :{} )", echo.port()))
+            eventually(WAIT, || ss(&format!("( dport = :{} )", echo.port()))
                 .trim()
                 .is_empty())
             .await

@@ -15,12 +15,13 @@ use midway_proxy::sockmem::{machine_tcp_memory_bytes, KernelMemoryLimits};
 use nix::sys::socket::{getpeername, getsockname, getsockopt, sockopt, SockaddrStorage};
 use rand::{RngCore, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::Mutex;
-use tokio::task::JoinHandle;
 
-mod common;
-use common::*;
+use midway_testkit::metrics::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
+use midway_testkit::wait::*;
 
 const BUDGET: u64 = 16 << 20;
 const CONNECTIONS: usize = 4;
@@ -142,7 +143,7 @@ async fn wait_for_cap(running: &Running, want: impl Fn(f64) -> bool) -> f64 {
 /// for "lifted" to be observable.
 async fn wait_for_low_machine_memory() {
     assert!(
-        eventually(|| machine_tcp_memory_bytes().unwrap() < BUDGET / 4).await,
+        eventually(WAIT, || machine_tcp_memory_bytes().unwrap() < BUDGET / 4).await,
         "this machine uses {} bytes of TCP memory; the test needs less than {}",
         machine_tcp_memory_bytes().unwrap(),
         BUDGET / 4
@@ -197,7 +198,10 @@ target = "{echo}"
         "both segments of every connection"
     );
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == (1 << 20, 1 << 20))).await,
+        eventually(WAIT, || sockets
+            .iter()
+            .all(|&fd| buffers(fd) == (1 << 20, 1 << 20)))
+        .await,
         "capped buffers read back from the proxy's sockets: {:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );
@@ -216,7 +220,7 @@ target = "{echo}"
         limits.autotune_max_send as usize,
     );
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
+        eventually(WAIT, || sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
         "lifted buffers: {:?}, want {lifted:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );
@@ -240,43 +244,23 @@ fn bulk_body(seed: u64) -> Vec<u8> {
 
 /// A keep-alive origin: `/bulk/SEED` answers [`bulk_body`], anything else the short page; no
 /// response may be cached, so every request goes through the proxy's upstream sockets.
-async fn origin() -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                // Bounded: a test connection carries a handful of requests.
-                for _ in 0..64 {
-                    let Some(head_end) = read_request_head(&mut stream, &mut buf).await else {
-                        return;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-                    buf.drain(..head_end);
-                    let path = head.split(' ').nth(1).unwrap_or("/");
-                    let body = match path.strip_prefix("/bulk/").map(str::parse::<u64>) {
-                        Some(Ok(seed)) => bulk_body(seed),
-                        _ => PAGE_BODY.to_vec(),
-                    };
-                    let response_head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
-                         Content-Length: {}\r\nCache-Control: no-store\r\n\r\n",
-                        body.len()
-                    );
-                    if stream.write_all(response_head.as_bytes()).await.is_err()
-                        || stream.write_all(&body).await.is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, task)
+fn origin() -> PageOrigin {
+    let listener = StdListener::bind("127.0.0.1:0").unwrap();
+    PageOrigin::respond(listener, WAIT * 4, |head| {
+        let path = head.split(' ').nth(1).unwrap_or("/");
+        let body = match path.strip_prefix("/bulk/").map(str::parse::<u64>) {
+            Some(Ok(seed)) => bulk_body(seed),
+            _ => PAGE_BODY.to_vec(),
+        };
+        let mut response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
+             Content-Length: {}\r\nCache-Control: no-store\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        response.extend_from_slice(&body);
+        response
+    })
 }
 
 /// Sends `GET http://ORIGIN/PATH` on the keep-alive `stream` and reads one whole response;
@@ -321,8 +305,9 @@ async fn guard_counts_http_clients_and_caps_their_sockets_under_memory_pressure(
     let _turn = MACHINE_MEMORY.lock().await;
     let limits = KernelMemoryLimits::read().unwrap();
     wait_for_low_machine_memory().await;
-    let (second_origin, _second_task) = origin().await;
-    let (origin, _origin_task) = origin().await;
+    let second_server = origin();
+    let origin_server = origin();
+    let (second_origin, origin) = (second_server.addr, origin_server.addr);
     let config = format!(
         r#"
 [proxy]
@@ -369,7 +354,10 @@ listen = "127.0.0.1:0"
     let sockets = accepted();
     assert_eq!(sockets.len(), CONNECTIONS);
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == (1 << 20, 1 << 20))).await,
+        eventually(WAIT, || sockets
+            .iter()
+            .all(|&fd| buffers(fd) == (1 << 20, 1 << 20)))
+        .await,
         "capped buffers read back from the proxy's client sockets: {:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );
@@ -408,7 +396,7 @@ listen = "127.0.0.1:0"
         limits.autotune_max_send as usize,
     );
     assert!(
-        eventually(|| sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
+        eventually(WAIT, || sockets.iter().all(|&fd| buffers(fd) == lifted)).await,
         "lifted buffers: {:?}, want {lifted:?}",
         sockets.iter().map(|&fd| buffers(fd)).collect::<Vec<_>>()
     );

@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-mod common;
-use common::*;
+use midway_testkit::metrics::*;
+use midway_testkit::net::*;
+use midway_testkit::proxy::*;
 
 fn socks_config(relay: &str, auth: &str) -> String {
     format!(
@@ -261,17 +262,8 @@ async fn silent_client_hits_handshake_timeout() {
 
 #[tokio::test]
 async fn connect_ipv6_target() {
-    let listener = match tokio::net::TcpListener::bind("[::1]:0").await {
-        Ok(l) => l,
-        Err(e) => panic!("IPv6 loopback needed for this test: {e}"),
-    };
-    let echo = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let (mut r, mut w) = s.split();
-        let _ = tokio::io::copy(&mut r, &mut w).await;
-        let _ = w.shutdown().await;
-    });
+    // IPv6 loopback is needed for this test.
+    let (echo, _server) = echo_server_at("[::1]:0").await;
     let proxy = start(&socks_config("buffer", "")).await;
     let SocketAddr::V6(v6) = echo else {
         unreachable!()

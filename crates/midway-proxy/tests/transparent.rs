@@ -9,8 +9,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -18,64 +16,35 @@ use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use midway_testkit::data::bulk_bytes;
+use midway_testkit::net::PageOrigin;
+use midway_testkit::netns::{in_netns, output, run_words, Netns};
+use midway_testkit::proxy::init_logging;
+
 const SERVER_PORT: u16 = 5201;
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs a command given as one whitespace-separated string; panics with its stderr on failure.
-fn run(command: &str) {
-    let args: Vec<&str> = command.split_whitespace().collect();
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    assert!(
-        out.status.success(),
-        "{command} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn output(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Three namespaces wired client -- router -- server; deleted on drop.
+/// Three namespaces wired client -- router -- server; each deleted on drop, also when building
+/// the rest fails.
 struct Topology {
-    client: String,
-    router: String,
-    server: String,
+    client: Netns,
+    router: Netns,
+    server: Netns,
 }
 
 impl Topology {
     fn new() -> Topology {
-        let id = format!(
-            "{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
         let topo = Topology {
-            client: format!("mwt-c-{id}"),
-            router: format!("mwt-r-{id}"),
-            server: format!("mwt-s-{id}"),
+            client: Netns::unique("mwt-c"),
+            router: Netns::unique("mwt-r"),
+            server: Netns::unique("mwt-s"),
         };
-        // `topo` exists before the first command, so a failure below still deletes the
-        // namespaces made so far (deleting a missing one is ignored).
-        let (c, r, s) = (&topo.client, &topo.router, &topo.server);
-        for ns in [c, r, s] {
-            run(&format!("ip netns add {ns}"));
-            run(&format!("ip -n {ns} link set lo up"));
-        }
+        let (c, r, s) = (topo.client.name(), topo.router.name(), topo.server.name());
         // veth pairs created directly inside the namespaces: no names in the root namespace.
-        run(&format!(
+        run_words(&format!(
             "ip -n {c} link add veth-c type veth peer name veth-rc netns {r}"
         ));
-        run(&format!(
+        run_words(&format!(
             "ip -n {s} link add veth-s type veth peer name veth-rs netns {r}"
         ));
         for (ns, dev, v4, v6) in [
@@ -84,43 +53,22 @@ impl Topology {
             (r, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
             (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
         ] {
-            run(&format!("ip -n {ns} addr add {v4} dev {dev}"));
-            run(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
-            run(&format!("ip -n {ns} link set {dev} up"));
+            run_words(&format!("ip -n {ns} addr add {v4} dev {dev}"));
+            run_words(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
+            run_words(&format!("ip -n {ns} link set {dev} up"));
         }
-        run(&format!("ip -n {c} route add default via 10.77.1.2"));
-        run(&format!("ip -n {s} route add default via 10.77.2.1"));
-        run(&format!(
+        run_words(&format!("ip -n {c} route add default via 10.77.1.2"));
+        run_words(&format!("ip -n {s} route add default via 10.77.2.1"));
+        run_words(&format!(
             "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
         ));
-        run(&format!("ip -n {c} -6 route add default via fd77:1::2"));
-        run(&format!("ip -n {s} -6 route add default via fd77:2::1"));
-        run(&format!(
+        run_words(&format!("ip -n {c} -6 route add default via fd77:1::2"));
+        run_words(&format!("ip -n {s} -6 route add default via fd77:2::1"));
+        run_words(&format!(
             "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
         ));
         topo
     }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for ns in [&self.client, &self.router, &self.server] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// Runs `f` on a new thread that has joined network namespace `ns`.
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("netns file");
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
 }
 
 /// Echo server in the server namespace; reports each client's address as the server saw it.
@@ -158,10 +106,7 @@ fn start_server(
 /// Bytes per checksum round trip: 4 MiB by default, `MIDWAY_TEST_BYTES=1073741824` for the 1 GiB
 /// acceptance run (scripts/test sets it, in release mode).
 fn transfer_bytes() -> usize {
-    std::env::var("MIDWAY_TEST_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4 << 20)
+    bulk_bytes(4 << 20)
 }
 
 /// Client in the client namespace: sends `len` bytes to `target`, reads the echo, compares.
@@ -215,11 +160,7 @@ struct RunningProxy {
 }
 
 fn start_proxy(ns: &str, config: String) -> RunningProxy {
-    // RUST_LOG=midway_proxy=debug shows the proxy's logs in a failing test's output.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    init_logging();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -284,26 +225,27 @@ ports = [{SERVER_PORT}]
 
 fn run_case(spoof: bool, knobs: bool) {
     let topo = Topology::new();
+    let r = topo.router.name();
     let targets = [
         SocketAddr::from(([10, 77, 2, 2], SERVER_PORT)),
         SocketAddr::new("fd77:2::2".parse().unwrap(), SERVER_PORT),
     ];
     let spool = tempfile::tempdir().unwrap();
-    let (peers, server) = start_server(&topo.server, targets.len());
-    let proxy = start_proxy(&topo.router, config(spoof, knobs, spool.path()));
+    let (peers, server) = start_server(topo.server.name(), targets.len());
+    let proxy = start_proxy(r, config(spoof, knobs, spool.path()));
 
-    let tables = output(&["ip", "netns", "exec", &topo.router, "nft", "list", "tables"]);
+    let tables = output(&["ip", "netns", "exec", r, "nft", "list", "tables"]);
     assert!(
         tables.contains("table inet midway"),
         "table not installed: {tables}"
     );
     if knobs {
-        let rules = output(&["ip", "-n", &topo.router, "rule", "show"]);
+        let rules = output(&["ip", "-n", r, "rule", "show"]);
         assert!(
             rules.contains("fwmark 0x6d770000"),
             "route-knob rule missing: {rules}"
         );
-        let table = output(&["ip", "-n", &topo.router, "route", "show", "table", "1000"]);
+        let table = output(&["ip", "-n", r, "route", "show", "table", "1000"]);
         let presets = midway_tcp::resolve_profiles(&Default::default()).unwrap();
         let initcwnd = presets["hfc-local"]
             .initial_cwnd
@@ -312,16 +254,7 @@ fn run_case(spoof: bool, knobs: bool) {
             table.contains(&format!("initcwnd {initcwnd}")),
             "hfc-local initcwnd missing: {table}"
         );
-        let table6 = output(&[
-            "ip",
-            "-n",
-            &topo.router,
-            "-6",
-            "route",
-            "show",
-            "table",
-            "1000",
-        ]);
+        let table6 = output(&["ip", "-n", r, "-6", "route", "show", "table", "1000"]);
         assert!(
             table6.contains(&format!("initcwnd {initcwnd}"))
                 && table6.matches("fe80::/64").count() >= 2,
@@ -330,7 +263,7 @@ fn run_case(spoof: bool, knobs: bool) {
     }
 
     for &target in &targets {
-        let (client_addr, intact) = client_roundtrip(&topo.client, target, transfer_bytes())
+        let (client_addr, intact) = client_roundtrip(topo.client.name(), target, transfer_bytes())
             .join()
             .unwrap();
         assert!(intact, "{target}: checksum differs");
@@ -357,9 +290,9 @@ fn run_case(spoof: bool, knobs: bool) {
     let summary = proxy.handle.join().expect("proxy thread");
     assert_eq!(summary.connections_served, targets.len() as u64);
     server.join().unwrap();
-    let tables = output(&["ip", "netns", "exec", &topo.router, "nft", "list", "tables"]);
+    let tables = output(&["ip", "netns", "exec", r, "nft", "list", "tables"]);
     assert!(!tables.contains("midway"), "table left behind: {tables}");
-    let rules = output(&["ip", "-n", &topo.router, "rule", "show"]);
+    let rules = output(&["ip", "-n", r, "rule", "show"]);
     assert!(
         !rules.contains("fwmark 0x1 "),
         "policy rule left behind: {rules}"
@@ -368,21 +301,12 @@ fn run_case(spoof: bool, knobs: bool) {
         !rules.contains("fwmark 0x6d77"),
         "route-knob rule left behind: {rules}"
     );
-    let knob_table = output(&["ip", "-n", &topo.router, "route", "show", "table", "1000"]);
+    let knob_table = output(&["ip", "-n", r, "route", "show", "table", "1000"]);
     assert!(
         knob_table.trim().is_empty(),
         "route-knob table left behind: {knob_table}"
     );
-    let knob_table6 = output(&[
-        "ip",
-        "-n",
-        &topo.router,
-        "-6",
-        "route",
-        "show",
-        "table",
-        "1000",
-    ]);
+    let knob_table6 = output(&["ip", "-n", r, "-6", "route", "show", "table", "1000"]);
     assert!(
         knob_table6.trim().is_empty(),
         "IPv6 route-knob table left behind: {knob_table6}"
@@ -408,60 +332,18 @@ fn transparent_with_route_knob_profiles() {
 
 /// HTTP origin on 10.77.2.2:80 in the server namespace: every request on a keep-alive
 /// connection gets a page that may be cached for a minute. Counts requests; stops accepting
-/// when `stop` is set (bounded by IO_TIMEOUT in any case).
-fn start_http_origin(
-    ns: &str,
-    requests: std::sync::Arc<AtomicUsize>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<()> {
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let handle = in_netns(ns, move || {
-        let listener = TcpListener::bind(("10.77.2.2", 80)).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        ready_tx.send(()).unwrap();
-        let deadline = std::time::Instant::now() + IO_TIMEOUT;
-        while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
-            let mut stream = match listener.accept() {
-                Ok((stream, _)) => stream,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                Err(e) => panic!("origin accept: {e}"),
-            };
-            stream.set_nonblocking(false).unwrap();
-            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-            let requests = requests.clone();
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                for _ in 0..16 {
-                    let end = loop {
-                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break p + 4;
-                        }
-                        let mut chunk = [0u8; 4096];
-                        match stream.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    buf.drain(..end);
-                    requests.fetch_add(1, Ordering::SeqCst);
-                    let body = "intercepted page\n";
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\
-                         Cache-Control: max-age=60\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if stream.write_all(response.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    ready_rx.recv_timeout(IO_TIMEOUT).expect("origin ready");
-    handle
+/// when dropped (bounded by IO_TIMEOUT in any case).
+fn start_http_origin(ns: &str) -> PageOrigin {
+    let listener = in_netns(ns, || TcpListener::bind(("10.77.2.2", 80)).unwrap())
+        .join()
+        .unwrap();
+    let body = "intercepted page\n";
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\
+         Cache-Control: max-age=60\r\n\r\n{body}",
+        body.len()
+    );
+    PageOrigin::serve(listener, response, IO_TIMEOUT)
 }
 
 /// A transparent listener with `application = "http"`: the client talks plain HTTP to the
@@ -470,9 +352,7 @@ fn start_http_origin(
 #[test]
 fn transparent_http_application_serves_port_80_from_cache() {
     let topo = Topology::new();
-    let requests = std::sync::Arc::new(AtomicUsize::new(0));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let origin = start_http_origin(&topo.server, requests.clone(), stop.clone());
+    let origin = start_http_origin(topo.server.name());
     let config = r#"
 [proxy]
 allowed_clients = ["10.77.1.0/24"]
@@ -487,9 +367,9 @@ remote_profile = "wan"
 interfaces = ["veth-rc"]
 ports = [80]
 "#;
-    let proxy = start_proxy(&topo.router, config.to_string());
+    let proxy = start_proxy(topo.router.name(), config.to_string());
     for round in 1..=2 {
-        let answer = in_netns(&topo.client, || {
+        let answer = in_netns(topo.client.name(), || {
             let target = SocketAddr::from(([10, 77, 2, 2], 80));
             let mut stream = TcpStream::connect_timeout(&target, IO_TIMEOUT).expect("connect");
             stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -515,16 +395,11 @@ ports = [80]
             "round {round}: not served by midway's HTTP engine: {answer}"
         );
     }
-    assert_eq!(
-        requests.load(Ordering::SeqCst),
-        1,
-        "the second fetch must be a cache hit"
-    );
+    assert_eq!(origin.requests(), 1, "the second fetch must be a cache hit");
     proxy.shutdown.cancel();
     let summary = proxy.handle.join().expect("proxy thread");
     assert_eq!(summary.connections_served, 2);
-    stop.store(true, Ordering::SeqCst);
-    origin.join().unwrap();
+    drop(origin);
 }
 
 /// A client that reuses its port for a new connection to the same server while the router still
@@ -540,7 +415,7 @@ fn reused_client_port_connects_on_the_first_syn() {
     let spool = tempfile::tempdir().unwrap();
     // Server: one byte per connection, then it closes first.
     let (ready_tx, ready_rx) = mpsc::channel();
-    let server = in_netns(&topo.server, move || {
+    let server = in_netns(topo.server.name(), move || {
         let listener = TcpListener::bind(("10.77.2.2", SERVER_PORT)).unwrap();
         ready_tx.send(()).unwrap();
         for _ in 0..CONNECTIONS {
@@ -549,9 +424,9 @@ fn reused_client_port_connects_on_the_first_syn() {
         }
     });
     ready_rx.recv_timeout(IO_TIMEOUT).expect("server ready");
-    let proxy = start_proxy(&topo.router, config(false, false, spool.path()));
+    let proxy = start_proxy(topo.router.name(), config(false, false, spool.path()));
 
-    let retransmits = in_netns(&topo.client, move || {
+    let retransmits = in_netns(topo.client.name(), move || {
         let target = SocketAddr::from(([10, 77, 2, 2], SERVER_PORT));
         let local = SocketAddr::from(([10, 77, 1, 1], CLIENT_PORT));
         let mut retransmits = Vec::new();

@@ -1,12 +1,12 @@
 //! A client that stops reading: buffer mode pushes back on the server with bounded memory;
 //! spool mode lets the server finish and holds the bytes (memory + disk) within its caps.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 
-use common::*;
 use midway_relay::DirectionEnd;
+use midway_testkit::data::*;
+use midway_testkit::relay::*;
+use midway_testkit::wait::*;
 
 /// Socket buffers of 64 KiB on every socket: the kernel can absorb well under 1 MiB in total.
 const SMALL_SOCKET_BUFFER: usize = 64 * 1024;
@@ -33,6 +33,7 @@ async fn buffer_mode_paused_client(splice: bool) {
     let mut peak_user_memory = 0;
     // Wait until the forwarded count stops moving: the client's receive buffer is full.
     let forwarded = wait_until_stable(
+        TEST_TIMEOUT,
         || {
             peak_user_memory = peak_user_memory.max(resources.user_buffer_bytes());
             counters.server_to_client.load(Ordering::Relaxed)
@@ -66,11 +67,13 @@ async fn buffer_mode_paused_client(splice: bool) {
         assert_eq!(res.resources.pipes_in_use(), 1);
     }
 
-    let received = within(receive_all(&mut client)).await.unwrap();
-    let (_server, sent) = within(writer).await.unwrap();
+    let received = within(TEST_TIMEOUT, receive_all(&mut client))
+        .await
+        .unwrap();
+    let (_server, sent) = within(TEST_TIMEOUT, writer).await.unwrap();
     assert_eq!(received, (PAUSED_TRANSFER, sent.unwrap()));
     client.shutdown_std();
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     assert_eq!(report.server_to_client_end, DirectionEnd::Fin);
     assert!(counters.peak_held.load(Ordering::Relaxed) <= CAP as u64);
 }
@@ -111,11 +114,12 @@ async fn spool_mode_server_finishes_while_client_paused() {
     let mut server = relayed.server;
     let mut client = relayed.client;
     // The server's writes complete although the client has not read a byte.
-    let sent = within(send_pattern(&mut server, PAUSED_TRANSFER, 22))
+    let sent = within(TEST_TIMEOUT, send_pattern(&mut server, PAUSED_TRANSFER, 22))
         .await
         .unwrap();
     let counters = relayed.counters.clone();
     wait_for(
+        TEST_TIMEOUT,
         || {
             res.resources.spool_bytes_in_use() > 0
                 && counters.spooled_now.load(Ordering::Relaxed) > 0
@@ -129,6 +133,7 @@ async fn spool_mode_server_finishes_while_client_paused() {
     );
     assert_eq!(res.resources.spool_files_open(), 1);
     wait_for(
+        TEST_TIMEOUT,
         || counters.remote_finished.load(Ordering::Relaxed),
         "the relay to read the server's FIN",
     )
@@ -141,10 +146,12 @@ async fn spool_mode_server_finishes_while_client_paused() {
         "spool files are anonymous: nothing to leave behind after a crash"
     );
 
-    let received = within(receive_all(&mut client)).await.unwrap();
+    let received = within(TEST_TIMEOUT, receive_all(&mut client))
+        .await
+        .unwrap();
     assert_eq!(received, (PAUSED_TRANSFER, sent));
     client.shutdown_std();
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     let finished = report.remote_finished_at.expect("server side fully read");
     assert!(
         report.peak_spool_bytes > MEMORY as u64,
@@ -184,6 +191,7 @@ async fn spool_global_cap_turns_into_backpressure() {
     let resources = res.resources.clone();
     let mut peak_disk = 0;
     let disk = wait_until_stable(
+        TEST_TIMEOUT,
         || {
             let used = resources.spool_bytes_in_use();
             peak_disk = peak_disk.max(used);
@@ -198,11 +206,13 @@ async fn spool_global_cap_turns_into_backpressure() {
         assert!(!writer.is_finished(), "servers are held back at the cap");
     }
     for (mut client, writer, relay, _) in connections {
-        let received = within(receive_all(&mut client)).await.unwrap();
-        let sent = within(writer).await.unwrap().unwrap();
+        let received = within(TEST_TIMEOUT, receive_all(&mut client))
+            .await
+            .unwrap();
+        let sent = within(TEST_TIMEOUT, writer).await.unwrap().unwrap();
         assert_eq!(received, (TRANSFER, sent));
         client.shutdown_std();
-        let report = within(relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relay).await.unwrap().unwrap();
         assert!(report.remote_finished_at.is_some());
     }
     assert!(peak_disk <= GLOBAL_CAP);
@@ -227,6 +237,7 @@ async fn spool_per_connection_cap_turns_into_backpressure() {
     let resources = res.resources.clone();
     let mut peak_disk = 0;
     wait_until_stable(
+        TEST_TIMEOUT,
         || {
             peak_disk = peak_disk.max(resources.spool_bytes_in_use());
             resources.spool_bytes_in_use()
@@ -239,8 +250,16 @@ async fn spool_per_connection_cap_turns_into_backpressure() {
         "{peak_disk}"
     );
     assert!(!writer.is_finished());
-    let received = within(receive_all(&mut client)).await.unwrap();
-    assert_eq!(received, (16 << 20, within(writer).await.unwrap().unwrap()));
+    let received = within(TEST_TIMEOUT, receive_all(&mut client))
+        .await
+        .unwrap();
+    assert_eq!(
+        received,
+        (
+            16 << 20,
+            within(TEST_TIMEOUT, writer).await.unwrap().unwrap()
+        )
+    );
     client.shutdown_std();
-    within(relayed.relay).await.unwrap().unwrap();
+    within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
 }

@@ -1,9 +1,9 @@
 //! FIN and RST carried across, per direction, in both models.
 
-mod common;
-
-use common::*;
 use midway_relay::{DirectionEnd, RelayModel};
+use midway_testkit::data::*;
+use midway_testkit::relay::*;
+use midway_testkit::wait::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn models() -> Vec<RelayModel> {
@@ -23,17 +23,19 @@ async fn client_half_close_then_server_answers() {
         relayed.client.write_all(b"request").await.unwrap();
         relayed.client.shutdown().await.unwrap();
         let mut request = Vec::new();
-        within(relayed.server.read_to_end(&mut request))
+        within(TEST_TIMEOUT, relayed.server.read_to_end(&mut request))
             .await
             .unwrap();
         assert_eq!(request, b"request", "{model:?}");
         // The server-to-client direction still flows after the client's FIN.
-        let sent = within(send_pattern(&mut relayed.server, 1 << 20, 5))
+        let sent = within(TEST_TIMEOUT, send_pattern(&mut relayed.server, 1 << 20, 5))
             .await
             .unwrap();
-        let received = within(receive_all(&mut relayed.client)).await.unwrap();
+        let received = within(TEST_TIMEOUT, receive_all(&mut relayed.client))
+            .await
+            .unwrap();
         assert_eq!(received, (1 << 20, sent), "{model:?}");
-        let report = within(relayed.relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
         assert_eq!(report.client_to_server_end, DirectionEnd::Fin);
         assert_eq!(report.server_to_client_end, DirectionEnd::Fin);
         assert_eq!(report.client_to_server_bytes, 7);
@@ -49,16 +51,18 @@ async fn server_half_close_then_client_uploads() {
         relayed.server.write_all(b"hello").await.unwrap();
         relayed.server.shutdown().await.unwrap();
         let mut greeting = Vec::new();
-        within(relayed.client.read_to_end(&mut greeting))
+        within(TEST_TIMEOUT, relayed.client.read_to_end(&mut greeting))
             .await
             .unwrap();
         assert_eq!(greeting, b"hello", "{model:?}");
-        let sent = within(send_pattern(&mut relayed.client, 1 << 20, 6))
+        let sent = within(TEST_TIMEOUT, send_pattern(&mut relayed.client, 1 << 20, 6))
             .await
             .unwrap();
-        let received = within(receive_all(&mut relayed.server)).await.unwrap();
+        let received = within(TEST_TIMEOUT, receive_all(&mut relayed.server))
+            .await
+            .unwrap();
         assert_eq!(received, (1 << 20, sent), "{model:?}");
-        let report = within(relayed.relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
         assert_eq!(report.client_to_server_end, DirectionEnd::Fin);
         assert_eq!(report.server_to_client_end, DirectionEnd::Fin);
         assert_eq!(report.server_to_client_bytes, 5);
@@ -77,7 +81,7 @@ async fn expect_reset(stream: &mut tokio::net::TcpStream) {
     let mut buf = [0u8; 1024];
     // Bytes already in flight may arrive first; the connection must end in a reset, not EOF.
     for _ in 0..10_000 {
-        match within(stream.read(&mut buf)).await {
+        match within(TEST_TIMEOUT, stream.read(&mut buf)).await {
             Ok(0) => panic!("got a clean EOF where a reset was expected"),
             Ok(_) => continue,
             Err(e) => {
@@ -97,10 +101,12 @@ async fn client_reset_reaches_server() {
         // Traffic first, so the relay is mid-connection (buffers, maybe pipes) when it breaks.
         relayed.client.write_all(b"ping").await.unwrap();
         let mut ping = [0u8; 4];
-        within(relayed.server.read_exact(&mut ping)).await.unwrap();
+        within(TEST_TIMEOUT, relayed.server.read_exact(&mut ping))
+            .await
+            .unwrap();
         reset(relayed.client);
         expect_reset(&mut relayed.server).await;
-        let report = within(relayed.relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
         assert_eq!(
             report.client_to_server_end,
             DirectionEnd::ResetByPeer,
@@ -123,10 +129,12 @@ async fn server_reset_reaches_client() {
         let mut relayed = relayed(model.clone(), &res.resources, None, None).await;
         relayed.server.write_all(b"pong").await.unwrap();
         let mut pong = [0u8; 4];
-        within(relayed.client.read_exact(&mut pong)).await.unwrap();
+        within(TEST_TIMEOUT, relayed.client.read_exact(&mut pong))
+            .await
+            .unwrap();
         reset(relayed.server);
         expect_reset(&mut relayed.client).await;
-        let report = within(relayed.relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
         assert_eq!(
             report.server_to_client_end,
             DirectionEnd::ResetByPeer,
@@ -147,12 +155,12 @@ async fn reset_after_half_close_keeps_the_finished_direction() {
     let mut relayed = relayed(buffer_model(64 * 1024, true), &res.resources, None, None).await;
     relayed.client.shutdown().await.unwrap();
     let mut nothing = Vec::new();
-    within(relayed.server.read_to_end(&mut nothing))
+    within(TEST_TIMEOUT, relayed.server.read_to_end(&mut nothing))
         .await
         .unwrap();
     reset(relayed.server);
     expect_reset(&mut relayed.client).await;
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     assert_eq!(report.client_to_server_end, DirectionEnd::Fin);
     assert_eq!(report.server_to_client_end, DirectionEnd::ResetByPeer);
 }
@@ -180,6 +188,7 @@ async fn server_reset_reaches_a_stalled_client() {
         let writer = tokio::spawn(async move { send_pattern(&mut server, 64 << 20, 70).await });
         let counters = relayed.counters.clone();
         wait_until_stable(
+            TEST_TIMEOUT,
             || {
                 counters
                     .server_to_client
@@ -198,7 +207,7 @@ async fn server_reset_reaches_a_stalled_client() {
         writer.abort();
         assert!(writer.await.unwrap_err().is_cancelled());
         // The relay ends on its own, before the client read anything.
-        let report = within(relayed.relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
         assert_eq!(
             report.server_to_client_end,
             DirectionEnd::ResetByPeer,

@@ -1,23 +1,27 @@
 //! Idle timeout, cancellation, idle connections holding nothing, pipe pool exhaustion, spool
 //! directory cleanup, disk failure fallback, bad configuration.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::*;
 use midway_relay::{
     clean_spool_dir, relay, DirectionEnd, RelayError, RelayOptions, SPOOL_FILE_PREFIX,
 };
+use midway_testkit::data::*;
+use midway_testkit::relay::*;
+use midway_testkit::wait::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn ping_pong(relayed: &mut Relayed) {
     relayed.client.write_all(b"x").await.unwrap();
     let mut byte = [0u8; 1];
-    within(relayed.server.read_exact(&mut byte)).await.unwrap();
+    within(TEST_TIMEOUT, relayed.server.read_exact(&mut byte))
+        .await
+        .unwrap();
     relayed.server.write_all(b"y").await.unwrap();
-    within(relayed.client.read_exact(&mut byte)).await.unwrap();
+    within(TEST_TIMEOUT, relayed.client.read_exact(&mut byte))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -35,7 +39,7 @@ async fn idle_timeout_closes_both_sides() {
         )
         .await;
         ping_pong(&mut relayed).await;
-        let report = within(relayed.relay).await.unwrap().unwrap();
+        let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
         assert_eq!(report.client_to_server_end, DirectionEnd::IdleTimeout);
         assert_eq!(report.server_to_client_end, DirectionEnd::IdleTimeout);
         assert_eq!(
@@ -44,11 +48,15 @@ async fn idle_timeout_closes_both_sides() {
         );
         let mut rest = Vec::new();
         assert_eq!(
-            within(relayed.client.read_to_end(&mut rest)).await.unwrap(),
+            within(TEST_TIMEOUT, relayed.client.read_to_end(&mut rest))
+                .await
+                .unwrap(),
             0
         );
         assert_eq!(
-            within(relayed.server.read_to_end(&mut rest)).await.unwrap(),
+            within(TEST_TIMEOUT, relayed.server.read_to_end(&mut rest))
+                .await
+                .unwrap(),
             0
         );
     }
@@ -75,13 +83,15 @@ async fn idle_timeout_does_not_cut_a_flowing_transfer() {
         client.shutdown().await
     };
     let mut received = Vec::new();
-    let (sent, read) =
-        within(async { tokio::join!(trickle, server.read_to_end(&mut received)) }).await;
+    let (sent, read) = within(TEST_TIMEOUT, async {
+        tokio::join!(trickle, server.read_to_end(&mut received))
+    })
+    .await;
     sent.unwrap();
     read.unwrap();
     assert_eq!(received.len(), 15);
     server.shutdown().await.unwrap();
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     assert_eq!(report.client_to_server_end, DirectionEnd::Fin);
 }
 
@@ -91,12 +101,14 @@ async fn cancel_closes_both_sides() {
     let mut relayed = relayed(buffer_model(16 * 1024, true), &res.resources, None, None).await;
     ping_pong(&mut relayed).await;
     relayed.cancel.cancel();
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     assert_eq!(report.client_to_server_end, DirectionEnd::Cancelled);
     assert_eq!(report.server_to_client_end, DirectionEnd::Cancelled);
     let mut rest = Vec::new();
     assert_eq!(
-        within(relayed.client.read_to_end(&mut rest)).await.unwrap(),
+        within(TEST_TIMEOUT, relayed.client.read_to_end(&mut rest))
+            .await
+            .unwrap(),
         0
     );
 }
@@ -121,6 +133,7 @@ async fn idle_connections_hold_no_buffers_or_pipes() {
     let resources = res.resources.clone();
     // The relay frees after its write returns, which may be just after the peer saw the byte.
     wait_for(
+        TEST_TIMEOUT,
         || resources.user_buffer_bytes() == 0 && resources.pipes_in_use() == 0,
         "idle connections to release buffers and pipes",
     )
@@ -133,7 +146,7 @@ async fn idle_connections_hold_no_buffers_or_pipes() {
     }
     for relayed in connections {
         relayed.cancel.cancel();
-        within(relayed.relay).await.unwrap().unwrap();
+        within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     }
 }
 
@@ -162,7 +175,7 @@ async fn exhausted_pipe_pool_falls_back_to_copy() {
         });
     }
     let mut reports = 0;
-    within(async {
+    within(TEST_TIMEOUT, async {
         while let Some(report) = tasks.join_next().await {
             let report = report.unwrap();
             assert_eq!(report.client_to_server_bytes, TRANSFER);
@@ -289,18 +302,31 @@ async fn spool_disk_full_falls_back_to_memory() {
     let mut client = relayed.client;
     let writer = tokio::spawn(async move { send_pattern(&mut server, TRANSFER, 60).await });
     let counters = relayed.counters.clone();
-    let spooled = wait_until_stable(|| counters.spooled_now.load(Ordering::Relaxed), 25).await;
+    let spooled = wait_until_stable(
+        TEST_TIMEOUT,
+        || counters.spooled_now.load(Ordering::Relaxed),
+        25,
+    )
+    .await;
     assert!(
         spooled > 0 && spooled <= (512 + 64 + 64) * 1024,
         "spooled {spooled}"
     );
     assert!(!writer.is_finished(), "a full disk turns into backpressure");
-    let received = within(receive_all(&mut client)).await.unwrap();
-    assert_eq!(received, (TRANSFER, within(writer).await.unwrap().unwrap()));
+    let received = within(TEST_TIMEOUT, receive_all(&mut client))
+        .await
+        .unwrap();
+    assert_eq!(
+        received,
+        (
+            TRANSFER,
+            within(TEST_TIMEOUT, writer).await.unwrap().unwrap()
+        )
+    );
     socket2::SockRef::from(&client)
         .shutdown(std::net::Shutdown::Write)
         .unwrap();
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     assert_eq!(report.server_to_client_end, DirectionEnd::Fin);
     assert_eq!(resources.spool_bytes_in_use(), 0);
     drop(resources);
@@ -411,14 +437,18 @@ async fn on_close_sees_both_open_sockets_once() {
     client.write_all(b"hello").await.unwrap();
     client.shutdown().await.unwrap();
     let mut got = Vec::new();
-    within(server.read_to_end(&mut got)).await.unwrap();
+    within(TEST_TIMEOUT, server.read_to_end(&mut got))
+        .await
+        .unwrap();
     assert_eq!(got, b"hello");
     server.write_all(b"bye").await.unwrap();
     server.shutdown().await.unwrap();
     let mut back_bytes = Vec::new();
-    within(client.read_to_end(&mut back_bytes)).await.unwrap();
+    within(TEST_TIMEOUT, client.read_to_end(&mut back_bytes))
+        .await
+        .unwrap();
     assert_eq!(back_bytes, b"bye");
-    let report = within(relay_task).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relay_task).await.unwrap().unwrap();
     assert_eq!(report.client_to_server_bytes, 5);
 
     let seen = seen.lock().unwrap();

@@ -1,9 +1,9 @@
 //! Bulk and many-small transfers through both relay models, checked with SHA-256.
 
-mod common;
-
-use common::*;
 use midway_relay::{DirectionEnd, RelayModel};
+use midway_testkit::data::*;
+use midway_testkit::relay::*;
+use midway_testkit::wait::*;
 use rand::{Rng, SeedableRng};
 
 /// Sends `c2s` bytes client->server and `s2c` bytes server->client at the same time and checks
@@ -13,7 +13,7 @@ async fn bidirectional(model: RelayModel, max_pipes: usize, c2s: u64, s2c: u64, 
     let relayed = relayed(model, &res.resources, None, None).await;
     let (mut client_read, mut client_write) = relayed.client.into_split();
     let (mut server_read, mut server_write) = relayed.server.into_split();
-    let (sent_up, received_up, sent_down, received_down) = within(async {
+    let (sent_up, received_up, sent_down, received_down) = within(TEST_TIMEOUT, async {
         tokio::try_join!(
             send_pattern(&mut client_write, c2s, seed),
             receive_all(&mut server_read),
@@ -25,7 +25,7 @@ async fn bidirectional(model: RelayModel, max_pipes: usize, c2s: u64, s2c: u64, 
     .unwrap();
     assert_eq!(received_up, (c2s, sent_up));
     assert_eq!(received_down, (s2c, sent_down));
-    let report = within(relayed.relay).await.unwrap().unwrap();
+    let report = within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
     assert_eq!(report.client_to_server_bytes, c2s);
     assert_eq!(report.server_to_client_bytes, s2c);
     assert_eq!(report.client_to_server_end, DirectionEnd::Fin);
@@ -140,7 +140,7 @@ async fn many_small_transfers_all_models() {
         });
     }
     let mut done = 0;
-    within(async {
+    within(TEST_TIMEOUT, async {
         while let Some(result) = tasks.join_next().await {
             result.unwrap();
             done += 1;

@@ -3,77 +3,22 @@
 //! (server 10.231.0.1, client 10.231.0.2), installs RouteKnobs in each, and reads the knobs back
 //! from the live accepted and connected sockets. Needs root.
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsFd;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use midway_tcp::apply::{delack_floor_us, get_int, TCP_DELACK_MAX_US};
 use midway_tcp::{tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError, TcpProfile};
-use nix::sched::{setns, CloneFlags};
+use midway_testkit::netns::{ip, Netns};
+use midway_testkit::wait::wait_until;
 use socket2::{Domain, Protocol, Socket, Type};
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 231, 0, 1);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 231, 0, 2);
 const BASE_TABLE: u32 = 100;
 const BASE_MARK: u32 = 0x4d00;
-
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A network namespace removed on drop, even when the test fails.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new() -> Netns {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "midway-tcp-test-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name]);
-        let ns = Netns { name };
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    /// Runs `f` on a fresh thread that has entered this namespace (sockets it creates belong to
-    /// it; child processes such as `ip` run in it).
-    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let file = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
-                    setns(file.as_fd(), CloneFlags::CLONE_NEWNET).expect("setns");
-                    f()
-                })
-                .join()
-                .expect("netns thread panicked")
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
 
 /// Server and client namespaces joined by a veth pair.
 struct Topology {
@@ -83,10 +28,10 @@ struct Topology {
 
 fn topology() -> Topology {
     let t = Topology {
-        server: Netns::new(),
-        client: Netns::new(),
+        server: Netns::unique("midway-tcp-test"),
+        client: Netns::unique("midway-tcp-test"),
     };
-    let (s, c) = (t.server.name.as_str(), t.client.name.as_str());
+    let (s, c) = (t.server.name(), t.client.name());
     ip(&[
         "-n", s, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", c,
     ]);
@@ -105,7 +50,7 @@ struct Conn {
 /// One connection client -> server with `profile` on both ends (listener + accepted in the
 /// server namespace, outgoing in the client namespace).
 fn connect(t: &Topology, server_profile: &TcpProfile, client_profile: &TcpProfile) -> Conn {
-    let listener = t.server.run(|| {
+    let listener = t.server.enter(|| {
         let l = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
         server_profile.apply_to_listener(&l).unwrap();
         l.bind(&SocketAddr::from((SERVER, 0)).into()).unwrap();
@@ -113,7 +58,7 @@ fn connect(t: &Topology, server_profile: &TcpProfile, client_profile: &TcpProfil
         l
     });
     let port = listener.local_addr().unwrap().as_socket().unwrap().port();
-    let outgoing = t.client.run(|| {
+    let outgoing = t.client.enter(|| {
         let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
         client_profile.apply_before_connect(&s).unwrap();
         s.connect(&SocketAddr::V4(SocketAddrV4::new(SERVER, port)).into())
@@ -132,7 +77,7 @@ fn connect(t: &Topology, server_profile: &TcpProfile, client_profile: &TcpProfil
 }
 
 fn install(ns: &Netns, profile: &TcpProfile) -> (RouteKnobs, TcpProfile) {
-    ns.run(|| {
+    ns.enter(|| {
         let knobs = RouteKnobs::install(&[profile], BASE_TABLE, BASE_MARK).unwrap();
         let mut marked = profile.clone();
         knobs.set_marks([&mut marked]);
@@ -177,7 +122,7 @@ fn initcwnd_rto_min_and_quickack_apply_to_both_segments() {
     for ns in [&t.server, &t.client] {
         let routes = ip(&[
             "-n",
-            &ns.name,
+            ns.name(),
             "-j",
             "route",
             "show",
@@ -205,17 +150,17 @@ fn initcwnd_rto_min_and_quickack_apply_to_both_segments() {
     }
 
     // Removal leaves no rule and no table behind.
-    t.server.run(|| server_knobs.remove()).unwrap();
+    t.server.enter(|| server_knobs.remove()).unwrap();
     // From this thread, outside the client namespace: removal still happens in the namespace
     // the knobs were installed in.
     client_knobs.remove().unwrap();
     for ns in [&t.server, &t.client] {
-        let rules = ip(&["-n", &ns.name, "rule", "show"]);
+        let rules = ip(&["-n", ns.name(), "rule", "show"]);
         assert!(!rules.contains("fwmark"), "{rules}");
         let out = Command::new("ip")
             .args([
                 "-n",
-                &ns.name,
+                ns.name(),
                 "route",
                 "show",
                 "table",
@@ -240,7 +185,7 @@ fn close_cleanly(conn: Conn) {
 }
 
 fn has_metrics_entry(ns: &Netns, peer: Ipv4Addr) -> bool {
-    ip(&["-n", &ns.name, "tcp_metrics", "show", &peer.to_string()]).contains(&peer.to_string())
+    ip(&["-n", ns.name(), "tcp_metrics", "show", &peer.to_string()]).contains(&peer.to_string())
 }
 
 /// Documents the caveat of `dupack_threshold`: Linux takes the route metric `reordering` only
@@ -253,7 +198,7 @@ fn dupack_threshold_applies_from_the_second_connection_on() {
     profile.dupack_threshold = Some(5);
     let (_server_knobs, server_profile) = install(&t.server, &profile);
     let (_client_knobs, client_profile) = install(&t.client, &profile);
-    t.server.run(|| server_profile.check_supported()).unwrap();
+    t.server.enter(|| server_profile.check_supported()).unwrap();
 
     let first = connect(&t, &server_profile, &client_profile);
     for sock in [&first.accepted, &first.outgoing] {
@@ -261,14 +206,11 @@ fn dupack_threshold_applies_from_the_second_connection_on() {
     }
     close_cleanly(first);
     // Wait (bounded) until both ends have written their tcp_metrics entry on close.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !(has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER)) {
-        assert!(
-            Instant::now() < deadline,
-            "no tcp_metrics entries after close"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(5),
+        || has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER),
+        "no tcp_metrics entries after close",
+    );
 
     let second = connect(&t, &server_profile, &client_profile);
     for (who, sock) in [
@@ -287,7 +229,7 @@ fn dupack_threshold_applies_from_the_second_connection_on() {
 #[test]
 fn install_refuses_a_table_in_use_and_leaves_nothing_behind() {
     let t = topology();
-    let s = t.server.name.as_str();
+    let s = t.server.name();
     ip(&[
         "-n",
         s,
@@ -304,7 +246,7 @@ fn install_refuses_a_table_in_use_and_leaves_nothing_behind() {
     let profiles = [&route_profile(), &other];
     let err = t
         .server
-        .run(|| RouteKnobs::install(&profiles, BASE_TABLE, BASE_MARK))
+        .enter(|| RouteKnobs::install(&profiles, BASE_TABLE, BASE_MARK))
         .unwrap_err();
     assert!(
         matches!(err, RouteKnobsError::TableInUse { table: 101, .. }),
@@ -330,10 +272,10 @@ fn profiles_without_route_knobs_install_nothing() {
     p.nodelay = Some(true);
     let knobs = t
         .server
-        .run(|| RouteKnobs::install(&[&p], BASE_TABLE, BASE_MARK))
+        .enter(|| RouteKnobs::install(&[&p], BASE_TABLE, BASE_MARK))
         .unwrap();
     assert_eq!(knobs.mark_for("socket-only"), None);
-    assert!(!ip(&["-n", &t.server.name, "rule", "show"]).contains("fwmark"));
+    assert!(!ip(&["-n", t.server.name(), "rule", "show"]).contains("fwmark"));
 }
 
 /// Data segments the receiver got and segments it sent (pure ACKs: it sends no data) while
@@ -429,14 +371,11 @@ fn presets_apply_to_both_segments() {
             continue;
         }
         close_cleanly(first);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !(has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER)) {
-            assert!(
-                Instant::now() < deadline,
-                "no tcp_metrics entries after close"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            Duration::from_secs(5),
+            || has_metrics_entry(&t.server, CLIENT) && has_metrics_entry(&t.client, SERVER),
+            "no tcp_metrics entries after close",
+        );
         let second = connect(&t, &server_profile, &client_profile);
         check(
             &second,
@@ -450,7 +389,7 @@ fn presets_apply_to_both_segments() {
 
 /// Like `install`, for profiles that may need no route table.
 fn install_any(ns: &Netns, profile: &TcpProfile) -> (RouteKnobs, TcpProfile) {
-    ns.run(|| {
+    ns.enter(|| {
         let knobs = RouteKnobs::install(&[profile], BASE_TABLE, BASE_MARK).unwrap();
         let mut marked = profile.clone();
         knobs.set_marks([&mut marked]);
@@ -495,7 +434,7 @@ fn route_knobs_cover_ipv6_too() {
     let t = topology();
     ip(&[
         "-n",
-        &t.server.name,
+        t.server.name(),
         "addr",
         "add",
         "fd00:231::1/64",
@@ -505,7 +444,7 @@ fn route_knobs_cover_ipv6_too() {
     ]);
     ip(&[
         "-n",
-        &t.client.name,
+        t.client.name(),
         "addr",
         "add",
         "fd00:231::2/64",
@@ -518,7 +457,7 @@ fn route_knobs_cover_ipv6_too() {
     let (_server_knobs, server_profile) = install(&t.server, &profile);
     let (_client_knobs, client_profile) = install(&t.client, &profile);
     let server: std::net::Ipv6Addr = "fd00:231::1".parse().unwrap();
-    let listener = t.server.run(|| {
+    let listener = t.server.enter(|| {
         let l = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)).unwrap();
         server_profile.apply_to_listener(&l).unwrap();
         l.bind(&SocketAddr::from((server, 0)).into()).unwrap();
@@ -526,7 +465,7 @@ fn route_knobs_cover_ipv6_too() {
         l
     });
     let addr = listener.local_addr().unwrap();
-    let outgoing = t.client.run(|| {
+    let outgoing = t.client.enter(|| {
         let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)).unwrap();
         client_profile.apply_before_connect(&s).unwrap();
         s.connect(&addr).unwrap();
@@ -542,8 +481,8 @@ fn route_knobs_cover_ipv6_too() {
 /// interface; copying them used to fail with "File exists" on the second one.
 #[test]
 fn install_copies_per_device_link_local_routes() {
-    let ns = Netns::new();
-    let n = ns.name.as_str();
+    let ns = Netns::unique("midway-tcp-test");
+    let n = ns.name();
     // Two veth pairs inside one namespace: four interfaces, each with its own fe80::/64 route.
     ip(&[
         "-n", n, "link", "add", "va1", "type", "veth", "peer", "name", "vb1",
@@ -608,7 +547,7 @@ fn install_copies_per_device_link_local_routes() {
     for prefix in ["fd00:232:1::/64", "fd00:232:2::/64"] {
         assert!(table.contains(prefix), "{prefix} missing:\n{table}");
     }
-    ns.run(|| knobs.remove()).unwrap();
+    ns.enter(|| knobs.remove()).unwrap();
     let after = Command::new("ip")
         .args([
             "-n",
@@ -631,8 +570,8 @@ fn install_copies_per_device_link_local_routes() {
 /// them in midway's table; the profile only adds or replaces its own knobs.
 #[test]
 fn copied_routes_keep_their_own_metrics() {
-    let ns = Netns::new();
-    let n = ns.name.as_str();
+    let ns = Netns::unique("midway-tcp-test");
+    let n = ns.name();
     ip(&[
         "-n", n, "link", "add", "vm1", "type", "veth", "peer", "name", "vm2",
     ]);
@@ -686,7 +625,7 @@ fn copied_routes_keep_their_own_metrics() {
         "host's initcwnd not replaced: {line}"
     );
     assert!(line.contains("reordering lock 1"), "{line}");
-    ns.run(|| knobs.remove()).unwrap();
+    ns.enter(|| knobs.remove()).unwrap();
 }
 
 /// On a host whose routes lock an RTO floor (the lab's legacy stack: 1 s), a profile's own floor
@@ -695,7 +634,7 @@ fn copied_routes_keep_their_own_metrics() {
 #[test]
 fn profile_rto_floor_beats_a_locked_route_floor() {
     let t = topology();
-    let c = t.client.name.as_str();
+    let c = t.client.name();
     ip(&[
         "-n",
         c,
@@ -723,5 +662,5 @@ fn profile_rto_floor_beats_a_locked_route_floor() {
     let control = connect(&t, &plain, &plain);
     let rto = tcp_stats(control.outgoing.as_fd()).unwrap().rto_us;
     assert!(rto >= 1_000_000, "control: rto {rto} us");
-    t.client.run(|| knobs.remove()).unwrap();
+    t.client.enter(|| knobs.remove()).unwrap();
 }

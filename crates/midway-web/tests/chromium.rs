@@ -2,15 +2,13 @@
 //! Skipped (with a message) when /usr/bin/chromium is not installed; scripts/install-deps
 //! installs it, so CI runs these.
 
-mod common;
-
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::*;
+use midway_testkit::web::*;
 use midway_web::{chromium_command, parse_chromium_output, BrowserSpec, CHROMIUM_PATH};
 
 fn chromium_missing() -> bool {

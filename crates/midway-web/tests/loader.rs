@@ -1,11 +1,9 @@
 //! The page loader against the real origin (and misbehaving servers) on loopback.
 
-mod common;
-
 use std::io::Write;
 use std::time::Duration;
 
-use common::*;
+use midway_testkit::web::*;
 use midway_web::{load_pages, CacheMode, HttpMode, SiteSpec, WebError};
 
 #[test]

@@ -3,16 +3,13 @@
 //! package: `cargo build --release -p midway && cargo test -p midway-web --test midway_proxy --
 //! --ignored` (or set MIDWAY_BIN). Page hosts are loopback names midway resolves itself.
 
-mod common;
-
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::*;
+use midway_testkit::host::{listening_addr, midway_binary};
+use midway_testkit::web::*;
 use midway_web::{
     chromium_command, load_pages, parse_chromium_output, BrowserSpec, CacheMode, HttpMode,
     SiteSpec, CHROMIUM_PATH,
@@ -25,13 +22,6 @@ impl Drop for MidwayGuard {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn midway_binary() -> PathBuf {
-    match std::env::var_os("MIDWAY_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/midway"),
     }
 }
 
@@ -62,23 +52,8 @@ fn start_midway(dir: &std::path::Path) -> (MidwayGuard, SocketAddr) {
         .expect("midway starts");
     let stderr = child.stderr.take().unwrap();
     let guard = MidwayGuard(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("listening") {
-                let _ = tx.send(line.clone());
-            }
-        }
-    });
-    let line = rx
-        .recv_timeout(STEP)
-        .expect("midway logs its listening address");
-    let addr = line
-        .split("\"addr\":\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line}"));
+    let (log, _) = mpsc::channel();
+    let addr = listening_addr(stderr, log, STEP);
     (guard, addr)
 }
 

@@ -1,11 +1,9 @@
 //! The origin on real loopback sockets, driven by a raw HTTP client.
 
-mod common;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::*;
+use midway_testkit::web::*;
 use midway_web::site::fnv1a;
 use midway_web::SiteSpec;
 

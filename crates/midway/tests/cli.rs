@@ -1,23 +1,19 @@
 //! The binary as an operator meets it: version, config checking, and `midway proxy` serving a
 //! transfer, then draining it on SIGTERM and exiting cleanly.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use midway_testkit::host::{listening_addr, repo_root};
+use midway_testkit::net::echo_once;
+use midway_testkit::wait::{poll_until, wait_exit, wait_until};
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-}
 
 #[test]
 fn prints_its_version() {
@@ -62,45 +58,6 @@ fn check_config_accepts_every_example_and_names_what_is_wrong() {
     assert!(message.contains("allowed_clients"), "{message}");
 }
 
-/// An echo server on loopback: returns everything it reads, then closes its side.
-fn start_echo() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        if let Ok((mut stream, _)) = listener.accept() {
-            let mut copy = stream.try_clone().unwrap();
-            let _ = std::io::copy(&mut stream, &mut copy);
-            let _ = copy.shutdown(Shutdown::Write);
-        }
-    });
-    addr
-}
-
-/// Reads midway's JSON log until the "listening" line and returns the bound address; the rest of
-/// the log keeps flowing into `rest`.
-fn listening_addr(stderr: impl Read + Send + 'static, rest: mpsc::Sender<String>) -> SocketAddr {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if !sent {
-                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
-                    if value["fields"]["message"] == "listening" {
-                        let addr: SocketAddr =
-                            value["fields"]["addr"].as_str().unwrap().parse().unwrap();
-                        let _ = tx.send(addr);
-                        sent = true;
-                    }
-                }
-            }
-            let _ = rest.send(line);
-        }
-    });
-    rx.recv_timeout(LIMIT)
-        .expect("midway never logged its listening address")
-}
-
 /// Writes a forward config into `dir` (the `[proxy]` table gets `proxy_lines`; the listener
 /// forwards to `target`) and starts the real binary on it, logging JSON to a piped stderr.
 fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> std::process::Child {
@@ -128,12 +85,12 @@ fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> std::proc
 
 #[test]
 fn proxy_serves_then_drains_on_sigterm() {
-    let echo = start_echo();
+    let echo = echo_once();
     let dir = tempfile::tempdir().unwrap();
     let mut child =
         start_forward_proxy(dir.path(), "shutdown_grace = \"10s\"\n", &format!("{echo}"));
     let (log_tx, log_rx) = mpsc::channel();
-    let addr = listening_addr(child.stderr.take().unwrap(), log_tx);
+    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
 
     // A transfer in flight when SIGTERM arrives: half sent before, half after.
     let mut client = TcpStream::connect(addr).unwrap();
@@ -151,14 +108,11 @@ fn proxy_serves_then_drains_on_sigterm() {
     )
     .unwrap();
     // New connections are no longer accepted once midway drains; wait until that is so.
-    let deadline = Instant::now() + LIMIT;
-    while TcpStream::connect(addr).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "midway kept accepting after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        LIMIT,
+        || TcpStream::connect(addr).is_err(),
+        "midway kept accepting after SIGTERM",
+    );
 
     client.write_all(second).unwrap();
     client.shutdown(Shutdown::Write).unwrap();
@@ -169,17 +123,7 @@ fn proxy_serves_then_drains_on_sigterm() {
         "the in-flight connection lost bytes during the drain"
     );
 
-    let deadline = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "midway did not exit after draining"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut child, LIMIT, "midway did not exit after draining");
     assert!(status.success(), "exit status {status}");
     let log: Vec<String> = log_rx.try_iter().collect();
     assert!(
@@ -210,15 +154,14 @@ fn worker_threads_sets_the_runtime_size() {
     ] {
         let mut child = start_forward_proxy(dir.path(), setting, "127.0.0.1:9");
         let (log_tx, _log_rx) = mpsc::channel();
-        listening_addr(child.stderr.take().unwrap(), log_tx);
+        listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
         // The runtime starts its workers in the background: wait (bounded) until they are all
         // there, then check there are no more than asked.
-        let deadline = Instant::now() + LIMIT;
-        let mut workers = runtime_workers(child.id());
-        while workers < expected && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        let mut workers = 0;
+        poll_until(LIMIT, || {
             workers = runtime_workers(child.id());
-        }
+            workers >= expected
+        });
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(workers, expected, "with {setting:?}");

@@ -4,47 +4,15 @@
 //! nothing on the host: the guard must pass when nothing changed, and fail naming each setting a
 //! "test" left changed (a sysctl, an nftables table, a namespace left behind).
 
-mod support;
-
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use support::{is_root, on_path, repo_root, TempDir};
-
-/// A network namespace deleted on drop, even when the test fails.
-struct Netns(String);
-
-impl Netns {
-    fn new(name: String) -> Netns {
-        ip(&["netns", "add", &name]);
-        Netns(name)
-    }
-
-    fn run(&self, program: &str, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.0, program])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .status();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(out.status.success(), "ip {args:?}: {out:?}");
-}
+use midway_testkit::host::{is_root, on_path, repo_root, TempDir};
+use midway_testkit::netns::Netns;
 
 fn host_state(ns: &Netns, args: &[&str]) -> Output {
     let script = repo_root().join("scripts/host-state");
-    ns.run(script.to_str().unwrap(), args)
+    ns.exec(script.to_str().unwrap(), args)
 }
 
 fn snapshot(ns: &Netns, file: &Path) {
@@ -83,11 +51,11 @@ fn the_host_guard_names_every_setting_left_changed() {
 
     // What a careless test could leave behind: a default congestion control, a buffer limit, an
     // nftables table, a namespace.
-    let out = ns.run("sysctl", &["-qw", "net.ipv4.tcp_congestion_control=reno"]);
+    let out = ns.exec("sysctl", &["-qw", "net.ipv4.tcp_congestion_control=reno"]);
     assert!(out.status.success(), "{out:?}");
-    let out = ns.run("sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 65536"]);
+    let out = ns.exec("sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 65536"]);
     assert!(out.status.success(), "{out:?}");
-    let out = ns.run("nft", &["add", "table", "inet", "midway_guard_test"]);
+    let out = ns.exec("nft", &["add", "table", "inet", "midway_guard_test"]);
     assert!(out.status.success(), "{out:?}");
     let leftover = Netns::new(format!("mwguard{}left", std::process::id()));
 
@@ -103,7 +71,7 @@ fn the_host_guard_names_every_setting_left_changed() {
         assert!(report.contains(named), "{named:?} not reported:\n{report}");
     }
     assert!(report.contains("midway_guard_test"), "{report}");
-    assert!(report.contains(&leftover.0), "{report}");
+    assert!(report.contains(leftover.name()), "{report}");
     // Only what changed is named.
     assert!(!report.contains("tcp_rmem"), "{report}");
 }

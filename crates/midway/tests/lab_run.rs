@@ -1,10 +1,13 @@
 //! End to end: the README's main experiment in its quick form, with the real binary as the lab
 //! runner and as the proxy. Needs root (network namespaces); skipped with a message otherwise.
 
-use midway_report::RunRecord;
+use std::process::Command;
 
-mod support;
-use support::*;
+use midway_report::RunRecord;
+use midway_testkit::host::{is_root, output_and_pid, repo_root, TempDir};
+use midway_testkit::netns::namespaces_of_pid;
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 
 #[test]
 fn quick_hfc_demo_measures_every_case_and_writes_the_report() {
@@ -14,16 +17,12 @@ fn quick_hfc_demo_measures_every_case_and_writes_the_report() {
     }
     let out = TempDir::new("lab-run");
     let out_dir = out.0.join("run");
-    let child = midway()
-        .args(["lab", "run", "scenarios/hfc-demo.toml", "--quick", "--out"])
-        .arg(&out_dir)
-        .current_dir(repo_root())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let output = child.wait_with_output().unwrap();
+    let (pid, output) = output_and_pid(
+        Command::new(MIDWAY)
+            .args(["lab", "run", "scenarios/hfc-demo.toml", "--quick", "--out"])
+            .arg(&out_dir)
+            .current_dir(repo_root()),
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -62,7 +61,7 @@ fn quick_hfc_demo_measures_every_case_and_writes_the_report() {
 fn check_names_the_line_of_a_bad_value_without_root() {
     let fixture =
         repo_root().join("crates/midway-lab/tests/fixtures/bad-scenario/negative-delay.toml");
-    let output = midway()
+    let output = Command::new(MIDWAY)
         .args(["lab", "check"])
         .arg(&fixture)
         .output()
@@ -72,7 +71,7 @@ fn check_names_the_line_of_a_bad_value_without_root() {
     assert!(stderr.contains("line 19"), "{stderr}");
     assert!(stderr.contains("negative"), "{stderr}");
 
-    let good = midway()
+    let good = Command::new(MIDWAY)
         .args(["lab", "check", "scenarios/hfc-demo.toml"])
         .current_dir(repo_root())
         .output()

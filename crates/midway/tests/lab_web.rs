@@ -5,11 +5,13 @@
 //! namespaces) and Squid; skipped with a message otherwise.
 
 use std::path::Path;
+use std::process::Command;
 
 use midway_report::RunRecord;
+use midway_testkit::host::{is_root, on_path, output_and_pid, TempDir};
+use midway_testkit::netns::{entries_of_pid, namespaces_of_pid};
 
-mod support;
-use support::*;
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 
 /// One page of 1 base document + 4 objects on a second host name, over a fast short path.
 const SCENARIO: &str = r#"
@@ -89,7 +91,7 @@ fn find<'a>(records: &'a [RunRecord], experiment: &str, case: &str) -> &'a RunRe
 }
 
 fn run_lab(scenario: &Path, out_dir: &Path, experiments: &[&str]) -> Vec<RunRecord> {
-    let mut command = midway();
+    let mut command = Command::new(MIDWAY);
     command
         .args(["lab", "run"])
         .arg(scenario)
@@ -98,28 +100,11 @@ fn run_lab(scenario: &Path, out_dir: &Path, experiments: &[&str]) -> Vec<RunReco
     for experiment in experiments {
         command.args(["--experiment", experiment]);
     }
-    let child = command
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let output = child.wait_with_output().unwrap();
+    let (pid, output) = output_and_pid(&mut command);
     let left = namespaces_of_pid(pid);
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
     // Squid's shared memory is named after the topology (`squid -n mwlab<tag>`), and removed.
-    let segments: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| {
-                    name.strip_prefix(&format!("mwlab{}", base36(pid)))
-                        .is_some_and(|rest| rest.len() > 2 && rest.as_bytes()[1] == b'-')
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let segments = entries_of_pid(Path::new("/dev/shm"), "mwlab", pid, b"-");
     assert!(
         segments.is_empty(),
         "Squid segments left behind: {segments:?}"

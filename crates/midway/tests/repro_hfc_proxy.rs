@@ -3,8 +3,10 @@
 //! at >= 3 % local loss, every record has the fig. 11 segment times, and the report holds its
 //! plots and the paper-vs-lab table filled from the measured data.
 
-mod repro_common;
-use repro_common::*;
+use midway_testkit::host::{is_root, TempDir};
+use midway_testkit::repro::*;
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 
 #[test]
 fn quick_hfc_proxy_reproduction() {
@@ -14,6 +16,7 @@ fn quick_hfc_proxy_reproduction() {
     }
     let out = TempDir::new("repro-hfc-proxy");
     let (records, report) = reproduce_quick(
+        MIDWAY,
         "hfc-proxy",
         &["fig8-9-legacy", "fig8-9-modern", "fig5-7-legacy"],
         &out.0,

@@ -5,8 +5,10 @@
 //! threshold reaches a returning client's connection, fig. 10's runs moved three parallel
 //! connections, and the report holds its plots and the claims table.
 
-mod repro_common;
-use repro_common::*;
+use midway_testkit::host::{is_root, TempDir};
+use midway_testkit::repro::*;
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 
 #[test]
 fn quick_hfc_tuning_reproduction() {
@@ -16,6 +18,7 @@ fn quick_hfc_tuning_reproduction() {
     }
     let out = TempDir::new("repro-hfc-tuning");
     let (records, report) = reproduce_quick(
+        MIDWAY,
         "hfc-tuning",
         &[
             "fig4-15-17-legacy",

@@ -5,28 +5,11 @@
 //! faster than direct HTTP/1.0 (one round trip per request against two per object plus slow
 //! start: several seconds apart, far beyond run-to-run noise).
 
-mod repro_common;
-use repro_common::*;
-
 use midway_report::RunRecord;
+use midway_testkit::host::{is_root, TempDir};
+use midway_testkit::repro::*;
 
-/// Median `page_load_seconds` of `case` in `experiment` at sweep value `x`.
-fn median_page_load(records: &[RunRecord], experiment: &str, case: &str, x: f64) -> Option<f64> {
-    let mut values: Vec<f64> = records
-        .iter()
-        .filter(|r| r.ok && r.experiment == experiment && r.case == case)
-        .filter(|r| {
-            let param = r.sweep_param.as_deref().unwrap_or("");
-            r.params
-                .get(param)
-                .and_then(|v| v.as_f64())
-                .is_some_and(|v| (v - x).abs() < 1e-9)
-        })
-        .filter_map(|r| r.extra.get("page_load_seconds").copied())
-        .collect();
-    values.sort_by(f64::total_cmp);
-    (!values.is_empty()).then(|| values[values.len() / 2])
-}
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 
 /// Every record is a web run: it carries a positive page load time.
 fn assert_page_loads_recorded(records: &[RunRecord]) {
@@ -59,7 +42,7 @@ fn quick_satellite_reproduction() {
         return;
     }
     let out = TempDir::new("repro-satellite");
-    let (records, report) = reproduce_quick("satellite", &["target", "fig5-6-65k"], &out.0);
+    let (records, report) = reproduce_quick(MIDWAY, "satellite", &["target", "fig5-6-65k"], &out.0);
     assert_complete(&records, &out.0);
     assert_page_loads_recorded(&records);
     // target: x = 0 is HTTP/1.0 with a plain request, x = 2 pipelining with a cache hit.
@@ -92,7 +75,7 @@ fn quick_umts_reproduction() {
         return;
     }
     let out = TempDir::new("repro-umts");
-    let (records, report) = reproduce_quick("umts", &["table1", "fig13-14-loss"], &out.0);
+    let (records, report) = reproduce_quick(MIDWAY, "umts", &["table1", "fig13-14-loss"], &out.0);
     assert_complete(&records, &out.0);
     assert_page_loads_recorded(&records);
     for case in ["direct", "midway-tcp", "squid", "midway-http"] {

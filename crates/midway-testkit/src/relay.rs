@@ -1,7 +1,6 @@
-//! Real-socket harness: a test client and a test server on loopback (port 0), with midway's
+//! The harness of midway-relay's tests (feature `relay`), on real sockets: a test client and a test server on loopback (port 0), with midway's
 //! relay between them, exactly as the proxy wires it (client = accepted socket, server =
 //! connected socket).
-#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +9,6 @@ use midway_relay::{
     relay, BufferConfig, RelayCounters, RelayError, RelayModel, RelayOptions, RelayReport,
     RelayResources, SpoolConfig,
 };
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 /// Upper bound for any single wait in these tests; a hang fails instead of blocking CI.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// One relayed connection: the test's two ends and the relay task between them.
 pub struct Relayed {
     /// The test's client end (talks to midway's local segment).
     pub client: TcpStream,
@@ -83,6 +81,7 @@ pub async fn relayed(
     }
 }
 
+/// The buffer model with `buffer_bytes` per direction, splicing or copying.
 pub fn buffer_model(buffer_bytes: usize, splice: bool) -> RelayModel {
     RelayModel::Buffer(BufferConfig {
         buffer_bytes,
@@ -90,6 +89,7 @@ pub fn buffer_model(buffer_bytes: usize, splice: bool) -> RelayModel {
     })
 }
 
+/// The spool model: `memory_bytes` in memory, then up to `max_spool_bytes` on disk.
 pub fn spool_model(memory_bytes: usize, max_spool_bytes: u64) -> RelayModel {
     RelayModel::Spool(SpoolConfig {
         memory_bytes,
@@ -104,116 +104,10 @@ pub struct TestResources {
     pub resources: Arc<RelayResources>,
 }
 
+/// Relay resources with a fresh spool dir and the given limits.
 pub fn resources(max_total_spool_bytes: u64, max_pipes: usize) -> TestResources {
     let dir = tempfile::tempdir().unwrap();
     let resources =
         RelayResources::new(dir.path().join("spool"), max_total_spool_bytes, max_pipes).unwrap();
     TestResources { dir, resources }
-}
-
-/// Deterministic pseudo-random bytes (xorshift64*), cheap enough for hundreds of MiB in debug.
-pub struct Pattern {
-    state: u64,
-}
-
-impl Pattern {
-    pub fn new(seed: u64) -> Self {
-        Pattern {
-            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-        }
-    }
-
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.state ^= self.state >> 12;
-            self.state ^= self.state << 25;
-            self.state ^= self.state >> 27;
-            let word = self.state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
-            chunk.copy_from_slice(&word[..chunk.len()]);
-        }
-    }
-}
-
-/// Writes `len` pattern bytes, then shuts the write side down (FIN). Returns their SHA-256.
-pub async fn send_pattern<W: AsyncWriteExt + Unpin>(
-    writer: &mut W,
-    len: u64,
-    seed: u64,
-) -> std::io::Result<[u8; 32]> {
-    let mut pattern = Pattern::new(seed);
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        pattern.fill(&mut buf[..n]);
-        hasher.update(&buf[..n]);
-        writer.write_all(&buf[..n]).await?;
-        left -= n as u64;
-    }
-    writer.shutdown().await?;
-    Ok(hasher.finalize().into())
-}
-
-/// Reads to EOF; returns (bytes, SHA-256).
-pub async fn receive_all<R: AsyncReadExt + Unpin>(
-    reader: &mut R,
-) -> std::io::Result<(u64, [u8; 32])> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = reader.read(&mut buf).await?;
-        if n == 0 {
-            return Ok((total, hasher.finalize().into()));
-        }
-        hasher.update(&buf[..n]);
-        total += n as u64;
-    }
-}
-
-pub fn sha256(data: &[u8]) -> [u8; 32] {
-    Sha256::digest(data).into()
-}
-
-/// Polls `probe` until it stops changing for `stable_rounds` consecutive 20 ms samples
-/// (bounded by TEST_TIMEOUT). Used to let kernel buffers fill before asserting on a stall;
-/// the assertions that follow hold however long this waits.
-pub async fn wait_until_stable(mut probe: impl FnMut() -> u64, stable_rounds: u32) -> u64 {
-    let deadline = tokio::time::Instant::now() + TEST_TIMEOUT;
-    let mut last = probe();
-    let mut stable = 0;
-    while stable < stable_rounds {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never became stable"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = probe();
-        if now == last {
-            stable += 1;
-        } else {
-            stable = 0;
-            last = now;
-        }
-    }
-    last
-}
-
-/// Polls until `cond` holds (bounded by TEST_TIMEOUT).
-pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
-    let deadline = tokio::time::Instant::now() + TEST_TIMEOUT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-pub async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(TEST_TIMEOUT, future)
-        .await
-        .expect("test step exceeded TEST_TIMEOUT")
 }

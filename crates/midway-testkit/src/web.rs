@@ -1,6 +1,5 @@
-//! Shared helpers of the integration tests: sites, a raw HTTP client, a recording relay
+//! The harness of midway-web's tests (feature `web`): sites, a raw HTTP client, a recording relay
 //! "proxy" and tiny misbehaving servers, all on loopback with ports chosen by the kernel.
-#![allow(dead_code)] // each test file uses a different subset
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -12,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use midway_web::{CacheMode, HttpMode, LoadSpec, Origin, SiteSpec};
 
+/// Where every peer of these tests listens.
 pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Upper bound for any single blocking step of a test.
 pub const STEP: Duration = Duration::from_secs(20);
 
+/// A site on the hosts www.lab, s1.lab and s2.lab, cacheable for an hour.
 pub fn site(pages: u32, page_bytes: u64, objects: u32, object_hosts: u32) -> SiteSpec {
     SiteSpec {
         hosts: vec!["www.lab".into(), "s1.lab".into(), "s2.lab".into()],
@@ -29,14 +30,17 @@ pub fn site(pages: u32, page_bytes: u64, objects: u32, object_hosts: u32) -> Sit
     }
 }
 
+/// The origin serving `site` on loopback, on a kernel-chosen port.
 pub fn start_origin(site: SiteSpec) -> Origin {
     Origin::start(SocketAddr::new(LOOPBACK, 0), site).expect("origin starts on loopback")
 }
 
+/// Every host of `site` resolved to loopback.
 pub fn resolve_all(site: &SiteSpec) -> BTreeMap<String, IpAddr> {
     site.hosts.iter().map(|h| (h.clone(), LOOPBACK)).collect()
 }
 
+/// A direct, uncached page load of `site` from the origin on `port`.
 pub fn load_spec(site: SiteSpec, port: u16, mode: HttpMode, per_host: u32) -> LoadSpec {
     LoadSpec {
         resolve: resolve_all(&site),
@@ -68,6 +72,7 @@ impl RawResponse {
     }
 }
 
+/// A blocking connection to `addr`, its reads bounded by [`STEP`].
 pub fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).expect("connect to loopback");
     stream.set_read_timeout(Some(STEP)).unwrap();
@@ -133,6 +138,7 @@ pub fn reads_eof(stream: &mut TcpStream) -> bool {
     matches!(stream.read(&mut byte), Ok(0))
 }
 
+/// A GET request for `path` on `host` (origin form) with `extra` header lines.
 pub fn get(path: &str, host: &str, extra: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n")
 }

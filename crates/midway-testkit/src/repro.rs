@@ -1,8 +1,8 @@
-//! Shared by the repro_* tests: run `midway lab reproduce PAPER --quick` into a fresh folder and
-//! check only what is robust. Needs root (network namespaces) and HAProxy; skipped otherwise.
-#![allow(dead_code)]
+//! For the lab reproduction tests of the `midway` binary (feature `report`): run `midway lab
+//! reproduce PAPER --quick` into a fresh folder and check only what is robust, and read the
+//! records it wrote.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use midway_report::RunRecord;
@@ -10,46 +10,25 @@ use midway_report::RunRecord;
 /// Bound on one quick reproduction: the task budget is "well under 3 minutes".
 pub const QUICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(170);
 
-pub fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// A fresh folder under the system temp dir, removed on drop (also when the test fails).
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("midway-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Runs the quick reproduction of `paper`, limited to `experiments` (the figures with the robust
 /// orderings; every experiment of a paper in --quick form would not fit the CI budget), and
-/// returns its records and report text.
-pub fn reproduce_quick(paper: &str, experiments: &[&str], out: &Path) -> (Vec<RunRecord>, String) {
+/// returns its records and report text. `midway` is the binary under test
+/// (`env!("CARGO_BIN_EXE_midway")`).
+pub fn reproduce_quick(
+    midway: &str,
+    paper: &str,
+    experiments: &[&str],
+    out: &Path,
+) -> (Vec<RunRecord>, String) {
     let started = std::time::Instant::now();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_midway"));
+    let mut command = Command::new(midway);
     command.args(["lab", "reproduce", paper, "--quick", "--jobs", "4", "--out"]);
     command.arg(out);
     for experiment in experiments {
         command.args(["--experiment", experiment]);
     }
     let output = command
-        .current_dir(repo_root())
+        .current_dir(crate::host::repo_root())
         .output()
         .expect("run midway lab reproduce");
     assert!(
@@ -71,6 +50,30 @@ pub fn reproduce_quick(paper: &str, experiments: &[&str], out: &Path) -> (Vec<Ru
 
 /// Median throughput of `case` in `experiment` where the swept parameter equals `x`.
 pub fn median(records: &[RunRecord], experiment: &str, case: &str, x: f64) -> Option<f64> {
+    median_of(records, experiment, case, x, |r| Some(r.throughput_bps))
+}
+
+/// Median `page_load_seconds` of `case` in `experiment` at sweep value `x`.
+pub fn median_page_load(
+    records: &[RunRecord],
+    experiment: &str,
+    case: &str,
+    x: f64,
+) -> Option<f64> {
+    median_of(records, experiment, case, x, |r| {
+        r.extra.get("page_load_seconds").copied()
+    })
+}
+
+/// Median of `value` over the successful records of `case` in `experiment` where the swept
+/// parameter equals `x` (records without a value are passed over).
+pub fn median_of(
+    records: &[RunRecord],
+    experiment: &str,
+    case: &str,
+    x: f64,
+    value: impl Fn(&RunRecord) -> Option<f64>,
+) -> Option<f64> {
     let mut values: Vec<f64> = records
         .iter()
         .filter(|r| r.ok && r.experiment == experiment && r.case == case)
@@ -81,7 +84,7 @@ pub fn median(records: &[RunRecord], experiment: &str, case: &str, x: f64) -> Op
                 .and_then(|v| v.as_f64())
                 .is_some_and(|v| (v - x).abs() < 1e-9)
         })
-        .map(|r| r.throughput_bps)
+        .filter_map(value)
         .collect();
     values.sort_by(f64::total_cmp);
     (!values.is_empty()).then(|| values[values.len() / 2])

@@ -1,5 +1,4 @@
-//! Test harness: a hand-written HTTP/1.1 origin on loopback, a proxy listener and a raw client.
-#![allow(dead_code)]
+//! The harness of midway-http's tests (feature `http`): a hand-written HTTP/1.1 origin on loopback, a proxy listener and a raw client.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -45,6 +44,7 @@ impl OriginState {
     }
 }
 
+/// The running origin of [`start_origin`]; stops on drop.
 pub struct Origin {
     pub addr: SocketAddr,
     pub state: Arc<OriginState>,
@@ -315,21 +315,16 @@ impl Drop for ProxyHarness {
 impl ProxyHarness {
     /// Value of one metric from the text exposition (0 if absent).
     pub fn metric(&self, name: &str) -> f64 {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
-        text.lines()
-            .find_map(|line| {
-                let (key, value) = line.split_once(' ')?;
-                (key == name).then(|| value.parse().unwrap())
-            })
-            .unwrap_or(0.0)
+        crate::metrics::metric(&crate::metrics::encode(&self.registry), name).unwrap_or(0.0)
     }
 }
 
+/// Starts the proxy with the plain upstream connector.
 pub async fn start_proxy(config: HttpProxyConfig) -> ProxyHarness {
     start_proxy_with(config, HttpProxy::plain_connector()).await
 }
 
+/// Starts the proxy on 127.0.0.1:0 with `connect` as its upstream connector.
 pub async fn start_proxy_with(
     config: HttpProxyConfig,
     connect: midway_http::ConnectUpstream,
@@ -366,6 +361,7 @@ pub struct Client {
     buf: BytesMut,
 }
 
+/// A response read by [`Client::read_response`].
 pub struct Response {
     pub head: ResponseHead,
     pub body: Vec<u8>,
@@ -439,12 +435,12 @@ impl Client {
         Response { head, body }
     }
 
-    /// True if the peer closed cleanly (EOF, not reset) within 10 s and sent nothing more.
     /// Bytes read past the last response.
     pub fn take_buffered(&mut self) -> Vec<u8> {
         self.buf.split().to_vec()
     }
 
+    /// True if the peer closed cleanly (EOF, not reset) within 10 s and sent nothing more.
     pub async fn closed_cleanly(&mut self) -> bool {
         let mut rest = Vec::new();
         let read =
@@ -453,6 +449,7 @@ impl Client {
     }
 }
 
+/// A proxy request for `path` on `origin` (absolute form, keep-alive).
 pub fn get(origin: SocketAddr, path: &str) -> String {
     format!("GET http://{origin}{path} HTTP/1.1\r\nHost: {origin}\r\n\r\n")
 }
@@ -473,6 +470,7 @@ pub async fn fetch(
     client.read_response(&http::Method::GET).await
 }
 
+/// `items`, asserting the fixture list is not empty.
 pub fn non_empty<T>(items: &[T]) -> &[T] {
     assert!(!items.is_empty(), "fixture list must not be empty");
     items

@@ -1,0 +1,186 @@
+//! Network namespaces made by tests, and the names labnet gives its own: running `ip` and other
+//! programs, a namespace deleted on drop, threads that enter one, and finding what a lab
+//! process left behind.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+
+use nix::sched::{setns, CloneFlags};
+
+/// Runs `args[0]` with the rest as its arguments; panics with its stderr unless it succeeds.
+pub fn run(args: &[&str]) {
+    let output = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run {args:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// [`run`] with the command given as one whitespace-separated string.
+pub fn run_words(command: &str) {
+    run(&command.split_whitespace().collect::<Vec<_>>());
+}
+
+/// Runs `ip ARGS`; panics with its stderr unless it succeeds, returns its stdout.
+pub fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace made by the test, deleted on drop (also when the test fails).
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Adds namespace `name` as it is (no loopback brought up).
+    pub fn new(name: String) -> Netns {
+        ip(&["netns", "add", &name]);
+        Netns { name }
+    }
+
+    /// Adds a namespace named `PREFIX-PID-N` (N counts up in this process) with its loopback
+    /// up.
+    pub fn unique(prefix: &str) -> Netns {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let ns = Netns::new(format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `program ARGS` inside the namespace (`ip netns exec`) and returns its output.
+    pub fn exec(&self, program: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, program])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs `f` on a fresh thread that has entered this namespace (sockets it creates belong to
+    /// it; child processes such as `ip` run in it) and returns its result.
+    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    enter_netns(&self.name);
+                    f()
+                })
+                .join()
+                .expect("netns thread panicked")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// Moves the calling thread into the named network namespace.
+fn enter_netns(name: &str) {
+    let file = File::open(Path::new("/run/netns").join(name)).expect("open netns");
+    setns(file.as_fd(), CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+/// Runs `f` on a new thread that has joined the named network namespace.
+pub fn in_netns<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let name = name.to_owned();
+    std::thread::spawn(move || {
+        enter_netns(&name);
+        f()
+    })
+}
+
+/// `n` in base 36, as labnet writes process ids into namespace tags.
+pub fn base36(mut n: u32) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
+/// Names in `dir` that process `pid` made with labnet's tag scheme: `PREFIX`, the pid in base
+/// 36, one counter character, then one of `separators` and more (the tests make few enough
+/// topologies for the counter to be one character).
+pub fn entries_of_pid(dir: &Path, prefix: &str, pid: u32, separators: &[u8]) -> Vec<String> {
+    let prefix = format!("{prefix}{}", base36(pid));
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| {
+                    name.strip_prefix(&prefix).is_some_and(|rest| {
+                        let rest = rest.as_bytes();
+                        rest.len() > 2 && separators.contains(&rest[1])
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Network namespaces made by process `pid` (labnet names them `mw<tag>-host` or
+/// `mw<tag>.host`).
+pub fn namespaces_of_pid(pid: u32) -> Vec<String> {
+    entries_of_pid(Path::new("/run/netns"), "mw", pid, b"-.")
+}
+
+/// The stdout of `args[0]` run with the rest as its arguments, whether it succeeded or not
+/// (`ip route show table N` fails once the table is gone).
+pub fn output(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run {args:?}: {error}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Network namespaces of labnet topology `tag` (named `mw<tag>-host` or `mw<tag>.host`), as
+/// `ip netns list` shows them.
+pub fn namespaces_tagged(tag: &str) -> Vec<String> {
+    let (dash, dot) = (format!("mw{tag}-"), format!("mw{tag}."));
+    output(&["ip", "netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&dash) || n.starts_with(&dot))
+        .map(str::to_owned)
+        .collect()
+}

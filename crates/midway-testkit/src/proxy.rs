@@ -1,0 +1,81 @@
+//! The harness of midway-proxy's tests (feature `proxy`): a proxy parsed from a config text,
+//! bound on loopback (port 0 everywhere) and run until stopped.
+
+use std::net::SocketAddr;
+
+use midway_proxy::{parse_config, Proxy, ShutdownSummary};
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::net::WAIT;
+
+/// Bytes for the large checksum transfers: 32 MiB, `MIDWAY_TEST_BYTES=1073741824` for the 1 GiB
+/// run.
+pub fn bulk_bytes() -> usize {
+    crate::data::bulk_bytes(32 << 20)
+}
+
+/// A proxy started by [`start`].
+pub struct Running {
+    pub addrs: Vec<(String, SocketAddr)>,
+    pub metrics: Option<SocketAddr>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<ShutdownSummary, midway_proxy::ProxyError>>,
+    pub registry: Registry,
+    _spool: tempfile::TempDir,
+}
+
+impl Running {
+    /// The bound address of listener `name`.
+    pub fn addr(&self, name: &str) -> SocketAddr {
+        self.addrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("listener")
+            .1
+    }
+
+    /// Cancels the proxy and waits (bounded by [`WAIT`]) for its shutdown summary.
+    pub async fn stop(self) -> ShutdownSummary {
+        self.shutdown.cancel();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("proxy stops in time")
+            .expect("proxy task")
+            .expect("proxy run")
+    }
+}
+
+/// Logs to the test's output as `RUST_LOG` asks: `RUST_LOG=midway_proxy=debug` shows the
+/// proxy's logs in a failing test's output. Once per process; later calls do nothing.
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// Parses `config` (with `SPOOL_DIR` replaced by a fresh temporary directory), binds and runs it.
+pub async fn start(config: &str) -> Running {
+    init_logging();
+    let spool = tempfile::tempdir().unwrap();
+    let text = config.replace("SPOOL_DIR", spool.path().to_str().unwrap());
+    let config = parse_config(&text, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let mut registry = Registry::default();
+    let proxy = Proxy::bind(config, &mut registry)
+        .await
+        .unwrap_or_else(|e| panic!("{}", crate::chain(&e)));
+    let addrs = proxy.local_addrs();
+    let metrics = proxy.metrics_addr();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(proxy.run(shutdown.clone()));
+    Running {
+        addrs,
+        metrics,
+        shutdown,
+        task,
+        registry,
+        _spool: spool,
+    }
+}
