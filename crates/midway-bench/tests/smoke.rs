@@ -39,12 +39,7 @@ fn the_smallest_bench_run_reports_every_case() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The bench's namespaces carry lab tags made from its process id.
-    let prefix = format!(
-        "{}{}",
-        midway_labnet::NAME_PREFIX,
-        midway_labnet::tag_prefix_of_process(result.id())
-    );
+    let pid = result.id();
     let result = result.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&result.stdout);
     let stderr = String::from_utf8_lossy(&result.stderr);
@@ -89,16 +84,6 @@ fn the_smallest_bench_run_reports_every_case() {
         assert_eq!(row["connections"], 50, "{row}");
     }
     // The bench removes what it made.
-    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let namespaces = String::from_utf8_lossy(&namespaces.stdout);
-    // The bench builds one topology: its tag is the pid's prefix and counter 0.
-    let left: Vec<&str> = namespaces
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| {
-            name.strip_prefix(&prefix)
-                .is_some_and(|rest| rest.starts_with("0-") || rest.starts_with("0."))
-        })
-        .collect();
+    let left = midway_testkit::netns::namespaces_of_pid(pid);
     assert!(left.is_empty(), "left behind: {left:?}");
 }

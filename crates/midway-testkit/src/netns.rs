@@ -3,13 +3,10 @@
 //! process left behind.
 
 use std::fs::File;
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
-
-use nix::sched::{setns, CloneFlags};
 
 /// Runs `args[0]` with the rest as its arguments; panics with its stderr unless it succeeds.
 pub fn run(args: &[&str]) {
@@ -103,10 +100,10 @@ impl Drop for Netns {
     }
 }
 
-/// Moves the calling thread into the named network namespace.
+/// Moves the calling thread (one started for this) into the named network namespace.
 fn enter_netns(name: &str) {
-    let file = File::open(Path::new("/run/netns").join(name)).expect("open netns");
-    setns(file.as_fd(), CloneFlags::CLONE_NEWNET).expect("setns");
+    let file = File::open(midway_sys::netns::netns_path(name)).expect("open netns");
+    midway_sys::netns::enter(&file).expect("setns");
 }
 
 /// Runs `f` on a new thread that has joined the named network namespace.
@@ -122,18 +119,8 @@ pub fn in_netns<T: Send + 'static>(
 }
 
 /// `n` in base 36, as labnet writes process ids into namespace tags.
-pub fn base36(mut n: u32) -> String {
-    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(digits[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
+pub fn base36(n: u32) -> String {
+    midway_labnet::tag_prefix_of_process(n)
 }
 
 /// Names in `dir` that process `pid` made with labnet's tag scheme: `PREFIX`, the pid in base
