@@ -97,26 +97,39 @@ pub struct ListenerConfig {
 impl ListenerConfig {
     /// Profile names (local, remote) for a client: the longest matching override wins per segment.
     pub fn profiles_for(&self, client: IpAddr) -> (&str, &str) {
-        let mut local = None;
-        let mut remote = None;
-        // Sorted longest prefix first, so the first match per segment is the most specific one.
-        for over in self
-            .client_profiles
-            .iter()
-            .filter(|o| o.prefix.contains(&client))
-        {
-            if local.is_none() {
-                local = over.local_profile.as_deref();
-            }
-            if remote.is_none() {
-                remote = over.remote_profile.as_deref();
-            }
-        }
-        (
-            local.unwrap_or(&self.local_profile),
-            remote.unwrap_or(&self.remote_profile),
+        most_specific(
+            client,
+            self.client_profiles.iter().map(|o| {
+                (
+                    &o.prefix,
+                    o.local_profile.as_deref(),
+                    o.remote_profile.as_deref(),
+                )
+            }),
+            (&self.local_profile, &self.remote_profile),
         )
     }
+}
+
+/// The (local, remote) choice for `client`: per segment, the first override whose prefix
+/// contains the client and that sets that segment, else the default. Overrides come longest
+/// prefix first (validation sorts them), so the first match is the most specific one. The one
+/// rule for profile names and for the proxy's resolved profiles alike.
+pub fn most_specific<'a, T: ?Sized>(
+    client: IpAddr,
+    overrides: impl IntoIterator<Item = (&'a IpNet, Option<&'a T>, Option<&'a T>)>,
+    default: (&'a T, &'a T),
+) -> (&'a T, &'a T) {
+    let mut local = None;
+    let mut remote = None;
+    for (prefix, over_local, over_remote) in overrides {
+        if !prefix.contains(&client) {
+            continue;
+        }
+        local = local.or(over_local);
+        remote = remote.or(over_remote);
+    }
+    (local.unwrap_or(default.0), remote.unwrap_or(default.1))
 }
 
 /// Profile override for clients in `prefix`.

@@ -100,18 +100,19 @@ pub(super) async fn accept_loop(
         shared.served.fetch_add(1, Ordering::Relaxed);
 
         let client_ip = canonical(peer.ip());
-        let (local_profile, remote_profile) = bound.config.profiles_for(client_ip);
+        let (local_profile, remote_profile) = bound.profiles.for_client(client_ip);
         let span = tracing::info_span!(
             "conn",
             listener = %name,
             client = %peer,
             dst = field::Empty,
-            local_profile = %local_profile,
-            remote_profile = %remote_profile,
+            local_profile = %local_profile.name,
+            remote_profile = %remote_profile.name,
         );
         let conn = Connection {
             shared: shared.clone(),
             listener: bound.config.clone(),
+            profiles: bound.profiles.clone(),
             http: bound.http.clone(),
             listener_addr: bound.addr,
             peer,

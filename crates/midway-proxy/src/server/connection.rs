@@ -14,6 +14,7 @@ use super::connect::{apply_established, connect};
 use super::error::{ErrorChain, SetupError};
 use super::intercept::Accepted;
 use super::memory::{self, leaves_buffers, MemoryCaps};
+use super::profiles::ListenerProfiles;
 use super::relay::ByteReporter;
 use super::{HttpListener, Shared};
 use crate::access::{canonical, ClientPermit};
@@ -24,6 +25,8 @@ use crate::metrics::{ListenerLabels, Metrics};
 pub(super) struct Connection {
     pub(super) shared: Arc<Shared>,
     pub(super) listener: Arc<ListenerConfig>,
+    /// The listener's profiles, resolved at start.
+    pub(super) profiles: Arc<ListenerProfiles>,
     pub(super) http: Option<HttpListener>,
     /// The address the listener really bound.
     pub(super) listener_addr: SocketAddr,
@@ -76,8 +79,7 @@ impl Connection {
 
     /// The (local, remote) profile for this client.
     fn profiles(&self) -> (&TcpProfile, &TcpProfile) {
-        let (local, remote) = self.listener.profiles_for(canonical(self.peer.ip()));
-        (&self.shared.profiles[local], &self.shared.profiles[remote])
+        self.profiles.for_client(canonical(self.peer.ip()))
     }
 
     /// Counts and logs a connection that ends before relaying or serving.

@@ -14,6 +14,14 @@ use crate::socks5::{self, ReplyCode};
 /// Why the proxy could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    /// A listener names a profile that does not exist (validation normally catches this).
+    #[error("listener {listener:?} uses profile {profile:?}, which is not defined")]
+    UnknownProfile {
+        /// The listener's name.
+        listener: String,
+        /// The missing profile's name.
+        profile: String,
+    },
     /// A profile a listener uses asks for a knob this kernel lacks.
     #[error("profile {profile:?} cannot be used on this kernel")]
     ProfileUnsupported {

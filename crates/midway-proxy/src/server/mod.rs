@@ -57,6 +57,7 @@ use crate::sockmem::{BufferCaps, SocketMemory};
 
 pub use error::ProxyError;
 pub use profiles::check_kernel_support;
+use profiles::ListenerProfiles;
 
 /// Backlog of every listener. Large, so bursts and the total-limit wait queue in the kernel.
 const LISTEN_BACKLOG: i32 = 4096;
@@ -80,6 +81,8 @@ pub struct ShutdownSummary {
 
 struct BoundListener {
     config: Arc<ListenerConfig>,
+    /// Its profiles, resolved at start.
+    profiles: Arc<ListenerProfiles>,
     listener: TcpListener,
     addr: SocketAddr,
     /// Listeners that speak HTTP: the engine and the upstream connector it uses.
@@ -97,8 +100,6 @@ struct HttpListener {
 /// State shared by accept loops and connection tasks.
 struct Shared {
     config: Arc<RuntimeConfig>,
-    /// Profiles with route marks filled in.
-    profiles: BTreeMap<String, TcpProfile>,
     metrics: Metrics,
     resources: Arc<RelayResources>,
     access: AccessList,
@@ -191,7 +192,7 @@ fn relay_resources(config: &RuntimeConfig) -> Result<Arc<RelayResources>, ProxyE
 fn http_listener(
     listener: &ListenerConfig,
     config: &RuntimeConfig,
-    profiles: &BTreeMap<String, TcpProfile>,
+    profiles: &ListenerProfiles,
     socket_memory: &Option<Arc<SocketMemory>>,
     registry: &mut Registry,
     served: &mut Registry,
@@ -223,7 +224,7 @@ fn http_listener(
     Ok(Some(HttpListener {
         engine,
         connect_upstream: connect::upstream_connector(
-            profiles[&listener.remote_profile].clone(),
+            profiles.remote().clone(),
             config.connect_timeout,
             config.denied_destinations.clone().into(),
             socket_memory.clone(),
@@ -259,6 +260,11 @@ impl Proxy {
         let used = profiles::referenced_profiles(&config);
         let route_knobs = profiles::install_route_knobs(&config, &used, &mut profiles)?;
         profiles::check_profiles_supported(&used, &profiles)?;
+        // From here on the profiles (marks filled in) are shared, never changed.
+        let profiles: BTreeMap<String, Arc<TcpProfile>> = profiles
+            .into_iter()
+            .map(|(name, profile)| (name, Arc::new(profile)))
+            .collect();
         let resources = relay_resources(&config)?;
 
         // Metrics are registered twice: into the caller's registry (for its own use) and into
@@ -267,12 +273,12 @@ impl Proxy {
         let mut listeners = Vec::with_capacity(config.listeners.len());
         let mut http_engines = Vec::new();
         for listener in &config.listeners {
-            let profile = &profiles[&listener.local_profile];
-            let (bound, addr) = bind_listener(listener, profile)?;
+            let listener_profiles = Arc::new(ListenerProfiles::resolve(listener, &profiles)?);
+            let (bound, addr) = bind_listener(listener, listener_profiles.local())?;
             let http = http_listener(
                 listener,
                 &config,
-                &profiles,
+                &listener_profiles,
                 &socket_memory,
                 registry,
                 &mut served,
@@ -289,6 +295,7 @@ impl Proxy {
             );
             listeners.push(BoundListener {
                 config: Arc::new(listener.clone()),
+                profiles: listener_profiles,
                 listener: bound,
                 addr,
                 http,
@@ -317,7 +324,6 @@ impl Proxy {
             client_limits: ClientLimits::new(config.max_connections_per_client),
             total_limit: Arc::new(Semaphore::new(config.max_connections)),
             config: Arc::new(config),
-            profiles,
             metrics,
             resources,
             served: Default::default(),

@@ -1,12 +1,86 @@
-//! The TCP profiles the listeners use: which ones, whether this kernel honours them, and the
-//! route-metric knobs some of them need.
+//! The TCP profiles the listeners use: which ones, whether this kernel honours them, the
+//! route-metric knobs some of them need, and each listener's profiles resolved once at start,
+//! so that choosing a connection's profiles is a prefix match, never a lookup by name.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
 
+use ipnet::IpNet;
 use midway_tcp::{RouteKnobs, TcpProfile};
 
 use super::ProxyError;
-use crate::config::RuntimeConfig;
+use crate::config::{most_specific, ListenerConfig, RuntimeConfig};
+
+/// A client override, resolved: clients in the prefix get these profiles where set.
+type ResolvedOverride = (IpNet, Option<Arc<TcpProfile>>, Option<Arc<TcpProfile>>);
+
+/// One listener's profiles, resolved at start with their route marks.
+#[derive(Debug)]
+pub(super) struct ListenerProfiles {
+    local: Arc<TcpProfile>,
+    remote: Arc<TcpProfile>,
+    /// The client overrides, in the listener's order (longest prefix first).
+    overrides: Vec<ResolvedOverride>,
+}
+
+impl ListenerProfiles {
+    /// Resolves `listener`'s profile names in `profiles` (the proxy's copy, marks filled in).
+    /// Validation has checked every name; a missing one is still an error here, not a panic.
+    pub(super) fn resolve(
+        listener: &ListenerConfig,
+        profiles: &BTreeMap<String, Arc<TcpProfile>>,
+    ) -> Result<ListenerProfiles, ProxyError> {
+        let find = |name: &str| {
+            profiles
+                .get(name)
+                .cloned()
+                .ok_or_else(|| ProxyError::UnknownProfile {
+                    listener: listener.name.clone(),
+                    profile: name.to_owned(),
+                })
+        };
+        let overrides = listener
+            .client_profiles
+            .iter()
+            .map(|o| {
+                Ok((
+                    o.prefix,
+                    o.local_profile.as_deref().map(find).transpose()?,
+                    o.remote_profile.as_deref().map(find).transpose()?,
+                ))
+            })
+            .collect::<Result<_, ProxyError>>()?;
+        Ok(ListenerProfiles {
+            local: find(&listener.local_profile)?,
+            remote: find(&listener.remote_profile)?,
+            overrides,
+        })
+    }
+
+    /// The (local, remote) profiles of a connection from `client`.
+    pub(super) fn for_client(&self, client: IpAddr) -> (&TcpProfile, &TcpProfile) {
+        let (local, remote) = most_specific(
+            client,
+            self.overrides
+                .iter()
+                .map(|(prefix, local, remote)| (prefix, local.as_ref(), remote.as_ref())),
+            (&self.local, &self.remote),
+        );
+        (local, remote)
+    }
+
+    /// The profile of the listener's own (local) sockets.
+    pub(super) fn local(&self) -> &TcpProfile {
+        &self.local
+    }
+
+    /// The profile of the remote segment for clients without an override (the HTTP engine's
+    /// upstream sockets, which clients share).
+    pub(super) fn remote(&self) -> &TcpProfile {
+        &self.remote
+    }
+}
 
 /// Every profile name a listener (or a client override) refers to.
 pub(super) fn referenced_profiles(config: &RuntimeConfig) -> BTreeSet<String> {
