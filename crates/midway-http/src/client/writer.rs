@@ -1,0 +1,137 @@
+//! The proxy-to-client side of a connection: writes the responses in request order as their
+//! pieces arrive, closes when a response asks for it, and turns the connection into a CONNECT
+//! tunnel once every earlier response is out.
+
+use std::sync::atomic::Ordering;
+
+use bytes::BytesMut;
+use http::StatusCode;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::wire::simple_response;
+use super::{ClientConn, Part, Slot};
+use crate::error::HttpError;
+use crate::head::RequestHead;
+
+/// The proxy-to-client side: writes responses in request order, then maybe a tunnel.
+pub(super) struct ResponseWriter<'c> {
+    pub(super) conn: &'c ClientConn,
+    pub(super) write_half: OwnedWriteHalf,
+    pub(super) slot_rx: mpsc::Receiver<Slot>,
+}
+
+impl ResponseWriter<'_> {
+    pub(super) async fn run(mut self) -> Result<(), HttpError> {
+        let conn = self.conn;
+        loop {
+            let slot = tokio::select! {
+                _ = conn.stop.cancelled() => return Ok(()),
+                slot = self.slot_rx.recv() => match slot { Some(slot) => slot, None => return Ok(()) },
+            };
+            match slot {
+                Slot::Response { mut parts, done } => loop {
+                    let part = tokio::select! {
+                        _ = conn.stop.cancelled() => return Ok(()),
+                        part = parts.recv() => part,
+                    };
+                    match part {
+                        Some(Part::Data(bytes)) => {
+                            self.write_half
+                                .write_all(&bytes)
+                                .await
+                                .map_err(HttpError::ClientIo)?;
+                            conn.counters
+                                .bytes_to_client
+                                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        }
+                        Some(Part::End { close }) => {
+                            conn.outstanding.fetch_sub(1, Ordering::AcqRel);
+                            let _ = done.send(());
+                            if close {
+                                self.write_half
+                                    .shutdown()
+                                    .await
+                                    .map_err(HttpError::ClientIo)?;
+                                return Ok(());
+                            }
+                            break;
+                        }
+                        // The fetch failed after the head went out: the framing is broken,
+                        // so the only honest signal left is closing the connection.
+                        None => {
+                            let _ = self.write_half.shutdown().await;
+                            return Ok(());
+                        }
+                    }
+                },
+                Slot::Tunnel {
+                    head,
+                    read_half,
+                    leftover,
+                } => {
+                    return self.tunnel(*head, read_half, leftover).await;
+                }
+            }
+        }
+    }
+
+    async fn tunnel(
+        self,
+        head: RequestHead,
+        read_half: OwnedReadHalf,
+        leftover: BytesMut,
+    ) -> Result<(), HttpError> {
+        let conn = self.conn;
+        let proxy = &conn.proxy;
+        let mut write_half = self.write_half;
+        let mut upstream = match proxy.connect_origin(&head, &conn.connect).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                debug!(%error, origin = %head.origin.authority(), "CONNECT target unreachable");
+                let status = if error.is_denied_destination() {
+                    StatusCode::FORBIDDEN
+                } else {
+                    StatusCode::BAD_GATEWAY
+                };
+                let response = simple_response(status, &proxy.config.via_name, true);
+                write_half
+                    .write_all(&response)
+                    .await
+                    .map_err(HttpError::ClientIo)?;
+                let _ = write_half.shutdown().await;
+                return Ok(());
+            }
+        };
+        let established = format!(
+            "HTTP/1.1 200 Connection Established\r\nVia: 1.1 {}\r\n\r\n",
+            proxy.config.via_name
+        );
+        write_half
+            .write_all(established.as_bytes())
+            .await
+            .map_err(HttpError::ClientIo)?;
+        proxy.metrics.tunnels.inc();
+        conn.counters.tunnels.fetch_add(1, Ordering::Relaxed);
+        let mut client = read_half
+            .reunite(write_half)
+            .expect("halves of the same stream");
+        upstream
+            .write_all(&leftover)
+            .await
+            .map_err(HttpError::UpstreamIo)?;
+        tokio::select! {
+            _ = conn.stop.cancelled() => Ok(()),
+            result = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+                // Peers resetting a tunnel is their business, not a proxy error.
+                if let Ok((from_client, to_client)) = result {
+                    conn.counters.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
+                    conn.counters.bytes_from_client.fetch_add(from_client, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! The async side of the relay: one future per direction, polled in the caller's task, plus
+//! the idle watchdog and cancellation around them.
+//!
+//! This file is the connection: validating the model, running both directions with the idle
+//! watchdog and cancellation, carrying a FIN or an abort across, and the report. The rest is split
+//! by what a direction does: `forward.rs` is the buffer-and-forward loop of one direction, over a
+//! carrier (`carrier.rs`: a spliced pipe or a copy buffer); `spool_direction.rs` is the
+//! server-to-client direction in spool mode, over a spool file (`spool_file.rs`); `fair.rs` is the
+//! turn-taking every busy loop shares. Each file holds one mechanism, so a reader of one need not
+//! hold the others in mind.
+
+mod carrier;
+mod fair;
+mod forward;
+mod spool_direction;
+mod spool_file;
+
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{RelayError, Side};
+use crate::resources::RelayResources;
+use crate::{DirectionEnd, RelayCounters, RelayModel, RelayOptions, RelayReport};
+use forward::forward;
+use spool_direction::{spool_server_to_client, SpoolShared};
+
+/// Smallest accepted buffer: below a page, syscalls per byte explode for no benefit.
+const MIN_BUFFER_BYTES: usize = 4096;
+/// `remote_finished_ns` until the server's FIN is read (0 ns after the start is a real time).
+const NOT_YET: u64 = u64::MAX;
+
+/// Which way bytes flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ClientToServer,
+    ServerToClient,
+}
+
+/// Why a direction stopped early.
+#[derive(Debug)]
+struct PumpError {
+    side: Side,
+    operation: &'static str,
+    /// Bytes had been read from one side and were not delivered.
+    data_lost: bool,
+    source: io::Error,
+}
+
+impl PumpError {
+    fn new(side: Side, operation: &'static str, data_lost: bool, source: io::Error) -> Self {
+        PumpError {
+            side,
+            operation,
+            data_lost,
+            source,
+        }
+    }
+
+    /// A reset (or the broken pipe that follows one) is a normal way for a connection to end
+    /// and is carried across rather than reported as an error.
+    fn is_reset(&self) -> bool {
+        self.side != Side::SpoolDisk
+            && matches!(
+                self.source.raw_os_error(),
+                Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED | libc::ENOTCONN)
+            )
+    }
+}
+
+/// State shared by the directions of one connection. Atomics (not Cells) because the relay
+/// future must be `Send`.
+struct Ctx<'a> {
+    start: Instant,
+    last_activity_ms: AtomicU64,
+    remote_finished_ns: AtomicU64,
+    client_to_server: AtomicU64,
+    server_to_client: AtomicU64,
+    /// Directions that have read their source's EOF and are done.
+    directions_finished: AtomicU8,
+    /// The last direction to finish left its FIN to the client socket's close.
+    last_fin_to_client: AtomicBool,
+    counters: &'a RelayCounters,
+    resources: &'a Arc<RelayResources>,
+}
+
+impl Ctx<'_> {
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_activity_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn delivered(&self, direction: Direction, bytes: usize) {
+        let bytes = bytes as u64;
+        match direction {
+            Direction::ClientToServer => {
+                self.client_to_server.fetch_add(bytes, Ordering::Relaxed);
+                self.counters
+                    .client_to_server
+                    .fetch_add(bytes, Ordering::Relaxed);
+            }
+            Direction::ServerToClient => {
+                self.server_to_client.fetch_add(bytes, Ordering::Relaxed);
+                self.counters
+                    .server_to_client
+                    .fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+        self.touch();
+    }
+
+    fn held(&self, direction: Direction, bytes: usize) {
+        let bytes = bytes as u64;
+        let gauge = match direction {
+            Direction::ClientToServer => &self.counters.held_client_to_server,
+            Direction::ServerToClient => &self.counters.held_server_to_client,
+        };
+        gauge.store(bytes, Ordering::Relaxed);
+        self.counters.peak_held.fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// Returns when no byte moved for `idle`.
+    async fn idle_expired(&self, idle: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed));
+            let deadline = self.start + last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+fn validate(model: &RelayModel) -> Result<(), RelayError> {
+    let buffer = match model {
+        RelayModel::Buffer(config) => config.buffer_bytes,
+        RelayModel::Spool(config) => {
+            if config.memory_bytes < MIN_BUFFER_BYTES {
+                return Err(RelayError::InvalidConfig(
+                    "spool memory_bytes must be at least 4096",
+                ));
+            }
+            config.buffer_bytes
+        }
+    };
+    if buffer < MIN_BUFFER_BYTES {
+        return Err(RelayError::InvalidConfig(
+            "relay buffer_bytes must be at least 4096",
+        ));
+    }
+    Ok(())
+}
+
+/// How the select loop in [`run`] stopped.
+enum Stop {
+    BothDone,
+    Cancelled,
+    Idle,
+    Failed(Direction, PumpError),
+}
+
+pub(crate) async fn run(
+    client: TcpStream,
+    server: TcpStream,
+    model: &RelayModel,
+    resources: &Arc<RelayResources>,
+    options: RelayOptions,
+    cancel: CancellationToken,
+) -> Result<RelayReport, RelayError> {
+    validate(model)?;
+    let ctx = Ctx {
+        start: Instant::now(),
+        last_activity_ms: AtomicU64::new(0),
+        remote_finished_ns: AtomicU64::new(NOT_YET),
+        client_to_server: AtomicU64::new(0),
+        server_to_client: AtomicU64::new(0),
+        directions_finished: AtomicU8::new(0),
+        last_fin_to_client: AtomicBool::new(false),
+        counters: &options.counters,
+        resources,
+    };
+    let spool = match model {
+        RelayModel::Spool(config) => Some(SpoolShared::new(
+            config.memory_bytes,
+            config.max_spool_bytes,
+            resources,
+        )),
+        RelayModel::Buffer(_) => None,
+    };
+    let mut c2s_end: Option<DirectionEnd> = None;
+    let mut s2c_end: Option<DirectionEnd> = None;
+
+    let stop = {
+        let (buffer_bytes, use_splice) = match model {
+            RelayModel::Buffer(config) => (config.buffer_bytes, config.splice),
+            RelayModel::Spool(config) => (config.buffer_bytes, true),
+        };
+        let c2s = forward(
+            &client,
+            &server,
+            Direction::ClientToServer,
+            buffer_bytes,
+            use_splice,
+            &ctx,
+        );
+        let s2c = async {
+            match &spool {
+                Some(spool) => spool_server_to_client(&server, &client, spool, &ctx).await,
+                None => {
+                    forward(
+                        &server,
+                        &client,
+                        Direction::ServerToClient,
+                        buffer_bytes,
+                        use_splice,
+                        &ctx,
+                    )
+                    .await
+                }
+            }
+        };
+        let idle = async {
+            match options.idle_timeout {
+                Some(idle) => ctx.idle_expired(idle).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(c2s, s2c, idle);
+        loop {
+            tokio::select! {
+                result = &mut c2s, if c2s_end.is_none() => match result {
+                    Ok(()) => c2s_end = Some(DirectionEnd::Fin),
+                    Err(e) => break Stop::Failed(Direction::ClientToServer, e),
+                },
+                result = &mut s2c, if s2c_end.is_none() => match result {
+                    Ok(()) => s2c_end = Some(DirectionEnd::Fin),
+                    Err(e) => break Stop::Failed(Direction::ServerToClient, e),
+                },
+                () = cancel.cancelled() => break Stop::Cancelled,
+                () = &mut idle => break Stop::Idle,
+            }
+            if c2s_end.is_some() && s2c_end.is_some() {
+                break Stop::BothDone;
+            }
+        }
+    };
+    // The direction futures are gone: leased pipes still holding bytes were closed, buffers freed.
+    options
+        .counters
+        .held_client_to_server
+        .store(0, Ordering::Relaxed);
+    options
+        .counters
+        .held_server_to_client
+        .store(0, Ordering::Relaxed);
+    options.counters.spooled_now.store(0, Ordering::Relaxed);
+
+    let unfinished = match &stop {
+        Stop::BothDone => DirectionEnd::Fin,
+        Stop::Cancelled => DirectionEnd::Cancelled,
+        Stop::Idle => DirectionEnd::IdleTimeout,
+        Stop::Failed(_, e) if e.is_reset() => DirectionEnd::ResetByPeer,
+        Stop::Failed(..) => DirectionEnd::Error,
+    };
+    if let Stop::Failed(direction, e) = &stop {
+        // Carry the abort across: closing with SO_LINGER {on, 0} sends a RST instead of a FIN,
+        // so the peer learns the connection broke rather than ended.
+        for stream in [&client, &server] {
+            let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
+        }
+        let failed_end = if e.is_reset() {
+            DirectionEnd::ResetByPeer
+        } else {
+            DirectionEnd::Error
+        };
+        match direction {
+            Direction::ClientToServer => c2s_end = Some(failed_end),
+            Direction::ServerToClient => s2c_end = Some(failed_end),
+        }
+    }
+    if let Some(on_close) = &options.on_close {
+        on_close(client.as_fd(), server.as_fd());
+    }
+    // After a clean end one of these closes also sends the last direction's FIN
+    // (`finish_direction`). Close the other socket first, so that by the time the peer sees
+    // that FIN both descriptors are gone.
+    if ctx.last_fin_to_client.load(Ordering::Acquire) {
+        drop(server);
+        drop(client);
+    } else {
+        drop(client);
+        drop(server);
+    }
+
+    let remote_ns = ctx.remote_finished_ns.load(Ordering::Relaxed);
+    let report = RelayReport {
+        client_to_server_bytes: ctx.client_to_server.load(Ordering::Relaxed),
+        server_to_client_bytes: ctx.server_to_client.load(Ordering::Relaxed),
+        client_to_server_end: c2s_end.unwrap_or(unfinished),
+        server_to_client_end: s2c_end.unwrap_or(unfinished),
+        peak_spool_bytes: spool.as_ref().map_or(0, SpoolShared::peak),
+        remote_finished_at: (remote_ns != NOT_YET).then(|| Duration::from_nanos(remote_ns)),
+    };
+    match stop {
+        Stop::Failed(_, e) if !e.is_reset() => {
+            tracing::debug!(?report, "relay aborted by an I/O error");
+            Err(RelayError::Io {
+                side: e.side,
+                operation: e.operation,
+                data_lost: e.data_lost,
+                source: e.source,
+            })
+        }
+        _ => Ok(report),
+    }
+}
+
+/// Carries the FIN across once a direction has delivered everything up to its source's EOF.
+///
+/// The first direction to finish sends it with `shutdown(SHUT_WR)` (half-close: the other
+/// direction keeps flowing). The last one leaves it to the `close` that follows at once in
+/// [`run`]: both sockets have then read their peer's FIN and hold nothing unread, so `close`
+/// sends exactly that FIN, and the peer sees the end only after the relay has let go of both
+/// sockets (it can count on the descriptors being free, and one syscall is saved).
+fn finish_direction(dst: &TcpStream, dst_side: Side, ctx: &Ctx<'_>) -> Result<(), PumpError> {
+    let finished_before = ctx.directions_finished.fetch_add(1, Ordering::AcqRel);
+    if finished_before >= 1 {
+        ctx.last_fin_to_client
+            .store(dst_side == Side::Client, Ordering::Release);
+        return Ok(());
+    }
+    SockRef::from(dst)
+        .shutdown(Shutdown::Write)
+        .map_err(|e| PumpError::new(dst_side, "sending FIN", false, e))
+}
+
+/// Returns the pending socket error (SO_ERROR, e.g. ECONNRESET after a RST) as a pump error;
+/// without one, clears the ERROR readiness so the caller does not wake again for nothing.
+fn check_socket_error(stream: &TcpStream, side: Side) -> Result<(), PumpError> {
+    match stream.take_error() {
+        Ok(Some(e)) | Err(e) => Err(PumpError::new(side, "reading", true, e)),
+        Ok(None) => {
+            let _ = stream.try_io(Interest::ERROR, || {
+                Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+            });
+            Ok(())
+        }
+    }
+}

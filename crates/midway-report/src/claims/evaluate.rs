@@ -1,0 +1,327 @@
+//! Checking claims against the analysed results: finding the cells a check names, measuring the
+//! metric there (throughput, an `extra` measurement or the gain of splitting), comparing with the
+//! target and writing what was measured. Pure; the table layout is [`super::render`]'s job.
+
+use std::fmt::Write as _;
+
+use crate::analysis::{Analysis, CaseRow, Experiment, THROUGHPUT_METRIC};
+use crate::markdown::number;
+
+use super::model::{AxisValue, Check, ClaimsFile, Comparison, Operand, Stat};
+use super::{GOS_METRIC, GOS_POSITIVE_SHARE_METRIC};
+
+/// Result of checking one claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Agrees,
+    Disagrees,
+    /// No check in the file: the measured numbers are shown for a reader to judge.
+    NotChecked,
+    /// The check needs data the results do not have (experiment, case or sweep value missing).
+    NoData(String),
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRow {
+    pub figure: String,
+    pub experiment: String,
+    pub says: String,
+    pub measured: String,
+    pub verdict: Verdict,
+    pub why_not: Option<String>,
+}
+
+/// Checks every claim against the analysed results.
+pub fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> {
+    file.claims
+        .iter()
+        .map(|claim| {
+            let says = match &claim.target {
+                Some(target) => format!("{} (target: {target})", claim.says),
+                None => claim.says.clone(),
+            };
+            let experiment = analysis
+                .experiments
+                .iter()
+                .find(|e| e.name == claim.experiment);
+            let (measured, verdict) = match (experiment, &claim.check) {
+                (None, _) => (
+                    "-".to_string(),
+                    Verdict::NoData(format!(
+                        "experiment `{}` not in the results",
+                        claim.experiment
+                    )),
+                ),
+                (Some(experiment), None) => (overview(experiment), Verdict::NotChecked),
+                (Some(experiment), Some(check)) => run_check(experiment, check),
+            };
+            let why_not = match verdict {
+                Verdict::Disagrees | Verdict::NoData(_) => claim.why_not.clone(),
+                _ => None,
+            };
+            let why_not = match (why_not, &claim.note) {
+                (Some(why), Some(note)) => Some(format!("{why}. Note: {note}")),
+                (None, Some(note)) => Some(format!("Note: {note}")),
+                (why, None) => why,
+            };
+            ClaimRow {
+                figure: claim.figure.clone(),
+                experiment: claim.experiment.clone(),
+                says,
+                measured,
+                verdict,
+                why_not,
+            }
+        })
+        .collect()
+}
+
+/// Medians of every case at every sweep value, for claims without a check: page load time for a
+/// web experiment, else throughput.
+fn overview(experiment: &Experiment) -> String {
+    let mut parts = Vec::new();
+    for row in &experiment.rows {
+        let spread = if experiment.web {
+            row.page_load_seconds
+        } else {
+            row.throughput_mbps
+        };
+        if let Some(spread) = spread {
+            parts.push(format!(
+                "{} @ {}: {:.2}",
+                row.case, row.sweep_label, spread.median
+            ));
+        }
+    }
+    if parts.is_empty() {
+        "no successful runs".to_string()
+    } else if experiment.web {
+        format!("median page load s: {}", parts.join("; "))
+    } else {
+        format!("median Mbit/s: {}", parts.join("; "))
+    }
+}
+
+/// A summarised measurement of one operand, with how it was counted when that helps a reader.
+struct Measured {
+    value: f64,
+    /// E.g. "4/5 runs" for a share.
+    detail: Option<String>,
+}
+
+/// The operand's metric at one row, or why there is none.
+fn metric_of(
+    experiment: &Experiment,
+    row: &CaseRow,
+    metric: &str,
+    stat: Stat,
+) -> Result<Measured, String> {
+    let pairing_needed = |row: &CaseRow| -> Result<(), String> {
+        if row.is_baseline {
+            Err(format!(
+                "`{}` is the baseline case: no gain against itself",
+                row.case
+            ))
+        } else if !experiment.baseline_present {
+            Err(format!(
+                "no `{}` case in this experiment to pair with",
+                experiment.baseline_case
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let measured = match metric {
+        GOS_POSITIVE_SHARE_METRIC => {
+            pairing_needed(row)?;
+            let share = row.gos_positive;
+            share.fraction().map(|value| Measured {
+                value,
+                detail: Some(format!(
+                    "{}/{} runs with GoS > 0",
+                    share.positive, share.total
+                )),
+            })
+        }
+        GOS_METRIC => {
+            pairing_needed(row)?;
+            stat.of(&row.paired_gains).map(|value| Measured {
+                value,
+                detail: Some(format!("{} pairs", row.paired_gains.len())),
+            })
+        }
+        other => {
+            if other != THROUGHPUT_METRIC && !experiment.extra_names.iter().any(|n| n == other) {
+                return Err(format!(
+                    "metric `{other}` is not measured in this experiment (it has: {})",
+                    known_metrics(experiment)
+                ));
+            }
+            stat.of(&row.metric_values(other)).map(|value| Measured {
+                value,
+                detail: None,
+            })
+        }
+    };
+    measured
+        .filter(|m| m.value.is_finite())
+        .ok_or_else(|| format!("no {metric} of `{}` @ {}", row.case, row.sweep_label))
+}
+
+/// The metrics a check or plot can name in this experiment, for error messages.
+pub(crate) fn known_metrics(experiment: &Experiment) -> String {
+    let mut names = vec![THROUGHPUT_METRIC.to_string()];
+    if experiment.baseline_present {
+        names.push(GOS_METRIC.to_string());
+        names.push(GOS_POSITIVE_SHARE_METRIC.to_string());
+    }
+    names.extend(experiment.extra_names.iter().cloned());
+    names.join(", ")
+}
+
+fn unit(metric: &str) -> &'static str {
+    match metric {
+        THROUGHPUT_METRIC => " Mbit/s",
+        m if m.ends_with("seconds") => " s",
+        _ => "",
+    }
+}
+
+/// The row of `case` at sweep value `x`; without `x`, the case's only row (an experiment
+/// without a sweep).
+fn find_row<'a>(
+    experiment: &'a Experiment,
+    case: &str,
+    x: Option<&AxisValue>,
+) -> Option<&'a CaseRow> {
+    experiment.rows.iter().find(|row| {
+        row.case == case && x.is_none_or(|x| x.matches(&row.sweep_label, row.sweep_number))
+    })
+}
+
+/// Sweep values at which the check is made: the given ones, else every sweep value of case A
+/// (all must agree: numeric ones ascending, text ones in the table's order), else the single
+/// point of an experiment without a sweep.
+fn check_points(
+    experiment: &Experiment,
+    check: &Check,
+) -> Vec<(Option<AxisValue>, Option<AxisValue>)> {
+    match (&check.a.x, check.b.as_ref().and_then(|b| b.x.as_ref())) {
+        (Some(xa), Some(xb)) => vec![(Some(xa.clone()), Some(xb.clone()))],
+        (Some(x), None) | (None, Some(x)) => vec![(Some(x.clone()), Some(x.clone()))],
+        (None, None) => {
+            let rows_of_a = experiment.rows.iter().filter(|r| r.case == check.a.case);
+            let mut xs: Vec<AxisValue> = Vec::new();
+            if experiment.sweep_param.is_none() {
+                // No sweep: the case's only point.
+            } else if experiment.numeric_sweep {
+                let mut numbers: Vec<f64> = rows_of_a.filter_map(|r| r.sweep_number).collect();
+                numbers.sort_by(f64::total_cmp);
+                numbers.dedup();
+                xs.extend(numbers.into_iter().map(AxisValue::Number));
+            } else {
+                for row in rows_of_a {
+                    let value = AxisValue::Text(row.sweep_label.clone());
+                    if !xs.contains(&value) {
+                        xs.push(value);
+                    }
+                }
+            }
+            if xs.is_empty() {
+                vec![(None, None)]
+            } else {
+                xs.into_iter().map(|x| (Some(x.clone()), Some(x))).collect()
+            }
+        }
+    }
+}
+
+fn at(x: Option<&AxisValue>) -> String {
+    x.map(|x| format!(" @ {x}")).unwrap_or_default()
+}
+
+/// "case stat metric @ x" (no stat for a share, which summarises the runs itself).
+fn operand_label(operand: &Operand, metric: &str, stat: Stat, x: Option<&AxisValue>) -> String {
+    if metric == GOS_POSITIVE_SHARE_METRIC {
+        format!("{} {metric}{}", operand.case, at(x))
+    } else {
+        format!("{} {} {metric}{}", operand.case, stat.name(), at(x))
+    }
+}
+
+/// "0.960 Mbit/s" or "0.800 (4/5 runs with GoS > 0)".
+fn value_text(measured: &Measured, metric: &str) -> String {
+    let mut text = format!("{:.3}{}", measured.value, unit(metric));
+    if let Some(detail) = &measured.detail {
+        let _ = write!(text, " ({detail})");
+    }
+    text
+}
+
+/// "needs >= 0.9: met by 0.060" — how far the compared number is from the target.
+fn target_text(compared: f64, op: Comparison, target: f64, holds: bool) -> String {
+    let distance = (compared - target).abs();
+    let verdict = if holds { "met by" } else { "missed by" };
+    format!(
+        "needs {} {target}: {verdict} {}",
+        op.symbol(),
+        number(distance)
+    )
+}
+
+fn run_check(experiment: &Experiment, check: &Check) -> (String, Verdict) {
+    let points = check_points(experiment, check);
+    let mut parts = Vec::new();
+    let mut all_hold = true;
+    for (xa, xb) in points {
+        let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
+        let (xa, xb) = (xa.as_ref(), xb.as_ref());
+        let a = match find_row(experiment, &check.a.case, xa)
+            .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
+            .and_then(|row| metric_of(experiment, row, metric_a, check.stat))
+        {
+            Ok(a) => a,
+            Err(why) => return (parts.join("; "), Verdict::NoData(why)),
+        };
+        let label_a = operand_label(&check.a, metric_a, check.stat, xa);
+        match &check.b {
+            Some(b_operand) => {
+                let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
+                let b = match find_row(experiment, &b_operand.case, xb)
+                    .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
+                    .and_then(|row| metric_of(experiment, row, metric_b, check.stat))
+                {
+                    Ok(b) => b,
+                    Err(why) => return (parts.join("; "), Verdict::NoData(why)),
+                };
+                let label_b = operand_label(b_operand, metric_b, check.stat, xb);
+                let ratio = a.value / b.value;
+                let holds = ratio.is_finite() && check.op.holds(ratio, check.value);
+                all_hold &= holds;
+                parts.push(format!(
+                    "{label_a} / {label_b} = {} / {} = {}, {}",
+                    value_text(&a, metric_a),
+                    value_text(&b, metric_b),
+                    number(ratio),
+                    target_text(ratio, check.op, check.value, holds)
+                ));
+            }
+            None => {
+                let holds = check.op.holds(a.value, check.value);
+                all_hold &= holds;
+                parts.push(format!(
+                    "{label_a} = {}, {}",
+                    value_text(&a, metric_a),
+                    target_text(a.value, check.op, check.value, holds)
+                ));
+            }
+        }
+    }
+    let verdict = if all_hold {
+        Verdict::Agrees
+    } else {
+        Verdict::Disagrees
+    };
+    (parts.join("; "), verdict)
+}

@@ -1,0 +1,133 @@
+//! A paper's claims next to what the lab measured — the table "paper says / we measured /
+//! agrees? / why not" — and annotations of the report's plots.
+//!
+//! A claims file (`claims.toml` in a results folder, copied there from
+//! `scenarios/repro/PAPER.claims.toml`) lists, per experiment, what the paper reported and,
+//! where the claim can be checked by a machine, one comparison; it may also add reference lines
+//! and plots of `extra` measurements to the report's figures:
+//!
+//! ```toml
+//! paper = "hfc-proxy"
+//! [[claims]]
+//! figure = "Fig. 8"
+//! experiment = "fig8-9-legacy"
+//! says = "At 1 % local loss store-and-forward loses < 5 % of its lossless throughput"
+//! target = "the issue's target, when it differs from the paper (optional)"
+//! why_not = "what may explain a difference (shown only when the check fails)"
+//! note = "a caveat shown whatever the verdict (optional)"
+//! [claims.check]
+//! metric = "throughput"          # see the metrics below (default "throughput")
+//! stat = "median"                # "median" (default) or "mean" over the repetitions
+//! a = { case = "store-and-forward", x = 1 }
+//! b = { case = "store-and-forward", x = 0 }   # optional: without b, A is compared to `value`
+//! op = ">="                      # ">=", "<=", ">" or "<"
+//! value = 0.9                    # A / B op value (or A op value without b)
+//!
+//! [[plots]]
+//! experiment = "fig8-9-modern"   # an experiment of the results
+//! title = "..."                  # optional: caption of this entry's extra plot; for an entry
+//!                                #   without `metrics`, the caption of the main plot
+//! metrics = ["remote_segment_seconds", "local_segment_seconds"]  # optional: one extra plot
+//! cases = ["store-and-forward"]  # optional: only these cases in the extra plot
+//! [[plots.lines]]                # optional: reference lines on the experiment's main plot
+//! label = "buffer rule C >= n(B-1)(1-r_out/r_in), n = 3"   # legend text
+//! x = 24000                      # a vertical line at this sweep value (a text sweep value
+//!                                #   such as "pipelining" on a categorical axis) ...
+//! # y = 15.0                     # ... or a horizontal one at this value of the y axis
+//! ```
+//!
+//! Metrics of a check (`metric`, or per operand `a = { ..., metric = "..." }`):
+//! - `"throughput"`: Mbit/s of the runs;
+//! - the name of any `extra` measurement of the records, e.g. `"remote_segment_seconds"` or, for
+//!   web experiments, `"page_load_seconds"` (the mean page load time of a run);
+//! - `"gos_positive_share"`: the share (0..1) of repetitions whose throughput beat the
+//!   experiment's baseline case (`direct` unless the report was told otherwise) run with the same
+//!   parameters and repetition index — the satellite paper's "guarantee of improvement";
+//! - `"gos"`: the gain of splitting of those paired repetitions.
+//!
+//! `stat` says how the repetitions of a case at one sweep value are summarised (it does not apply
+//! to `gos_positive_share`, a share already). `x` is the sweep value as the records hold it (the
+//! axis value: 1 for 1 % loss, bytes for a size). Without `x` in both A and B the check runs at
+//! every sweep value case A has and agrees only if every one does ("in every cell"). The table
+//! shows, for every cell, A, B, their ratio and by how much the target is met or missed.
+//!
+//! A `[[plots]]` entry naming an experiment, metric or case the results do not have, or a line
+//! that cannot be placed, becomes a warning line in the report, never an error: the rest of the
+//! report is still written. Extra plots are written as `plots/<experiment>-<n>.png` and `.svg`
+//! (n = 1, 2, ... over the experiment's entries with `metrics`) and linked in the experiment's
+//! section. Parsing and evaluation are pure; only [`load`] and [`append_to_report`] read a file.
+//!
+//! The files, one job each: `model.rs` is the claims file as it is written (its types and
+//! [`parse`]); `evaluate.rs` checks every claim against the analysed results ([`evaluate`]);
+//! `render.rs` turns the checked rows into the markdown table ([`render`]). This file holds the
+//! only I/O ([`load`], [`append_to_report`]). The split follows the path of a claim: read, judged,
+//! shown.
+
+mod evaluate;
+mod model;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::analysis::Analysis;
+
+pub(crate) use evaluate::known_metrics;
+pub use evaluate::{evaluate, ClaimRow, Verdict};
+pub use model::{
+    parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Operand, PlotSpec, ReferenceLine, Stat,
+};
+pub use render::{append_table, render};
+
+/// File name of the claims inside a results folder.
+pub const CLAIMS_FILE: &str = "claims.toml";
+
+/// Metric of a check: share of paired repetitions with GoS > 0 against the baseline case.
+pub const GOS_POSITIVE_SHARE_METRIC: &str = "gos_positive_share";
+/// Metric of a check: gain of splitting of the paired repetitions against the baseline case.
+pub const GOS_METRIC: &str = "gos";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimsError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: not a valid claims file")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+}
+
+/// Reads and parses `dir/claims.toml`; `None` when the folder has none (the file is optional).
+pub fn load(dir: &Path) -> Result<Option<ClaimsFile>, ClaimsError> {
+    let path = dir.join(CLAIMS_FILE);
+    let source = match fs::read_to_string(&path) {
+        Ok(source) => source,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ClaimsError::Read { path, source }),
+    };
+    parse(&source)
+        .map(Some)
+        .map_err(|source| ClaimsError::Parse { path, source })
+}
+
+/// When `dir` holds a [`CLAIMS_FILE`], appends its table to the report `text`; otherwise returns
+/// `text` unchanged.
+pub fn append_to_report(
+    dir: &Path,
+    analysis: &Analysis,
+    text: String,
+) -> Result<String, ClaimsError> {
+    Ok(match load(dir)? {
+        Some(file) => append_table(&file, analysis, text),
+        None => text,
+    })
+}

@@ -1,0 +1,433 @@
+//! Tests of the whole claims path: a claims file parsed, evaluated against an analysis built from
+//! records, and rendered. They cross the files of this module, hence their own file.
+
+use super::*;
+use crate::analysis::analyse;
+use crate::record::RunRecord;
+use std::collections::BTreeMap;
+
+fn record(case: &str, loss: f64, repetition: u32, mbps: f64) -> RunRecord {
+    let mut params = BTreeMap::new();
+    params.insert("loss (%)".to_string(), serde_json::json!(loss));
+    let mut extra = BTreeMap::new();
+    extra.insert("remote_segment_seconds".to_string(), 1.5);
+    RunRecord {
+        scenario: "s".into(),
+        scenario_file: "s.toml".into(),
+        commit: "c".into(),
+        experiment: "fig8".into(),
+        case: case.into(),
+        sweep_param: Some("loss (%)".into()),
+        params,
+        repetition,
+        seed: u64::from(repetition),
+        bytes: 1_000_000,
+        seconds: 8.0 / mbps,
+        throughput_bps: mbps * 1e6,
+        retransmits: BTreeMap::new(),
+        extra,
+        ok: true,
+        error: None,
+        started_at: "2026-01-01T00:00:00Z".into(),
+    }
+}
+
+fn analysis() -> Analysis {
+    let mut records = Vec::new();
+    for rep in 0..3 {
+        records.push(record("direct", 0.0, rep, 4.0));
+        records.push(record("direct", 1.0, rep, 1.0));
+        records.push(record("proxy", 0.0, rep, 5.0));
+        records.push(record("proxy", 1.0, rep, 4.8));
+    }
+    analyse(&records, "direct")
+}
+
+const CLAIMS: &str = r#"
+paper = "p"
+[[claims]]
+figure = "Fig. 8"
+experiment = "fig8"
+says = "proxy keeps 90 %"
+[claims.check]
+a = { case = "proxy", x = 1 }
+b = { case = "proxy", x = 0 }
+op = ">="
+value = 0.9
+
+[[claims]]
+figure = "Fig. 8"
+experiment = "fig8"
+says = "direct keeps 90 %"
+why_not = "loss"
+[claims.check]
+a = { case = "direct", x = 1 }
+b = { case = "direct", x = 0 }
+op = ">="
+value = 0.9
+
+[[claims]]
+figure = "Fig. 8"
+experiment = "fig8"
+says = "proxy beats direct everywhere"
+[claims.check]
+a = { case = "proxy" }
+b = { case = "direct" }
+op = ">"
+value = 1.0
+
+[[claims]]
+figure = "Fig. 11"
+experiment = "fig8"
+says = "remote segment finishes early"
+[claims.check]
+metric = "remote_segment_seconds"
+a = { case = "proxy", x = 1 }
+op = "<"
+value = 2.0
+
+[[claims]]
+figure = "Fig. 5"
+experiment = "fig5"
+says = "not run"
+why_not = "skipped"
+"#;
+
+#[test]
+fn checks_ratios_all_cells_extras_and_missing_experiments() {
+    let file = parse(CLAIMS).unwrap();
+    let rows = evaluate(&file, &analysis());
+    assert_eq!(rows[0].verdict, Verdict::Agrees, "{}", rows[0].measured);
+    assert!(rows[0].measured.contains("0.96"), "{}", rows[0].measured);
+    assert_eq!(rows[0].why_not, None);
+    assert_eq!(rows[1].verdict, Verdict::Disagrees);
+    assert_eq!(rows[1].why_not.as_deref(), Some("loss"));
+    assert_eq!(rows[2].verdict, Verdict::Agrees, "{}", rows[2].measured);
+    assert_eq!(rows[3].verdict, Verdict::Agrees, "{}", rows[3].measured);
+    assert!(matches!(rows[4].verdict, Verdict::NoData(_)));
+    let table = render(&file, &rows);
+    assert!(table.contains("3 of 4 checked claims agree"), "{table}");
+    assert!(table.contains("| **no** |"), "{table}");
+}
+
+#[test]
+fn a_missing_case_is_no_data_not_agreement() {
+    let file = parse(
+        r#"paper = "p"
+[[claims]]
+figure = "F"
+experiment = "fig8"
+says = "x"
+[claims.check]
+a = { case = "nope", x = 1 }
+op = ">"
+value = 0.0
+"#,
+    )
+    .unwrap();
+    let rows = evaluate(&file, &analysis());
+    assert!(matches!(rows[0].verdict, Verdict::NoData(_)));
+}
+
+#[test]
+fn an_experiment_without_sweep_is_one_point() {
+    let mut records = Vec::new();
+    for (case, mbps) in [("tuned", 3.0), ("untuned", 1.0)] {
+        let mut r = record(case, 0.0, 0, mbps);
+        r.experiment = "warm".into();
+        r.sweep_param = None;
+        r.params.clear();
+        records.push(r);
+    }
+    let file = parse(
+        r#"paper = "p"
+[[claims]]
+figure = "F"
+experiment = "warm"
+says = "tuned is 2x"
+[claims.check]
+a = { case = "tuned" }
+b = { case = "untuned" }
+op = ">="
+value = 2.0
+"#,
+    )
+    .unwrap();
+    let rows = evaluate(&file, &analyse(&records, "untuned"));
+    assert_eq!(rows[0].verdict, Verdict::Agrees, "{}", rows[0].measured);
+    assert!(rows[0].measured.contains("= 3.00"), "{}", rows[0].measured);
+}
+
+/// A web experiment swept over the HTTP mode: one page per run, page load times per
+/// repetition; the throughput is the page's bytes over its load time, as the lab records it.
+fn web_analysis() -> Analysis {
+    let page_loads: [(&str, &str, [f64; 5]); 4] = [
+        ("direct", "1.0", [10.0, 10.0, 10.0, 10.0, 10.0]),
+        ("midway-http", "1.0", [2.0, 2.0, 2.0, 2.0, 30.0]),
+        ("direct", "1.1", [6.0, 6.0, 6.0, 6.0, 6.0]),
+        ("midway-http", "1.1", [3.0, 3.0, 3.0, 3.0, 3.0]),
+    ];
+    let mut records = Vec::new();
+    for (case, http, loads) in page_loads {
+        for (rep, seconds) in loads.into_iter().enumerate() {
+            let mut r = record(case, 0.0, rep as u32, 1.0);
+            r.experiment = "web".into();
+            r.sweep_param = Some("http".into());
+            r.params = BTreeMap::from([("http".to_string(), serde_json::json!(http))]);
+            r.bytes = 65_000;
+            r.seconds = seconds;
+            r.throughput_bps = 65_000.0 * 8.0 / seconds;
+            r.extra = BTreeMap::from([
+                ("page_load_seconds".to_string(), seconds),
+                ("connections_opened".to_string(), 20.0),
+            ]);
+            records.push(r);
+        }
+    }
+    analyse(&records, "direct")
+}
+
+fn check_claim(check: &str) -> String {
+    format!(
+        "paper = \"sat\"\n[[claims]]\nfigure = \"F\"\nexperiment = \"web\"\nsays = \"s\"\n\
+         [claims.check]\n{check}\n"
+    )
+}
+
+fn check_one(analysis: &Analysis, check: &str) -> ClaimRow {
+    let file = parse(&check_claim(check)).expect("valid claims");
+    evaluate(&file, analysis).remove(0)
+}
+
+#[test]
+fn page_load_checks_show_a_b_ratio_and_margin() {
+    let analysis = web_analysis();
+    let row = check_one(
+        &analysis,
+        r#"metric = "page_load_seconds"
+a = { case = "midway-http", x = "1.0" }
+b = { case = "direct", x = "1.0" }
+op = "<="
+value = 0.5"#,
+    );
+    assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
+    assert_eq!(
+        row.measured,
+        "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
+         = 2.000 s / 10.000 s = 0.200, needs <= 0.5: met by 0.300"
+    );
+    // A number names the text sweep value that reads as it; without x every cell counts.
+    let row = check_one(
+        &analysis,
+        r#"metric = "page_load_seconds"
+a = { case = "midway-http" }
+b = { case = "direct" }
+op = "<="
+value = 0.4"#,
+    );
+    assert_eq!(row.verdict, Verdict::Disagrees, "{}", row.measured);
+    assert!(
+        row.measured
+            .contains("@ 1.1 = 3.000 s / 6.000 s = 0.500, needs <= 0.4: missed by 0.100"),
+        "{}",
+        row.measured
+    );
+    assert!(row.measured.contains("@ 1.0 / "), "{}", row.measured);
+    let row = check_one(
+        &analysis,
+        r#"metric = "page_load_seconds"
+a = { case = "midway-http", x = 1.1 }
+op = "<"
+value = 3.5"#,
+    );
+    assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
+    assert_eq!(
+        row.measured,
+        "midway-http median page_load_seconds @ 1.1 = 3.000 s, needs < 3.5: met by 0.500"
+    );
+}
+
+#[test]
+fn mean_and_median_can_disagree() {
+    let analysis = web_analysis();
+    let check = |stat: &str| {
+        check_one(
+            &analysis,
+            &format!(
+                r#"metric = "page_load_seconds"
+stat = "{stat}"
+a = {{ case = "midway-http", x = "1.0" }}
+b = {{ case = "direct", x = "1.0" }}
+op = "<="
+value = 0.5"#
+            ),
+        )
+    };
+    // Loads 2, 2, 2, 2, 30: median 2, mean 7.6 against 10.
+    let median = check("median");
+    assert_eq!(median.verdict, Verdict::Agrees, "{}", median.measured);
+    let mean = check("mean");
+    assert_eq!(mean.verdict, Verdict::Disagrees, "{}", mean.measured);
+    assert!(
+        mean.measured.contains(
+            "midway-http mean page_load_seconds @ 1.0 / direct mean page_load_seconds @ 1.0 \
+             = 7.600 s / 10.000 s = 0.760, needs <= 0.5: missed by 0.260"
+        ),
+        "{}",
+        mean.measured
+    );
+    // Throughput under the mean: 65 kB over 2 s is 0.26 Mbit/s, over 30 s 0.0173.
+    let row = check_one(
+        &analysis,
+        r#"stat = "mean"
+a = { case = "midway-http", x = "1.0" }
+op = ">"
+value = 0.2"#,
+    );
+    assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
+    assert!(row.measured.contains("= 0.211 Mbit/s"), "{}", row.measured);
+    assert!(parse(&check_claim(
+        "stat = \"mode\"\na = { case = \"d\" }\nop = \">\"\nvalue = 1.0"
+    ))
+    .is_err());
+}
+
+#[test]
+fn gos_positive_share_is_the_guarantee_of_improvement() {
+    let analysis = web_analysis();
+    let share = |value: f64| {
+        check_one(
+            &analysis,
+            &format!(
+                r#"metric = "gos_positive_share"
+a = {{ case = "midway-http", x = "1.0" }}
+op = ">="
+value = {value}"#
+            ),
+        )
+    };
+    // Four of five repetitions loaded faster than direct's 10 s.
+    let met = share(0.8);
+    assert_eq!(met.verdict, Verdict::Agrees, "{}", met.measured);
+    assert_eq!(
+        met.measured,
+        "midway-http gos_positive_share @ 1.0 = 0.800 (4/5 runs with GoS > 0), needs >= 0.8: met by 0.000"
+    );
+    let missed = share(0.9);
+    assert_eq!(missed.verdict, Verdict::Disagrees, "{}", missed.measured);
+    assert!(
+        missed.measured.ends_with("missed by 0.100"),
+        "{}",
+        missed.measured
+    );
+    // The median paired gain: 10 / 2 - 1 = 4 in four repetitions.
+    let gos = check_one(
+        &analysis,
+        r#"metric = "gos"
+a = { case = "midway-http", x = "1.0" }
+op = ">"
+value = 3.0"#,
+    );
+    assert_eq!(gos.verdict, Verdict::Agrees, "{}", gos.measured);
+    assert!(
+        gos.measured.contains("= 4.000 (5 pairs)"),
+        "{}",
+        gos.measured
+    );
+    // The baseline has no gain against itself.
+    let baseline = check_one(
+        &analysis,
+        r#"metric = "gos_positive_share"
+a = { case = "direct", x = "1.0" }
+op = ">="
+value = 0.5"#,
+    );
+    assert!(
+        matches!(&baseline.verdict, Verdict::NoData(why) if why.contains("baseline")),
+        "{:?}",
+        baseline.verdict
+    );
+}
+
+#[test]
+fn an_unchecked_web_claim_shows_page_load_medians() {
+    let file =
+        parse("paper = \"p\"\n[[claims]]\nfigure = \"F\"\nexperiment = \"web\"\nsays = \"s\"\n")
+            .expect("valid");
+    let row = evaluate(&file, &web_analysis()).remove(0);
+    assert_eq!(row.verdict, Verdict::NotChecked);
+    assert!(
+        row.measured
+            .starts_with("median page load s: direct @ 1.0: 10.00; midway-http @ 1.0: 2.00;"),
+        "{}",
+        row.measured
+    );
+}
+
+#[test]
+fn unknown_metric_and_sweep_value_are_no_data() {
+    let analysis = web_analysis();
+    let row = check_one(
+        &analysis,
+        r#"metric = "cache_hits"
+a = { case = "midway-http", x = "1.0" }
+op = ">"
+value = 0.0"#,
+    );
+    match &row.verdict {
+        Verdict::NoData(why) => assert!(
+            why.contains("`cache_hits` is not measured") && why.contains("page_load_seconds"),
+            "{why}"
+        ),
+        other => panic!("expected no data, got {other:?}"),
+    }
+    let row = check_one(
+        &analysis,
+        r#"a = { case = "midway-http", x = "pipelining" }
+op = ">"
+value = 0.0"#,
+    );
+    assert_eq!(
+        row.verdict,
+        Verdict::NoData("no `midway-http` run @ pipelining".into())
+    );
+}
+
+#[test]
+fn plots_section_parses() {
+    let file = parse(
+        r#"paper = "p"
+[[plots]]
+experiment = "fig8-10-modern"
+title = "segments"
+metrics = ["remote_segment_seconds", "local_segment_seconds"]
+cases = ["store-and-forward"]
+[[plots.lines]]
+label = "buffer rule"
+x = 24000
+[[plots.lines]]
+label = "paper: 1.2 s"
+y = 1.2
+[[plots.lines]]
+label = "text"
+x = "pipelining"
+
+[[plots]]
+experiment = "other"
+"#,
+    )
+    .expect("valid plots");
+    assert!(file.claims.is_empty());
+    assert_eq!(file.plots.len(), 2);
+    let spec = &file.plots[0];
+    assert_eq!(spec.title.as_deref(), Some("segments"));
+    assert_eq!(spec.metrics.len(), 2);
+    assert_eq!(spec.lines[0].x, Some(AxisValue::Number(24000.0)));
+    assert_eq!(spec.lines[1].y, Some(1.2));
+    assert_eq!(spec.lines[2].x, Some(AxisValue::Text("pipelining".into())));
+    assert!(file.plots[1].lines.is_empty() && file.plots[1].metrics.is_empty());
+    // A file without claims adds no table.
+    let text = append_table(&file, &analysis(), "# r\n".to_string());
+    assert_eq!(text, "# r\n");
+    assert!(parse("paper = \"p\"\n[[plots]]\nexperiment = \"e\"\ncolour = 1\n").is_err());
+}
