@@ -16,7 +16,7 @@
 //!
 //! All functions are pure.
 
-pub use midway_config::profile::AutoBuffer;
+pub use midway_config::AutoBuffer;
 
 /// Buffer returned when the device never queues (`r_out >= r_in`): the rule then puts no bound on
 /// the window, so the size is left to what a long fat segment needs. 4 MiB covers 320 Mbit/s at

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-pub use midway_config::profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};
+pub use midway_config::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};
 use serde::Serialize;
 
 use crate::bufrule::{auto_buffer_bytes, BufRuleError};
