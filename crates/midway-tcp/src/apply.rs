@@ -534,7 +534,7 @@ impl TcpProfile {
     /// error names the knob and why it cannot be honoured.
     ///
     /// `dupack_threshold` passes with a warning: Linux applies the route metric `reordering`
-    /// only through the tcp_metrics cache (see [`crate::routes`]), so it is not guaranteed for
+    /// only through the tcp_metrics cache (see `routes` (module docs)), so it is not guaranteed for
     /// the first connection to a destination. It fails if `tcp_no_metrics_save = 1`, where it
     /// could never apply.
     pub fn check_supported(&self) -> Result<(), KnobError> {

@@ -40,7 +40,7 @@ pub struct ReadBackWhen {
     /// No data has moved yet: `snd_cwnd` still is the initial window.
     pub before_data: bool,
     /// An earlier connection to this peer has closed, so the tcp_metrics cache carries
-    /// `reordering` (see the `dupack_threshold` caveat in [`crate::routes`]).
+    /// `reordering` (see the `dupack_threshold` caveat in `routes` (module docs)).
     pub metrics_cached: bool,
 }
 
