@@ -888,10 +888,7 @@ mod tests {
             let config = midway_proxy::parse_config(&text, "bench")
                 .unwrap_or_else(|e| panic!("{case:?}: {e}\n{text}"));
             assert_eq!(config.worker_threads, Some(1), "{case:?}");
-            assert_eq!(
-                config.socket_memory,
-                midway_proxy::sockmem::SocketMemorySetting::Off
-            );
+            assert_eq!(config.socket_memory, midway_proxy::SocketMemorySetting::Off);
             assert!(
                 config
                     .listeners

@@ -109,6 +109,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         path: PathBuf,
+        /// Why reading failed.
         #[source]
         source: std::io::Error,
     },
@@ -139,6 +140,7 @@ pub enum ConfigError {
     Profile {
         /// Where the text came from.
         origin: String,
+        /// What is wrong with the profile.
         #[source]
         source: ProfileError,
     },
