@@ -17,13 +17,13 @@
 //! only. Every run is kept in `bench.json` (`runs`, with its round); the summary (`throughput`,
 //! and the markdown table) gives per case and stream count the median throughput with its range,
 //! the median of the per-round ratio to `direct` (both from the same round), the median CPU
-//! seconds per GB and the highest peak of TCP memory (see [`summary`]).
+//! seconds per GB and the highest peak of TCP memory (see the `summary` module).
 //!
 //! It prints figures; it asserts nothing. Every number comes from this run.
 
-pub mod netns;
-pub mod summary;
-pub mod workloads;
+mod netns;
+mod summary;
+mod workloads;
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -49,16 +49,24 @@ const CPS_PORT: u16 = 6001;
 const TRANSPARENT_PORT: u16 = 7000;
 const METRICS_ADDR: &str = "127.0.0.1:9464";
 
+/// What one benchmark run measures and how (the command line, parsed).
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
+    /// The midway binary to benchmark (only the midway cases need it).
     pub midway_bin: PathBuf,
+    /// Parallel stream counts of the throughput runs, one run per count and case.
     pub streams: Vec<usize>,
+    /// Length of each throughput run, seconds.
     pub seconds: u32,
     /// How many times the throughput part runs (at least 1); see the module documentation.
     pub rounds: u32,
+    /// Idle split connections opened for the memory figure (0 skips it).
     pub idle_connections: usize,
+    /// Length of the connection-rate run, seconds.
     pub cps_seconds: u32,
+    /// Cases to measure, in the order they run within a round.
     pub cases: Vec<Case>,
+    /// Folder for generated configs, logs and `bench.json`.
     pub work_dir: PathBuf,
     /// TOML lines added to the `[proxy]` table of midway's generated config (e.g. `max_pipes = 0`).
     pub midway_proxy_extra: Vec<String>,
@@ -87,17 +95,24 @@ pub struct BenchOptions {
     pub router_quickack: bool,
 }
 
+/// What sits in the router during a measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
+    /// No proxy: the router only routes (the baseline).
     Direct,
+    /// midway in the router, clients connecting to a forward listener.
     MidwayForward,
+    /// midway in the router intercepting routed connections (nftables TPROXY).
     MidwayTransparent,
+    /// HAProxy in the router in TCP mode, default settings.
     Haproxy,
+    /// HAProxy in the router in TCP mode with kernel splicing on.
     HaproxySplice,
 }
 
 impl Case {
+    /// The case's name on the command line and in reports (`midway-forward`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Case::Direct => "direct",
@@ -122,44 +137,69 @@ impl Case {
 pub struct ThroughputRun {
     /// 1 for the first round.
     pub round: u32,
+    /// Name of the case ([`Case::name`]).
     pub case: &'static str,
+    /// Parallel iperf3 streams.
     pub streams: usize,
+    /// Throughput of all streams together as iperf3 reports it, bits per second.
     pub bits_per_second: f64,
     /// Against `direct` at the same stream count in the same round.
     pub ratio_to_direct: Option<f64>,
+    /// Bytes all streams moved.
     pub bytes: u64,
+    /// CPU seconds (user + system) the proxy process spent during the run; `None` for `direct`.
     pub proxy_cpu_seconds: Option<f64>,
+    /// `proxy_cpu_seconds` per 10^9 bytes moved.
     pub proxy_cpu_seconds_per_gb: Option<f64>,
     /// Busy CPU time of the whole machine (client, server, router and proxy) per GB moved: with
     /// every CPU saturated, throughput is the CPU count divided by this.
     pub machine_cpu_seconds_per_gb: Option<f64>,
+    /// Highest kernel TCP memory (all sockets of the machine) sampled during the run, bytes.
     pub peak_tcp_memory_bytes: u64,
+    /// The kernel's TCP memory pressure threshold (`tcp_mem[1]`), bytes.
     pub tcp_memory_pressure_bytes: u64,
+    /// Why the run failed, if it did (its figures are then zero or `None`).
     pub error: Option<String>,
 }
 
+/// Connection rate of one case (connect, one byte, close), first round only.
 #[derive(Debug, Serialize)]
 pub struct ConnectionRateRow {
+    /// Name of the case ([`Case::name`]).
     pub case: &'static str,
+    /// Connections completed per second.
     pub connections_per_second: f64,
+    /// Connections that failed during the run.
     pub failures: u64,
 }
 
+/// Memory one idle split connection costs in one case, first round only.
 #[derive(Debug, Serialize)]
 pub struct IdleMemoryRow {
+    /// Name of the case ([`Case::name`]).
     pub case: &'static str,
+    /// Idle split connections held open for the measurement.
     pub connections: usize,
+    /// Resident memory of the proxy process before they were opened, bytes.
     pub proxy_rss_before_bytes: u64,
+    /// Resident memory of the proxy process with them open, bytes.
     pub proxy_rss_after_bytes: u64,
+    /// Growth of the proxy's resident memory per connection, bytes.
     pub user_bytes_per_connection: f64,
+    /// Growth of the machine's kernel TCP memory per connection, bytes.
     pub kernel_tcp_bytes_per_connection: f64,
 }
 
+/// Everything one benchmark run measured, as written to `bench.json`.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
+    /// Kernel release the benchmark ran on (`/proc/sys/kernel/osrelease`).
     pub kernel: String,
+    /// CPUs available to the benchmark.
     pub cpus: usize,
+    /// Length of each throughput run, seconds.
     pub seconds_per_run: u32,
+    /// Rounds of the throughput part.
     pub rounds: u32,
     /// Nice value of the proxy under test.
     pub proxy_nice: i32,
@@ -179,7 +219,9 @@ pub struct BenchReport {
     pub throughput: Vec<ThroughputSummary>,
     /// Every throughput run, in the order they ran.
     pub runs: Vec<ThroughputRun>,
+    /// Connection rate per case.
     pub connection_rate: Vec<ConnectionRateRow>,
+    /// Memory per idle connection per case.
     pub idle_memory: Vec<IdleMemoryRow>,
 }
 
@@ -188,6 +230,7 @@ struct RunningProxy {
     pid: u32,
 }
 
+/// Runs the benchmark: builds the namespaces, measures every case, removes them. Needs root.
 pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     if options.rounds == 0 {
         bail!("rounds must be at least 1");
@@ -767,6 +810,7 @@ pub fn render_throughput_table(summaries: &[ThroughputSummary]) -> String {
     out
 }
 
+/// Writes the report as pretty-printed JSON to `path`.
 pub fn write_json(report: &BenchReport, path: &Path) -> anyhow::Result<()> {
     std::fs::write(path, serde_json::to_string_pretty(report)?)?;
     Ok(())
@@ -888,10 +932,7 @@ mod tests {
             let config = midway_proxy::parse_config(&text, "bench")
                 .unwrap_or_else(|e| panic!("{case:?}: {e}\n{text}"));
             assert_eq!(config.worker_threads, Some(1), "{case:?}");
-            assert_eq!(
-                config.socket_memory,
-                midway_proxy::sockmem::SocketMemorySetting::Off
-            );
+            assert_eq!(config.socket_memory, midway_proxy::SocketMemorySetting::Off);
             assert!(
                 config
                     .listeners

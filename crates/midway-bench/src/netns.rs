@@ -18,7 +18,7 @@ use midway_labnet::{
 
 /// Which of the three hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Host {
+pub(crate) enum Host {
     Client,
     Router,
     Server,
@@ -26,7 +26,7 @@ pub enum Host {
 
 impl Host {
     /// The host's name in the lab topology.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Host::Client => "client",
             Host::Router => "router",
@@ -38,28 +38,27 @@ impl Host {
 /// The addresses midway-labnet gives the topology below (link 1 client-router is 10.0.1.0/24,
 /// link 2 router-server 10.0.2.0/24, end a .1 and end b .2). Private to the namespaces; nothing
 /// leaves the machine. [`BenchNet::build`] checks them against the built topology.
-pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
-pub const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
-pub const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
-pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
-pub const CLIENT_PREFIX: &str = "10.0.1.0/24";
-pub const SERVER_PREFIX: &str = "10.0.2.0/24";
+pub(crate) const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+pub(crate) const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+pub(crate) const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
+pub(crate) const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+pub(crate) const CLIENT_PREFIX: &str = "10.0.1.0/24";
 
 /// SIGINT or SIGTERM stop every child and remove every namespace (midway-labnet's cleanup),
 /// then exit with 130.
-pub fn install_cleanup_on_signal() -> anyhow::Result<()> {
+pub(crate) fn install_cleanup_on_signal() -> anyhow::Result<()> {
     midway_labnet::install_cleanup_on_signal().context("cannot install the signal cleanup")
 }
 
 /// Client, router and server as a midway-labnet topology whose links are plain veth pairs (no
 /// emulator), removed on drop.
-pub struct BenchNet {
+pub(crate) struct BenchNet {
     topology: Topology,
     children: Vec<HostChild>,
 }
 
 /// A thread running inside one of the hosts; [`InHost::join`] gives its result.
-pub enum InHost<T> {
+pub(crate) enum InHost<T> {
     Running(JoinHandle<std::io::Result<anyhow::Result<T>>>),
     /// The namespace could not be entered; the closure never ran.
     Failed(std::io::Error),
@@ -67,7 +66,7 @@ pub enum InHost<T> {
 
 impl<T> InHost<T> {
     /// Waits for the thread; `Err` only if it panicked.
-    pub fn join(self) -> std::thread::Result<anyhow::Result<T>> {
+    pub(crate) fn join(self) -> std::thread::Result<anyhow::Result<T>> {
         match self {
             InHost::Running(handle) => handle.join().map(|entered| entered?),
             InHost::Failed(error) => Ok(Err(error.into())),
@@ -75,7 +74,7 @@ impl<T> InHost<T> {
     }
 
     /// Whether the thread has ended (a thread that never started has).
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         match self {
             InHost::Running(handle) => handle.is_finished(),
             InHost::Failed(_) => true,
@@ -84,7 +83,7 @@ impl<T> InHost<T> {
 }
 
 impl BenchNet {
-    pub fn build() -> anyhow::Result<BenchNet> {
+    pub(crate) fn build() -> anyhow::Result<BenchNet> {
         let host = |name: &str| HostSpec {
             name: name.into(),
             stack: StackProfile::Modern,
@@ -130,7 +129,7 @@ impl BenchNet {
 
     /// Caps the client namespace's send-buffer autotuning at `max` bytes (`tcp_wmem`, whose
     /// first two fields stay the kernel's defaults).
-    pub fn cap_client_send_buffers(&self, max: u32) -> anyhow::Result<()> {
+    pub(crate) fn cap_client_send_buffers(&self, max: u32) -> anyhow::Result<()> {
         let current = self.run(Host::Client, "sysctl", &["-n", "net.ipv4.tcp_wmem"])?;
         let fields: Vec<&str> = current.split_whitespace().collect();
         let [min, default, _] = fields[..] else {
@@ -149,14 +148,14 @@ impl BenchNet {
     /// may make only a congestion control in the host's `tcp_allowed_congestion_control` its
     /// default (on a fresh machine `reno bbr`), and widening that list would change the host.
     /// A route's `congctl` is the namespace's own and needs no such permission.
-    pub fn set_congestion_control(&self, host: Host, name: &str) -> anyhow::Result<()> {
+    pub(crate) fn set_congestion_control(&self, host: Host, name: &str) -> anyhow::Result<()> {
         self.add_route_metric(host, "congctl", name)
     }
 
     /// Gives the router's routes to both subnets the `quickack` metric, so every socket in the
     /// router that follows the main table (HAProxy's; midway's profiles use tables of their
     /// own) ACKs each segment at once instead of delaying ACKs.
-    pub fn router_quick_acks(&self) -> anyhow::Result<()> {
+    pub(crate) fn router_quick_acks(&self) -> anyhow::Result<()> {
         self.add_route_metric(Host::Router, "quickack", "1")
     }
 
@@ -176,7 +175,7 @@ impl BenchNet {
 
     /// The congestion control a new socket of this host starts with: the `congctl` of its
     /// routes when they all carry the same one, else the namespace's default.
-    pub fn congestion_control(&self, host: Host) -> anyhow::Result<String> {
+    pub(crate) fn congestion_control(&self, host: Host) -> anyhow::Result<String> {
         let routes = self.run(host, "ip", &["-o", "route", "show", "table", "main"])?;
         let per_route: Vec<Option<String>> = routes
             .lines()
@@ -193,12 +192,12 @@ impl BenchNet {
     }
 
     /// The interface of `host` that faces `neighbour`.
-    pub fn iface(&self, host: Host, neighbour: Host) -> &str {
+    pub(crate) fn iface(&self, host: Host, neighbour: Host) -> &str {
         self.topology.iface(host.name(), neighbour.name())
     }
 
     /// Runs a command inside a host and fails with its stderr when it fails.
-    pub fn run(&self, host: Host, program: &str, args: &[&str]) -> anyhow::Result<String> {
+    pub(crate) fn run(&self, host: Host, program: &str, args: &[&str]) -> anyhow::Result<String> {
         let output = self
             .command(host, program, args)
             .output()
@@ -214,7 +213,7 @@ impl BenchNet {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    pub fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
         let mut cmd = self.topology.command(host.name(), program);
         cmd.args(args);
         cmd
@@ -222,7 +221,7 @@ impl BenchNet {
 
     /// Starts a long-running program in a host; it is stopped when the network is dropped or when
     /// [`BenchNet::stop`] is called with its pid, and killed by the signal cleanup.
-    pub fn spawn(
+    pub(crate) fn spawn(
         &mut self,
         host: Host,
         program: &str,
@@ -246,7 +245,7 @@ impl BenchNet {
 
     /// SIGTERM, then SIGKILL to its process group if it has not exited within 3 s (a proxy gets
     /// the time to drain).
-    pub fn stop(&mut self, pid: u32) {
+    pub(crate) fn stop(&mut self, pid: u32) {
         if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
             let mut child = self.children.swap_remove(pos);
             let _ = nix::sys::signal::kill(
@@ -259,7 +258,7 @@ impl BenchNet {
     }
 
     /// Runs `f` on a thread that has entered the host's namespace.
-    pub fn in_host<T: Send + 'static>(
+    pub(crate) fn in_host<T: Send + 'static>(
         &self,
         host: Host,
         f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,

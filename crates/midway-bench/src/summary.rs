@@ -12,13 +12,16 @@ use crate::{Case, ThroughputRun};
 
 /// The median of `values` (the mean of the two middle values for an even count; non-finite
 /// values ignored): the lab report's definition, so bench and lab figures mean the same thing.
-pub use midway_report::stats::median;
+pub(crate) use midway_report::stats::median;
 
 /// Median, smallest and largest of a set of figures.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Spread {
+    /// Median of the figures (mean of the two middle ones for an even count).
     pub median: f64,
+    /// Smallest figure.
     pub min: f64,
+    /// Largest figure.
     pub max: f64,
 }
 
@@ -35,7 +38,7 @@ impl Spread {
 /// Sets each successful run's `ratio_to_direct` to its throughput over the throughput of the
 /// successful `direct` run with the same round and stream count. Runs without such a partner
 /// (direct failed or was not run in that round) keep `None`, as do failed runs.
-pub fn fill_ratios_within_rounds(runs: &mut [ThroughputRun]) {
+pub(crate) fn fill_ratios_within_rounds(runs: &mut [ThroughputRun]) {
     let direct: Vec<(u32, usize, f64)> = runs
         .iter()
         .filter(|r| r.case == Case::Direct.name() && r.error.is_none())
@@ -60,7 +63,9 @@ pub fn fill_ratios_within_rounds(runs: &mut [ThroughputRun]) {
 /// Figures of one (case, stream count) over all rounds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThroughputSummary {
+    /// Name of the case ([`Case::name`]).
     pub case: &'static str,
+    /// Parallel iperf3 streams.
     pub streams: usize,
     /// Runs that produced figures.
     pub rounds_ok: usize,
@@ -72,10 +77,13 @@ pub struct ThroughputSummary {
     pub ratio_to_direct_median: Option<f64>,
     /// How many rounds had a successful run of both this case and direct.
     pub ratio_rounds: usize,
+    /// Median over the successful runs of the proxy's CPU seconds per 10^9 bytes moved.
     pub proxy_cpu_seconds_per_gb_median: Option<f64>,
+    /// Median over the successful runs of the whole machine's busy CPU seconds per 10^9 bytes moved.
     pub machine_cpu_seconds_per_gb_median: Option<f64>,
     /// The highest peak of kernel TCP memory over the successful runs.
     pub peak_tcp_memory_bytes_max: Option<u64>,
+    /// The kernel's TCP memory pressure threshold (`tcp_mem[1]`), bytes; the largest over the successful runs.
     pub tcp_memory_pressure_bytes: Option<u64>,
     /// "round N: message" for each failed run.
     pub errors: Vec<String>,
@@ -83,7 +91,7 @@ pub struct ThroughputSummary {
 
 /// One summary per (case, stream count), in the order the pairs first appear in `runs`. Reads
 /// `ratio_to_direct` as set by [`fill_ratios_within_rounds`].
-pub fn summarize(runs: &[ThroughputRun]) -> Vec<ThroughputSummary> {
+pub(crate) fn summarize(runs: &[ThroughputRun]) -> Vec<ThroughputSummary> {
     let mut keys: Vec<(&'static str, usize)> = Vec::new();
     for run in runs {
         if !keys.contains(&(run.case, run.streams)) {

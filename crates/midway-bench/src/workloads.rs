@@ -15,7 +15,7 @@ use midway_sys::procfs::machine_tcp_memory_bytes;
 use crate::netns::{BenchNet, Host, InHost};
 
 /// Connect from the client host until `addr` accepts, or fail after `limit`.
-pub fn wait_until_accepting(
+pub(crate) fn wait_until_accepting(
     net: &BenchNet,
     addr: SocketAddr,
     limit: Duration,
@@ -51,12 +51,12 @@ fn listen_with_backlog(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// A server that writes one byte to every connection and closes it: the far end of the
 /// connection-rate test.
-pub struct CloseServer {
+pub(crate) struct CloseServer {
     stop: Arc<AtomicBool>,
     thread: InHost<()>,
 }
 
-pub fn start_close_server(net: &BenchNet, addr: SocketAddr) -> anyhow::Result<CloseServer> {
+pub(crate) fn start_close_server(net: &BenchNet, addr: SocketAddr) -> anyhow::Result<CloseServer> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -84,7 +84,7 @@ pub fn start_close_server(net: &BenchNet, addr: SocketAddr) -> anyhow::Result<Cl
 }
 
 impl CloseServer {
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
     }
@@ -92,7 +92,7 @@ impl CloseServer {
 
 /// Connections per second from the client host to `addr`: several threads each connect, read the
 /// server's byte until EOF, and close, for `duration`.
-pub fn connection_rate(
+pub(crate) fn connection_rate(
     net: &BenchNet,
     addr: SocketAddr,
     duration: Duration,
@@ -143,13 +143,13 @@ pub fn connection_rate(
 }
 
 /// Samples the machine's TCP memory in the background and keeps the peak.
-pub struct TcpMemorySampler {
+pub(crate) struct TcpMemorySampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<u64>,
 }
 
 impl TcpMemorySampler {
-    pub fn start(every: Duration) -> TcpMemorySampler {
+    pub(crate) fn start(every: Duration) -> TcpMemorySampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -166,14 +166,14 @@ impl TcpMemorySampler {
     }
 
     /// Peak machine TCP memory seen, in bytes.
-    pub fn stop(self) -> u64 {
+    pub(crate) fn stop(self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or(0)
     }
 }
 
 /// Total received bits per second and bytes from `iperf3 -J` output.
-pub fn parse_iperf_json(stdout: &[u8]) -> anyhow::Result<(f64, u64)> {
+pub(crate) fn parse_iperf_json(stdout: &[u8]) -> anyhow::Result<(f64, u64)> {
     let value: serde_json::Value =
         serde_json::from_slice(stdout).context("iperf3 printed no JSON")?;
     if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
@@ -194,7 +194,7 @@ pub fn parse_iperf_json(stdout: &[u8]) -> anyhow::Result<(f64, u64)> {
 }
 
 /// Idle split connections held open until dropped.
-pub struct IdleConnections {
+pub(crate) struct IdleConnections {
     release: Arc<AtomicBool>,
     threads: Vec<InHost<usize>>,
 }
@@ -210,7 +210,7 @@ impl Drop for IdleConnections {
 
 /// Opens `count` connections from the client host to `connect_to`, which leads (directly or through
 /// the proxy) to `server_addr`, and returns once the server holds all of them.
-pub fn hold_idle_connections(
+pub(crate) fn hold_idle_connections(
     net: &BenchNet,
     server_addr: SocketAddr,
     connect_to: SocketAddr,

@@ -6,6 +6,9 @@
 //! Ignored by default because it needs root, iperf3, HAProxy and the release build of
 //! `midway`; `scripts/test` runs it after the workspace tests have built that binary.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use midway_testkit::host::midway_binary;
 use std::process::Command;
 

@@ -17,11 +17,16 @@ use crate::profile::ProfileSpec;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// Proxy-wide settings (`[proxy]`); every key optional.
     pub proxy: FileProxy,
+    /// Prometheus endpoint (`[metrics]`); absent: no endpoint.
     pub metrics: Option<FileMetrics>,
+    /// Where spool-mode relays keep their files (`[spool]`); absent: defaults.
     pub spool: Option<FileSpool>,
+    /// TCP profiles by name (`[profiles.NAME]`), added to the presets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub profiles: BTreeMap<String, ProfileSpec>,
+    /// Listeners (`[[listeners]]`), in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<FileListener>,
 }
@@ -31,23 +36,35 @@ pub struct FileConfig {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileProxy {
+    /// Client prefixes (CIDR text, e.g. `"10.1.0.0/16"`) allowed to use the proxy.
     pub allowed_clients: Option<Vec<String>>,
+    /// Prefixes (CIDR text) SOCKS5 and HTTP listeners refuse to connect to; absent: the default list.
     pub denied_destinations: Option<Vec<String>>,
+    /// Split connections served at once, all listeners together.
     pub max_connections: Option<usize>,
+    /// Split connections one client address may hold at once.
     pub max_connections_per_client: Option<usize>,
+    /// Time allowed to establish a remote segment (humantime text, e.g. `"10s"`).
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    /// A split connection with no byte in either direction for this long is closed (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub idle_timeout: Option<Duration>,
+    /// After shutdown is requested, connections may finish for this long (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub shutdown_grace: Option<Duration>,
+    /// Time a SOCKS5 client has to complete its handshake (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub handshake_timeout: Option<Duration>,
+    /// Splice pipe pairs held at once (each costs two file descriptors).
     pub max_pipes: Option<usize>,
+    /// Threads of the proxy's async runtime; absent: one per CPU.
     pub worker_threads: Option<usize>,
     /// Socket memory guard: "auto", "off", or a budget in bytes (see midway-proxy's `sockmem`).
     pub socket_memory: Option<FileSocketMemory>,
+    /// First routing table number used for profiles that need route-metric knobs.
     pub route_knobs_table_base: Option<u32>,
+    /// First fwmark used for profiles that need route-metric knobs.
     pub route_knobs_mark_base: Option<u32>,
 }
 
@@ -55,7 +72,9 @@ pub struct FileProxy {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum FileSocketMemory {
+    /// A keyword: `"auto"` (budget from the kernel's TCP memory limits) or `"off"`.
     Keyword(String),
+    /// A budget in bytes.
     Bytes(u64),
 }
 
@@ -63,6 +82,7 @@ pub enum FileSocketMemory {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileMetrics {
+    /// Address the `/metrics` HTTP endpoint listens on.
     pub listen: SocketAddr,
 }
 
@@ -71,7 +91,9 @@ pub struct FileMetrics {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSpool {
+    /// Directory of the spool files.
     pub dir: Option<PathBuf>,
+    /// Disk all spool files together may use, bytes.
     pub max_total_bytes: Option<u64>,
 }
 
@@ -79,8 +101,11 @@ pub struct FileSpool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeName {
+    /// Every connection goes to one configured `target`.
     Forward,
+    /// SOCKS5 (RFC 1928) CONNECT: each client names its target.
     Socks5,
+    /// nftables TPROXY interception: the original destination is the target.
     Transparent,
     /// Explicit HTTP proxy (`curl -x`, browsers' proxy setting), CONNECT included.
     Http,
@@ -100,7 +125,9 @@ pub enum ApplicationName {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RelayName {
+    /// Buffer-and-forward: at most `buffer_bytes` held per direction, so a slow reader pushes back on the sender.
     Buffer,
+    /// Store-and-forward: server-to-client bytes go to memory and then a spool file, so the remote segment never waits for the local one.
     Spool,
 }
 
@@ -108,7 +135,9 @@ pub enum RelayName {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthName {
+    /// No authentication.
     None,
+    /// RFC 1929 username/password, checked against `users`.
     Password,
 }
 
@@ -117,25 +146,42 @@ pub enum AuthName {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileListener {
+    /// Unique listener name, used in logs and as the `listener` metric label.
     pub name: Option<String>,
+    /// How connections reach the listener.
     pub mode: Option<ModeName>,
+    /// Address to listen on (`"ip:port"`; port 0: any free port).
     pub listen: Option<String>,
+    /// Forward listeners: where every connection goes (`"ip:port"` or `"host:port"`).
     pub target: Option<String>,
+    /// Byte relay of split connections.
     pub relay: Option<RelayName>,
+    /// Cap on bytes held per direction (user-space buffer, or pipe size when splicing), bytes; at least 4096.
     pub buffer_bytes: Option<usize>,
+    /// Buffer relay only: move bytes with `splice(2)` through pooled pipes when one is free.
     pub splice: Option<bool>,
+    /// Spool relay only: server-to-client bytes kept in memory before going to the spool file.
     pub spool_memory_bytes: Option<usize>,
+    /// Spool relay only: per-connection cap on bytes in the spool file.
     pub spool_max_bytes: Option<u64>,
+    /// Profile name of the local segment (proxy to client).
     pub local_profile: Option<String>,
+    /// Profile name of the remote segment (proxy to target).
     pub remote_profile: Option<String>,
+    /// Profile overrides per client prefix.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_profiles: Vec<FileClientProfile>,
+    /// SOCKS5 listeners: how clients authenticate.
     pub auth: Option<AuthName>,
+    /// SOCKS5 listeners with `auth = "password"`: the accepted users.
     pub users: Option<Vec<FileUser>>,
+    /// Transparent listeners: connect the remote segment from the client's own address.
     pub spoof_client_address: Option<bool>,
+    /// Transparent listeners: the interception rules and policy routing.
     pub nftables: Option<FileNftables>,
     /// Transparent listeners only: `"tcp"` (default) or `"http"`.
     pub application: Option<ApplicationName>,
+    /// HTTP engine settings of listeners that speak HTTP.
     pub http: Option<FileHttp>,
 }
 
@@ -146,32 +192,51 @@ pub struct FileListener {
 #[serde(deny_unknown_fields)]
 pub struct FileHttp {
     // Client side.
+    /// Largest request head accepted from a client, bytes; bigger heads get 431 and a close.
     pub max_header_bytes: Option<usize>,
+    /// Requests of one client connection in flight (read but not yet answered) at once.
     pub max_pipelined: Option<usize>,
+    /// Sustained requests per second per client connection (token-bucket rate).
     pub requests_per_second: Option<f64>,
+    /// Requests a client connection may make in a burst above the rate (token-bucket depth).
     pub request_burst: Option<u32>,
+    /// A client connection with no request and nothing in flight is closed after this long (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub client_idle_timeout: Option<Duration>,
+    /// A started request head must be complete within this time (slow-loris guard; humantime text).
     #[serde(default, with = "humantime_serde")]
     pub head_read_timeout: Option<Duration>,
     // Upstream side.
+    /// Idle upstream connections kept per origin (`host:port`) for reuse.
     pub upstream_max_idle: Option<usize>,
+    /// How long an idle upstream connection is kept for reuse (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub upstream_idle_keep: Option<Duration>,
+    /// How long to wait for an origin's response head (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub upstream_response_timeout: Option<Duration>,
+    /// Whether upstream connections use TCP keepalive probes.
     pub upstream_keepalive: Option<bool>,
+    /// Upstream keepalive: idle time before the first probe (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub keepalive_idle: Option<Duration>,
+    /// Upstream keepalive: time between unanswered probes (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub keepalive_interval: Option<Duration>,
+    /// Upstream keepalive: unanswered probes after which the connection is dropped.
     pub keepalive_retries: Option<u32>,
     // Cache.
+    /// Whether responses are cached.
     pub cache: Option<bool>,
+    /// Capacity of the cache's memory store, bytes of response bodies.
     pub cache_memory_bytes: Option<u64>,
+    /// Largest response the cache stores, bytes.
     pub cache_max_object_bytes: Option<u64>,
+    /// Directory of the disk store, where objects evicted from memory spill; absent: memory only.
     pub cache_disk_dir: Option<PathBuf>,
+    /// Capacity of the disk store, bytes.
     pub cache_disk_bytes: Option<u64>,
+    /// Pseudonym put in `Via` headers (`Via: 1.1 <via_name>`).
     pub via_name: Option<String>,
 }
 
@@ -180,8 +245,11 @@ pub struct FileHttp {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileClientProfile {
+    /// Clients this override applies to (CIDR text, e.g. `"10.1.2.0/24"`).
     pub prefix: String,
+    /// Profile name of the local segment for these clients; absent: the listener's.
     pub local_profile: Option<String>,
+    /// Profile name of the remote segment for these clients; absent: the listener's.
     pub remote_profile: Option<String>,
 }
 
@@ -189,7 +257,9 @@ pub struct FileClientProfile {
 #[derive(Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileUser {
+    /// User name the client sends.
     pub name: String,
+    /// Password the client must send with the name.
     pub password: String,
 }
 
@@ -207,12 +277,18 @@ impl fmt::Debug for FileUser {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileNftables {
+    /// Install the rules at start and remove them at stop; otherwise only print them.
     pub manage: Option<bool>,
+    /// Name of the nftables table.
     pub table: Option<String>,
+    /// Interfaces whose incoming traffic is intercepted; empty: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<String>,
+    /// Destination ports intercepted; empty: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// fwmark that routes intercepted packets to local delivery.
     pub mark: Option<u32>,
+    /// Routing table holding `local default dev lo` for `mark`.
     pub route_table: Option<u32>,
 }

@@ -82,7 +82,9 @@ fn deserialize_bits_per_second<'de, D: Deserializer<'de>>(
 /// A buffer size: fixed bytes, or derived from the access device with the hfc-tuning rule.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BufferSize {
+    /// A fixed size in bytes, set with `SO_SNDBUF`/`SO_RCVBUF`.
     Bytes(u32),
+    /// Derived from the access device with the hfc-tuning rule (`midway_tcp::bufrule`).
     Auto(AutoBuffer),
 }
 
@@ -140,8 +142,11 @@ impl Serialize for BufferSize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Keepalive {
+    /// Idle time before the first probe, seconds (`TCP_KEEPIDLE`).
     pub idle_s: u32,
+    /// Time between unanswered probes, seconds (`TCP_KEEPINTVL`).
     pub interval_s: u32,
+    /// Unanswered probes after which the connection is dropped (`TCP_KEEPCNT`).
     pub count: u32,
 }
 

@@ -11,25 +11,25 @@ use ipnet::IpNet;
 
 /// Allowed client prefixes. An empty list allows nobody (config validation refuses it anyway).
 #[derive(Debug, Clone)]
-pub struct AccessList {
+pub(crate) struct AccessList {
     prefixes: Vec<IpNet>,
 }
 
 impl AccessList {
-    pub fn new(prefixes: Vec<IpNet>) -> AccessList {
+    pub(crate) fn new(prefixes: Vec<IpNet>) -> AccessList {
         AccessList { prefixes }
     }
 
     /// True when `client` is inside an allowed prefix. IPv4-mapped IPv6 addresses
     /// (`::ffff:a.b.c.d`, seen on dual-stack sockets) are matched as the IPv4 address.
-    pub fn allows(&self, client: IpAddr) -> bool {
+    pub(crate) fn allows(&self, client: IpAddr) -> bool {
         let client = canonical(client);
         self.prefixes.iter().any(|p| p.contains(&client))
     }
 }
 
 /// `::ffff:a.b.c.d` -> `a.b.c.d`; anything else unchanged.
-pub fn canonical(addr: IpAddr) -> IpAddr {
+pub(crate) fn canonical(addr: IpAddr) -> IpAddr {
     match addr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
         v4 => v4,
@@ -38,20 +38,20 @@ pub fn canonical(addr: IpAddr) -> IpAddr {
 
 /// Counts connections per client address and hands out permits up to a cap.
 #[derive(Debug)]
-pub struct ClientLimits {
+pub(crate) struct ClientLimits {
     per_client: usize,
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// Held for the life of one connection; returns its slot on drop.
 #[derive(Debug)]
-pub struct ClientPermit {
+pub(crate) struct ClientPermit {
     limits: Arc<ClientLimits>,
     client: IpAddr,
 }
 
 impl ClientLimits {
-    pub fn new(per_client: usize) -> Arc<ClientLimits> {
+    pub(crate) fn new(per_client: usize) -> Arc<ClientLimits> {
         Arc::new(ClientLimits {
             per_client,
             counts: Mutex::new(HashMap::new()),
@@ -59,7 +59,7 @@ impl ClientLimits {
     }
 
     /// A permit, or `None` when `client` already holds `per_client` connections.
-    pub fn try_acquire(self: &Arc<Self>, client: IpAddr) -> Option<ClientPermit> {
+    pub(crate) fn try_acquire(self: &Arc<Self>, client: IpAddr) -> Option<ClientPermit> {
         let client = canonical(client);
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(client).or_insert(0);
@@ -74,13 +74,15 @@ impl ClientLimits {
     }
 
     /// Connections `client` holds now.
-    pub fn count(&self, client: IpAddr) -> usize {
+    #[cfg(test)]
+    pub(crate) fn count(&self, client: IpAddr) -> usize {
         let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         counts.get(&canonical(client)).copied().unwrap_or(0)
     }
 
     /// Distinct clients holding a connection (the map never keeps zero entries).
-    pub fn clients(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn clients(&self) -> usize {
         self.counts.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }

@@ -1,11 +1,15 @@
 //! midway-proxy: the split-connection TCP proxy.
 //!
 //! - [`config`]: TOML in stages -> [`config::RuntimeConfig`] ([`load_config`], [`parse_config`]).
-//! - [`access`]: access control by client prefix, per-client limits.
-//! - [`socks5`]: SOCKS5 parser (pure) and handshake.
-//! - [`nft`]: nftables TPROXY rules and policy routing for transparent listeners.
-//! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
-//! - [`server`]: [`Proxy::bind`] / [`Proxy::run`]: listeners, accept loops, connections, shutdown.
+//!   Public as a module: the binary and the lab name its types by that path.
+//! - `access` (private): access control by client prefix, per-client limits.
+//! - `socks5` (private): SOCKS5 parser (pure) and handshake.
+//! - `nft` (private): nftables TPROXY rules and policy routing for transparent listeners
+//!   ([`nft_ruleset`] prints them).
+//! - `metrics` (private): Prometheus metrics and the `/metrics` endpoint.
+//! - `sockmem` (private): the socket memory guard ([`SocketMemorySetting`]).
+//! - `server` (private): [`Proxy::bind`] / [`Proxy::run`]: listeners, accept loops, connections,
+//!   shutdown.
 //!
 //! Each split connection: accept (local segment, local profile) -> access list and limits ->
 //! intercept (forward target / SOCKS5 request / original destination) -> connect (remote
@@ -39,14 +43,15 @@
 //! # Ok(()) }
 //! ```
 
-pub mod access;
+mod access;
 pub mod config;
-pub mod metrics;
-pub mod nft;
-pub mod server;
-pub mod sockmem;
-pub mod socks5;
+mod metrics;
+mod nft;
+mod server;
+mod sockmem;
+mod socks5;
 
 pub use config::{load_config, parse_config};
 pub use nft::nft_ruleset;
 pub use server::{check_kernel_support, Proxy, ProxyError, ShutdownSummary};
+pub use sockmem::SocketMemorySetting;

@@ -20,24 +20,24 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabels {
+pub(crate) struct ListenerLabels {
     pub listener: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RefusedLabels {
+pub(crate) struct RefusedLabels {
     pub listener: String,
     pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DirectionLabels {
+pub(crate) struct DirectionLabels {
     pub listener: String,
     pub direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SegmentLabels {
+pub(crate) struct SegmentLabels {
     pub listener: String,
     pub segment: &'static str,
 }
@@ -56,7 +56,7 @@ type HistogramFamily = Family<SegmentLabels, Histogram, fn() -> Histogram>;
 
 /// Every metric midway-proxy exports. Cloning shares the underlying values.
 #[derive(Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub accepted: Family<ListenerLabels, Counter>,
     pub refused: Family<RefusedLabels, Counter>,
     pub active: Family<ListenerLabels, Gauge>,
@@ -95,7 +95,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Registers every metric (names without the `_total` suffix prometheus-client adds).
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "midway_connections_accepted",
             "Client connections accepted and allowed",
@@ -165,7 +165,7 @@ impl Metrics {
 
     /// Creates a listener's series at zero, so a scrape before its first connection already
     /// shows them (refused reasons and segments appear when first used).
-    pub fn init_listener(&self, name: &str) {
+    pub(crate) fn init_listener(&self, name: &str) {
         let labels = Metrics::listener(name);
         drop(self.accepted.get_or_create(&labels));
         drop(self.active.get_or_create(&labels));
@@ -185,14 +185,14 @@ impl Metrics {
         }
     }
 
-    pub fn listener(name: &str) -> ListenerLabels {
+    pub(crate) fn listener(name: &str) -> ListenerLabels {
         ListenerLabels {
             listener: name.to_string(),
         }
     }
 
     /// Counts a connection closed before relaying.
-    pub fn refuse(&self, listener: &str, reason: &str) {
+    pub(crate) fn refuse(&self, listener: &str, reason: &str) {
         self.refused
             .get_or_create(&RefusedLabels {
                 listener: listener.to_string(),
@@ -203,7 +203,7 @@ impl Metrics {
 }
 
 /// Encodes a registry in the Prometheus text format.
-pub fn encode(registry: &Registry) -> String {
+pub(crate) fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
@@ -211,7 +211,7 @@ pub fn encode(registry: &Registry) -> String {
 }
 
 /// Serves `GET /metrics` until `shutdown`. `before_scrape` refreshes sampled gauges.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     before_scrape: Arc<dyn Fn() + Send + Sync>,

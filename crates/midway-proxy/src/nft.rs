@@ -35,7 +35,7 @@ use crate::config::{Intercept, NftConfig, RuntimeConfig};
 
 /// One `ip` command pair: the arguments after `ip`, for add and for delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteCommand {
+pub(crate) struct RouteCommand {
     pub add: Vec<String>,
     pub delete: Vec<String>,
 }
@@ -51,7 +51,7 @@ impl RouteCommand {
 
 /// What transparent interception installs: nft scripts per table and policy routing commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InterceptPlan {
+pub(crate) struct InterceptPlan {
     /// (table name, `nft -f` script creating it from scratch, managed?)
     pub tables: Vec<(String, String, bool)>,
     /// Policy routing commands, per (mark, route table) and address family.
@@ -82,7 +82,7 @@ fn set_of<T: ToString>(items: &[T], quote: bool) -> String {
 }
 
 /// Builds the plan for every transparent listener (managed and not).
-pub fn plan(config: &RuntimeConfig) -> InterceptPlan {
+pub(crate) fn plan(config: &RuntimeConfig) -> InterceptPlan {
     // table -> (managed, marks, rule lines)
     let mut tables: BTreeMap<&str, (bool, BTreeSet<u32>, Vec<String>)> = BTreeMap::new();
     let mut routes: BTreeMap<(u32, u32), (bool, bool, bool)> = BTreeMap::new();
@@ -258,14 +258,14 @@ fn run(program: &'static str, args: &[String], stdin: Option<&str>) -> Result<()
 
 /// What midway installed and must remove at stop.
 #[derive(Debug, Default)]
-pub struct Installed {
+pub(crate) struct Installed {
     tables: Vec<String>,
     routes: Vec<RouteCommand>,
 }
 
 impl Installed {
     /// Installs the managed parts of `plan`. On error, removes what it already added.
-    pub fn install(plan: &InterceptPlan) -> Result<Installed, NftError> {
+    pub(crate) fn install(plan: &InterceptPlan) -> Result<Installed, NftError> {
         let mut installed = Installed::default();
         for (name, script, manage) in &plan.tables {
             if !manage {
@@ -296,12 +296,12 @@ impl Installed {
         Ok(installed)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty() && self.routes.is_empty()
     }
 
     /// Removes what was installed; failures are logged (this runs during shutdown).
-    pub fn remove(&mut self) {
+    pub(crate) fn remove(&mut self) {
         for cmd in self.routes.drain(..).rev() {
             if let Err(err) = run("ip", &cmd.delete, None) {
                 tracing::warn!(error = %err, "could not remove policy routing");

@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 /// Smallest cap the guard sets on a buffer (kernel-visible bytes, as `getsockopt` reports them).
 /// Below this a connection cannot keep even a LAN's bandwidth-delay product in flight; the
 /// connection limits are the tool for a gateway that needs less per connection.
-pub const MIN_CAP_BYTES: u32 = 64 * 1024;
+pub(crate) const MIN_CAP_BYTES: u32 = 64 * 1024;
 
 /// How the guard is configured (`[proxy] socket_memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,19 +57,19 @@ pub enum SocketMemorySetting {
     Budget(u64),
 }
 
-pub use midway_sys::procfs::{machine_tcp_memory_bytes, KernelMemoryLimits};
+pub(crate) use midway_sys::procfs::{machine_tcp_memory_bytes, KernelMemoryLimits};
 
 /// Caps on one socket's buffers, in kernel-visible bytes (what `getsockopt(SO_RCVBUF)` reports;
 /// `setsockopt` is given half, the kernel doubles it for bookkeeping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BufferCaps {
+pub(crate) struct BufferCaps {
     pub recv: u32,
     pub send: u32,
 }
 
 /// The guard's thresholds, in bytes of machine-wide TCP memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GuardSettings {
+pub(crate) struct GuardSettings {
     /// Caps go on at this much machine TCP memory, and the proxied connections share it.
     pub budget_bytes: u64,
     /// Near this (90 %) the cap is halved at every sample until memory falls.
@@ -80,7 +80,10 @@ pub struct GuardSettings {
 
 impl GuardSettings {
     /// The guard for `setting` on a kernel with `limits`; `None` for [`SocketMemorySetting::Off`].
-    pub fn new(setting: SocketMemorySetting, limits: KernelMemoryLimits) -> Option<GuardSettings> {
+    pub(crate) fn new(
+        setting: SocketMemorySetting,
+        limits: KernelMemoryLimits,
+    ) -> Option<GuardSettings> {
         let budget_bytes = match setting {
             SocketMemorySetting::Off => return None,
             SocketMemorySetting::Auto => limits.pressure_bytes / 2,
@@ -97,14 +100,14 @@ impl GuardSettings {
 
 /// Decides the buffer caps from samples of machine TCP memory and live proxied connections.
 #[derive(Debug, Clone)]
-pub struct Guard {
+pub(crate) struct Guard {
     settings: GuardSettings,
     /// Per-buffer cap in force (before clamping to the autotuning maxima); `None` = not engaged.
     tier: Option<u32>,
 }
 
 impl Guard {
-    pub fn new(settings: GuardSettings) -> Guard {
+    pub(crate) fn new(settings: GuardSettings) -> Guard {
         Guard {
             settings,
             tier: None,
@@ -112,7 +115,7 @@ impl Guard {
     }
 
     /// The caps in force.
-    pub fn caps(&self) -> Option<BufferCaps> {
+    pub(crate) fn caps(&self) -> Option<BufferCaps> {
         self.tier.map(|tier| self.caps_of(tier))
     }
 
@@ -136,7 +139,11 @@ impl Guard {
     }
 
     /// Takes one sample; returns the new caps when they change (`Some(None)`: caps lifted).
-    pub fn observe(&mut self, machine_tcp_bytes: u64, live: usize) -> Option<Option<BufferCaps>> {
+    pub(crate) fn observe(
+        &mut self,
+        machine_tcp_bytes: u64,
+        live: usize,
+    ) -> Option<Option<BufferCaps>> {
         let s = self.settings;
         let before = self.caps();
         let next = match self.tier {
@@ -172,12 +179,12 @@ impl Guard {
 /// How often the guard samples the machine's TCP memory while connections are relayed. Memory
 /// can grow by a GiB within a second at 10 Gbit/s, so the guard must act within a fraction of it;
 /// one small /proc read per 100 ms costs nothing measurable.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The guard at run time: the count of live proxied connections and the caps in force, shared
 /// by the sampling thread ([`SocketMemory::spawn_sampler`]) and the connections.
 #[derive(Debug)]
-pub struct SocketMemory {
+pub(crate) struct SocketMemory {
     settings: GuardSettings,
     live: AtomicUsize,
     caps: watch::Sender<Option<BufferCaps>>,
@@ -185,7 +192,7 @@ pub struct SocketMemory {
 
 /// Counts one proxied connection (relayed, or an HTTP listener's client) while it lives.
 #[derive(Debug)]
-pub struct LiveConnection(Arc<SocketMemory>);
+pub(crate) struct LiveConnection(Arc<SocketMemory>);
 
 impl Drop for LiveConnection {
     fn drop(&mut self) {
@@ -194,7 +201,7 @@ impl Drop for LiveConnection {
 }
 
 impl SocketMemory {
-    pub fn new(settings: GuardSettings) -> Arc<SocketMemory> {
+    pub(crate) fn new(settings: GuardSettings) -> Arc<SocketMemory> {
         Arc::new(SocketMemory {
             settings,
             live: AtomicUsize::new(0),
@@ -202,28 +209,24 @@ impl SocketMemory {
         })
     }
 
-    pub fn settings(&self) -> GuardSettings {
-        self.settings
-    }
-
     /// Counts a connection until the returned value is dropped.
-    pub fn register(self: &Arc<Self>) -> LiveConnection {
+    pub(crate) fn register(self: &Arc<Self>) -> LiveConnection {
         self.live.fetch_add(1, Ordering::Relaxed);
         LiveConnection(self.clone())
     }
 
     /// The caps in force now.
-    pub fn caps(&self) -> Option<BufferCaps> {
+    pub(crate) fn caps(&self) -> Option<BufferCaps> {
         *self.caps.borrow()
     }
 
     /// The caps in force now and every later change.
-    pub fn subscribe(&self) -> watch::Receiver<Option<BufferCaps>> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<BufferCaps>> {
         self.caps.subscribe()
     }
 
     /// The buffers a capped socket goes back to when the caps are lifted.
-    pub fn autotune_max(&self) -> BufferCaps {
+    pub(crate) fn autotune_max(&self) -> BufferCaps {
         BufferCaps {
             recv: self.settings.autotune_max_recv,
             send: self.settings.autotune_max_send,
@@ -236,7 +239,7 @@ impl SocketMemory {
     /// A thread of its own, not a task: the guard matters exactly when the proxy is saturated,
     /// and then a task waits behind a thousand busy relays (measured: a task sampler first
     /// acted at 1741 MiB, past the pressure threshold, where the thread acts at the budget).
-    pub fn spawn_sampler(
+    pub(crate) fn spawn_sampler(
         self: Arc<Self>,
         on_change: impl Fn(Option<BufferCaps>, u64, usize) + Send + 'static,
         cancel: CancellationToken,
@@ -279,7 +282,7 @@ impl SocketMemory {
 
 /// Which buffers of one socket the guard may touch: those its profile leaves to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Adjustable {
+pub(crate) struct Adjustable {
     pub recv: bool,
     pub send: bool,
 }
@@ -287,14 +290,14 @@ pub struct Adjustable {
 /// Per-connection side of the guard: applies cap changes to one socket and remembers whether it
 /// ever capped it (then lifting the caps means setting the autotuning maxima).
 #[derive(Debug, Clone, Copy)]
-pub struct SocketCapper {
+pub(crate) struct SocketCapper {
     adjustable: Adjustable,
     capped: bool,
     autotune_max: BufferCaps,
 }
 
 impl SocketCapper {
-    pub fn new(adjustable: Adjustable, autotune_max: BufferCaps) -> SocketCapper {
+    pub(crate) fn new(adjustable: Adjustable, autotune_max: BufferCaps) -> SocketCapper {
         SocketCapper {
             adjustable,
             capped: false,
@@ -303,7 +306,7 @@ impl SocketCapper {
     }
 
     /// Applies `caps` (or lifts them) on `fd`. Errors leave the socket as it was; the caller logs.
-    pub fn apply(&mut self, fd: BorrowedFd<'_>, caps: Option<BufferCaps>) -> io::Result<()> {
+    pub(crate) fn apply(&mut self, fd: BorrowedFd<'_>, caps: Option<BufferCaps>) -> io::Result<()> {
         let target = match caps {
             Some(caps) => caps,
             None if self.capped => self.autotune_max,

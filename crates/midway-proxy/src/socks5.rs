@@ -16,11 +16,11 @@ use crate::config::{Socks5Auth, TargetAddr};
 const VERSION: u8 = 0x05;
 const AUTH_VERSION: u8 = 0x01;
 /// Method: no authentication required.
-pub const METHOD_NONE: u8 = 0x00;
+pub(crate) const METHOD_NONE: u8 = 0x00;
 /// Method: username/password (RFC 1929).
-pub const METHOD_PASSWORD: u8 = 0x02;
+pub(crate) const METHOD_PASSWORD: u8 = 0x02;
 /// Method reply: no acceptable methods.
-pub const METHOD_NO_ACCEPTABLE: u8 = 0xff;
+pub(crate) const METHOD_NO_ACCEPTABLE: u8 = 0xff;
 const CMD_CONNECT: u8 = 0x01;
 const ATYP_IPV4: u8 = 0x01;
 const ATYP_DOMAIN: u8 = 0x03;
@@ -29,7 +29,7 @@ const ATYP_IPV6: u8 = 0x04;
 /// Reply codes (RFC 1928 section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum ReplyCode {
+pub(crate) enum ReplyCode {
     Succeeded = 0x00,
     GeneralFailure = 0x01,
     NotAllowed = 0x02,
@@ -43,7 +43,7 @@ pub enum ReplyCode {
 
 impl ReplyCode {
     /// The reply for a failed connect to the target.
-    pub fn for_connect_error(err: &std::io::Error) -> ReplyCode {
+    pub(crate) fn for_connect_error(err: &std::io::Error) -> ReplyCode {
         match err.raw_os_error() {
             Some(libc::ECONNREFUSED) => ReplyCode::ConnectionRefused,
             Some(libc::ENETUNREACH) => ReplyCode::NetworkUnreachable,
@@ -57,14 +57,14 @@ impl ReplyCode {
 
 /// Result of a parser: a message with the bytes it used, or the total length it needs.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Parsed<T> {
+pub(crate) enum Parsed<T> {
     Complete(T, usize),
     NeedBytes(usize),
 }
 
 /// A protocol violation; `reply` is the reply the protocol allows before closing, if any.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProtocolError {
+pub(crate) enum ProtocolError {
     #[error("not SOCKS version 5 (first byte {0:#04x})")]
     BadVersion(u8),
     #[error("greeting offers no authentication method")]
@@ -85,7 +85,7 @@ pub enum ProtocolError {
 
 impl ProtocolError {
     /// Reply code to send before closing, when a request reply is allowed at this point.
-    pub fn request_reply(&self) -> Option<ReplyCode> {
+    pub(crate) fn request_reply(&self) -> Option<ReplyCode> {
         match self {
             ProtocolError::UnsupportedCommand(_) => Some(ReplyCode::CommandNotSupported),
             ProtocolError::UnsupportedAddressType(_) => Some(ReplyCode::AddressTypeNotSupported),
@@ -99,13 +99,13 @@ impl ProtocolError {
 
 /// Client greeting: the methods offered.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Greeting {
+pub(crate) struct Greeting {
     pub methods: Vec<u8>,
 }
 
 /// RFC 1929 credentials.
 #[derive(PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub username: Vec<u8>,
     pub password: Vec<u8>,
 }
@@ -120,7 +120,7 @@ impl std::fmt::Debug for Credentials {
 }
 
 /// `VER NMETHODS METHODS...`
-pub fn parse_greeting(buf: &[u8]) -> Result<Parsed<Greeting>, ProtocolError> {
+pub(crate) fn parse_greeting(buf: &[u8]) -> Result<Parsed<Greeting>, ProtocolError> {
     if buf.len() < 2 {
         return Ok(Parsed::NeedBytes(2));
     }
@@ -143,7 +143,7 @@ pub fn parse_greeting(buf: &[u8]) -> Result<Parsed<Greeting>, ProtocolError> {
 }
 
 /// `VER ULEN UNAME PLEN PASSWD` (RFC 1929).
-pub fn parse_password_auth(buf: &[u8]) -> Result<Parsed<Credentials>, ProtocolError> {
+pub(crate) fn parse_password_auth(buf: &[u8]) -> Result<Parsed<Credentials>, ProtocolError> {
     if buf.len() < 2 {
         return Ok(Parsed::NeedBytes(2));
     }
@@ -172,7 +172,7 @@ pub fn parse_password_auth(buf: &[u8]) -> Result<Parsed<Credentials>, ProtocolEr
 }
 
 /// `VER CMD RSV ATYP DST.ADDR DST.PORT`; only CONNECT is accepted.
-pub fn parse_request(buf: &[u8]) -> Result<Parsed<TargetAddr>, ProtocolError> {
+pub(crate) fn parse_request(buf: &[u8]) -> Result<Parsed<TargetAddr>, ProtocolError> {
     if buf.len() < 5 {
         return Ok(Parsed::NeedBytes(5));
     }
@@ -224,7 +224,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Parsed<TargetAddr>, ProtocolError> {
 }
 
 /// `VER REP RSV ATYP BND.ADDR BND.PORT`
-pub fn encode_reply(code: ReplyCode, bound: SocketAddr) -> Vec<u8> {
+pub(crate) fn encode_reply(code: ReplyCode, bound: SocketAddr) -> Vec<u8> {
     let mut out = Vec::with_capacity(22);
     out.extend_from_slice(&[VERSION, code as u8, 0]);
     match bound.ip() {
@@ -251,7 +251,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// Why a SOCKS5 handshake failed.
 #[derive(Debug, thiserror::Error)]
-pub enum HandshakeError {
+pub(crate) enum HandshakeError {
     #[error("client I/O during the SOCKS5 handshake")]
     Io(#[from] std::io::Error),
     #[error("SOCKS5 protocol violation")]
@@ -264,7 +264,7 @@ pub enum HandshakeError {
 
 impl HandshakeError {
     /// Short label for the refused-connections metric.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             HandshakeError::Io(_) => "socks5_io",
             HandshakeError::Protocol(_) => "socks5_protocol",
@@ -297,7 +297,7 @@ async fn read_message<T>(
 
 /// Runs greeting, authentication and request; returns the requested target. The caller
 /// connects and then calls [`send_reply`]. Protocol errors are answered where RFC 1928 allows.
-pub async fn handshake(
+pub(crate) async fn handshake(
     stream: &mut TcpStream,
     auth: &Socks5Auth,
 ) -> Result<TargetAddr, HandshakeError> {
@@ -345,7 +345,7 @@ pub async fn handshake(
 }
 
 /// Sends the request reply; `bound` is the remote segment's local address on success.
-pub async fn send_reply(
+pub(crate) async fn send_reply(
     stream: &mut TcpStream,
     code: ReplyCode,
     bound: Option<SocketAddr>,

@@ -1,5 +1,8 @@
 //! Every shipped example loads; every bad fixture fails with its expected message.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use midway_testkit::host::repo_root;

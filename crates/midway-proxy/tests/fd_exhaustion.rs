@@ -4,6 +4,9 @@
 //!
 //! A test binary of its own: it lowers RLIMIT_NOFILE for the whole process.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::fs::File;
 use std::time::Duration;
 

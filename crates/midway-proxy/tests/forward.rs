@@ -1,6 +1,9 @@
 //! Forward mode on loopback: both relay models, many small transfers, access control, limits,
 //! unreachable targets, graceful shutdown and the metrics endpoint.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

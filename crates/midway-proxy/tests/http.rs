@@ -3,6 +3,9 @@
 //! `allowed_clients` is refused before any HTTP, CONNECT tunnels work, and origins in
 //! `denied_destinations` get 403 for GET and CONNECT alike.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::process::Output;
 

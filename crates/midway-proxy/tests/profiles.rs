@@ -2,6 +2,9 @@
 //! the outgoing one, a client-prefix override only its clients. Read back with `ss -ti`
 //! (congestion control is the knob `ss` prints for every socket).
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 

@@ -7,11 +7,14 @@
 //! read. Kept in its own test binary so no other test's sockets run at the same time, and the
 //! tests here take turns ([`MACHINE_MEMORY`]).
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::os::fd::{BorrowedFd, RawFd};
 
-use midway_proxy::sockmem::{machine_tcp_memory_bytes, KernelMemoryLimits};
+use midway_sys::procfs::{machine_tcp_memory_bytes, KernelMemoryLimits};
 use nix::sys::socket::{getpeername, getsockname, getsockopt, sockopt, SockaddrStorage};
 use rand::{RngCore, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

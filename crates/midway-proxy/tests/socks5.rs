@@ -2,6 +2,9 @@
 //! authentication, garbage, unsupported commands, refused targets, targets in
 //! `denied_destinations` and the handshake timeout.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -7,6 +7,9 @@
 //! `spoof_client_address` the server sees the client's address, otherwise the router's.
 //! Needs root (network namespaces, nftables); namespaces are removed by a Drop guard.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;

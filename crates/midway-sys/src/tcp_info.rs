@@ -79,36 +79,63 @@ pub struct TcpStats {
     pub ca_state: u8,
     /// `TCPI_OPT_*` bits: 1 timestamps, 2 SACK, 4 window scaling, 8 ECN.
     pub options: u8,
+    /// Window-scale shift the peer announced, applied to its advertised window (0..=14).
     pub snd_wscale: u8,
+    /// Window-scale shift we announced, applied to our advertised window (0..=14).
     pub rcv_wscale: u8,
+    /// Smoothed round-trip time (`srtt`), microseconds.
     pub rtt_us: u32,
+    /// Round-trip time variation (`rttvar`), microseconds.
     pub rttvar_us: u32,
+    /// Lowest round-trip time seen over the recent window, microseconds.
     pub min_rtt_us: u32,
+    /// Current retransmission timeout, microseconds.
     pub rto_us: u32,
+    /// Delayed-ACK timeout currently in use, microseconds.
     pub ato_us: u32,
+    /// Congestion window, in segments (multiply by `snd_mss` for bytes).
     pub snd_cwnd: u32,
+    /// Slow-start threshold, in segments (a huge value means still in initial slow start).
     pub snd_ssthresh: u32,
+    /// Maximum segment size used for sending, bytes.
     pub snd_mss: u32,
+    /// Estimate of the peer's segment size as seen on receive, bytes.
     pub rcv_mss: u32,
+    /// Maximum segment size we advertised to the peer, bytes.
     pub advmss: u32,
+    /// Path MTU the socket currently uses, bytes.
     pub pmtu: u32,
     /// Duplicate-ACK threshold in use (`tp->reordering`).
     pub reordering: u32,
     /// Retransmissions of the current timeout episode.
     pub retransmits: u8,
+    /// Segments retransmitted over the connection's whole life.
     pub total_retrans: u32,
+    /// Segments sent and not yet acknowledged by the peer (`packets_out`).
     pub unacked: u32,
+    /// Segments currently considered lost by the sender.
     pub lost: u32,
+    /// Bytes of payload the peer has acknowledged (RFC 4898 `HCThruOctetsAcked`).
     pub bytes_acked: u64,
+    /// Bytes of payload received in order (RFC 4898 `HCThruOctetsReceived`).
     pub bytes_received: u64,
+    /// Bytes of payload sent, retransmissions included.
     pub bytes_sent: u64,
+    /// Bytes of payload retransmitted.
     pub bytes_retrans: u64,
+    /// Segments sent, retransmissions and pure ACKs included.
     pub segs_out: u32,
+    /// Segments received, pure ACKs included.
     pub segs_in: u32,
+    /// Bytes written by the application still waiting in the send queue, not yet sent.
     pub notsent_bytes: u32,
+    /// Most recent delivery-rate sample, bits per second.
     pub delivery_rate_bps: u64,
+    /// Current pacing rate, bits per second.
     pub pacing_rate_bps: u64,
+    /// Receive-buffer autotuning's estimate of the bytes the peer sends per round trip, bytes.
     pub rcv_space: u32,
+    /// Current receive-window clamp (slow-start threshold of the advertised window), bytes.
     pub rcv_ssthresh: u32,
     /// Peer's advertised window after scaling (kernel 5.19+).
     pub snd_wnd: Option<u32>,

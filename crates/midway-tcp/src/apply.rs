@@ -35,11 +35,11 @@ pub const TCP_RTO_MIN_US: libc::c_int = 45;
 /// Lowers the ceiling of the delayed-ACK timer (kernel 6.x).
 pub const TCP_DELACK_MAX_US: libc::c_int = 46;
 /// Largest RTO floor `TCP_RTO_MIN_US` accepts; above it only the route metric works.
-pub const SOCKET_RTO_MIN_MAX_MS: u32 = 200;
+pub(crate) const SOCKET_RTO_MIN_MAX_MS: u32 = 200;
 /// Smallest RTO floor midway accepts in config: two jiffies at HZ=250 (the kernel's
 /// `TCP_TIMEOUT_MIN`); at a higher HZ the kernel would take less, but 8 ms is already far below
 /// any access link's RTT.
-pub const RTO_MIN_FLOOR_MS: u32 = 8;
+pub(crate) const RTO_MIN_FLOOR_MS: u32 = 8;
 
 /// Which socket a knob was being put on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,52 +68,90 @@ impl fmt::Display for Role {
 /// A knob of a profile that cannot be honoured.
 #[derive(Debug, thiserror::Error)]
 pub enum KnobError {
+    /// The kernel refused the socket option that carries the knob.
     #[error("profile {profile:?}: cannot set {knob} on the {role} socket")]
     Set {
+        /// Name of the profile the knob belongs to.
         profile: String,
+        /// Name of the knob as written in the profile (e.g. `send_buffer`).
         knob: &'static str,
+        /// Which socket of the connection the knob was applied to.
         role: Role,
+        /// The `setsockopt` error.
         #[source]
         source: io::Error,
     },
+    /// The knob was accepted but reads back with another value than the one set.
     #[error(
         "profile {profile:?}: {knob} on the {role} socket reads back as {got}, wanted {wanted}"
     )]
     ReadBack {
+        /// Name of the profile the knob belongs to.
         profile: String,
+        /// Name of the knob as written in the profile (e.g. `send_buffer`).
         knob: &'static str,
+        /// Which socket of the connection the knob was applied to.
         role: Role,
+        /// Value the profile asks for, in the knob's unit (bytes, microseconds, ...).
         wanted: u64,
+        /// Value the kernel reports, in the same unit as `wanted`.
         got: u64,
     },
+    /// The congestion control the profile names is not loaded in this kernel.
     #[error("profile {profile:?}: congestion_control {name:?} is not available in this kernel (available: {available}); load its module or pick one of those")]
     CongestionControlUnavailable {
+        /// Name of the profile the knob belongs to.
         profile: String,
+        /// Congestion control the profile asks for.
         name: String,
+        /// The kernel's `tcp_available_congestion_control`, space-separated.
         available: String,
     },
+    /// A buffer size above the sysctl limit, and no `CAP_NET_ADMIN` to force it.
     #[error("profile {profile:?}: {knob} = {requested} exceeds net.core.{sysctl} = {limit} and this process lacks CAP_NET_ADMIN to force it; raise the sysctl or run as root")]
     BufferOverLimit {
+        /// Name of the profile the knob belongs to.
         profile: String,
+        /// Name of the knob as written in the profile (e.g. `send_buffer`).
         knob: &'static str,
+        /// Buffer size the profile asks for, bytes.
         requested: u32,
+        /// The limiting sysctl under `net.core.` (`wmem_max` or `rmem_max`).
         sysctl: &'static str,
+        /// That sysctl's value, bytes.
         limit: u64,
     },
+    /// A route-metric knob, but the profile has no route mark to select its routing table.
     #[error("profile {profile:?}: {knob} is applied through the route metric table, but no route mark was set (install RouteKnobs and set TcpProfile::route_mark first)")]
-    RouteMarkMissing { profile: String, knob: &'static str },
+    RouteMarkMissing {
+        /// Name of the profile the knob belongs to.
+        profile: String,
+        /// Name of the knob as written in the profile (e.g. `send_buffer`).
+        knob: &'static str,
+    },
+    /// A route-metric knob, and `SO_MARK` cannot be set on the socket.
     #[error("profile {profile:?}: {knob} is applied through a routing table selected by SO_MARK, and the socket mark cannot be set (needs CAP_NET_ADMIN)")]
     RouteMark {
+        /// Name of the profile the knob belongs to.
         profile: String,
+        /// Name of the knob as written in the profile (e.g. `send_buffer`).
         knob: &'static str,
+        /// The `setsockopt(SO_MARK)` error.
         #[source]
         source: io::Error,
     },
+    /// `dupack_threshold` needs the tcp_metrics cache, which this namespace disables.
     #[error("profile {profile:?}: dupack_threshold needs the tcp_metrics cache, but net.ipv4.tcp_no_metrics_save = 1 in this namespace; set it to 0 or drop the knob")]
-    MetricsSaveDisabled { profile: String },
+    MetricsSaveDisabled {
+        /// Name of the profile the knob belongs to.
+        profile: String,
+    },
+    /// Probing whether the kernel supports a knob failed.
     #[error("probing the kernel for {knob}")]
     Probe {
+        /// Name of the knob probed.
         knob: &'static str,
+        /// The error of the probe socket or option.
         #[source]
         source: io::Error,
     },
@@ -214,7 +252,7 @@ pub fn get_max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 /// `SO_MAX_PACING_RATE` value (bytes per second) for a ceiling in bits per second.
-pub fn pacing_bytes_per_second(bits_per_second: u64) -> u64 {
+pub(crate) fn pacing_bytes_per_second(bits_per_second: u64) -> u64 {
     bits_per_second / 8
 }
 
@@ -496,7 +534,7 @@ impl TcpProfile {
     /// error names the knob and why it cannot be honoured.
     ///
     /// `dupack_threshold` passes with a warning: Linux applies the route metric `reordering`
-    /// only through the tcp_metrics cache (see [`crate::routes`]), so it is not guaranteed for
+    /// only through the tcp_metrics cache (see `routes` (module docs)), so it is not guaranteed for
     /// the first connection to a destination. It fails if `tcp_no_metrics_save = 1`, where it
     /// could never apply.
     pub fn check_supported(&self) -> Result<(), KnobError> {

@@ -16,31 +16,50 @@
 //!
 //! All functions are pure.
 
-pub use midway_config::profile::AutoBuffer;
+use midway_config::AutoBuffer;
 
 /// Buffer returned when the device never queues (`r_out >= r_in`): the rule then puts no bound on
 /// the window, so the size is left to what a long fat segment needs. 4 MiB covers 320 Mbit/s at
 /// 100 ms RTT and is Linux's default `tcp_wmem` maximum.
-pub const UNBOUNDED_BUFFER_CAP_BYTES: u32 = 4 * 1024 * 1024;
+pub(crate) const UNBOUNDED_BUFFER_CAP_BYTES: u32 = 4 * 1024 * 1024;
 
 /// Why the rule's inputs make no sense.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BufRuleError {
+    /// A rate is not a finite number above zero.
     #[error(
         "rate_in_bps and rate_out_bps must be finite and > 0 (got in {rate_in}, out {rate_out})"
     )]
-    BadRate { rate_in: f64, rate_out: f64 },
+    BadRate {
+        /// `rate_in_bps` as written, bits per second.
+        rate_in: f64,
+        /// `rate_out_bps` as written, bits per second.
+        rate_out: f64,
+    },
+    /// `connections_per_device` is 0.
     #[error("connections_per_device must be >= 1")]
     NoConnections,
+    /// `mss` (the field, bytes) is outside what TCP over IPv4 allows.
     #[error("mss must be between 88 and 65495 bytes (got {0})")]
     BadMss(u32),
+    /// The device buffer cannot hold even one packet.
     #[error("device_buffer_bytes ({device}) holds no full packet of mss {mss} bytes")]
-    DeviceBufferTooSmall { device: u32, mss: u32 },
+    DeviceBufferTooSmall {
+        /// `device_buffer_bytes` as written, bytes.
+        device: u32,
+        /// `mss` as written, bytes.
+        mss: u32,
+    },
 }
 
 /// Largest window `B` in packets for a device buffer of `c_packets` shared by `n` connections,
 /// or `None` when `r_out >= r_in` (the device never queues, no bound).
-pub fn max_window_packets(c_packets: f64, n: u32, rate_in: f64, rate_out: f64) -> Option<f64> {
+pub(crate) fn max_window_packets(
+    c_packets: f64,
+    n: u32,
+    rate_in: f64,
+    rate_out: f64,
+) -> Option<f64> {
     if rate_out >= rate_in {
         return None;
     }
@@ -50,7 +69,7 @@ pub fn max_window_packets(c_packets: f64, n: u32, rate_in: f64, rate_out: f64) -
 
 /// Socket buffer in bytes from the rule: `floor(B * mss)`, with `C` counted in whole packets
 /// (a partial packet cannot be queued). Capped at [`UNBOUNDED_BUFFER_CAP_BYTES`].
-pub fn auto_buffer_bytes(auto: &AutoBuffer) -> Result<u32, BufRuleError> {
+pub(crate) fn auto_buffer_bytes(auto: &AutoBuffer) -> Result<u32, BufRuleError> {
     let rates_ok = |r: f64| r.is_finite() && r > 0.0;
     if !rates_ok(auto.rate_in_bps) || !rates_ok(auto.rate_out_bps) {
         return Err(BufRuleError::BadRate {

@@ -7,15 +7,15 @@
 //!
 //! | knob | mechanism | module |
 //! |---|---|---|
-//! | congestion control | `TCP_CONGESTION` | [`apply`] |
-//! | delayed ACK off | route metric `quickack 1` + `TCP_DELACK_MAX_US` at its floor + `TCP_QUICKACK` | [`routes`], [`apply`] |
-//! | minimum RTO <= 200 ms | `TCP_RTO_MIN_US` | [`apply`] |
-//! | minimum RTO > 200 ms | route metric `rto_min` | [`routes`] |
-//! | initial window | route metric `initcwnd` | [`routes`] |
-//! | duplicate-ACK threshold | route metric `reordering` (tcp_metrics cache, see caveat) | [`routes`] |
-//! | buffers | `SO_SNDBUF`/`SO_RCVBUF` (`*FORCE` above `*mem_max`) on listener / before connect | [`apply`] |
-//! | MSS, notsent_lowat, nodelay, keepalive, user timeout | their setsockopt | [`apply`] |
-//! | pacing ceiling (`max_pacing_rate_bps`) | `SO_MAX_PACING_RATE` (bytes/s = bps / 8); paces any congestion control (TCP's internal pacing, Linux >= 4.13, no fq qdisc needed) | [`apply`] |
+//! | congestion control | `TCP_CONGESTION` | `apply` |
+//! | delayed ACK off | route metric `quickack 1` + `TCP_DELACK_MAX_US` at its floor + `TCP_QUICKACK` | `routes`, `apply` |
+//! | minimum RTO <= 200 ms | `TCP_RTO_MIN_US` | `apply` |
+//! | minimum RTO > 200 ms | route metric `rto_min` | `routes` |
+//! | initial window | route metric `initcwnd` | `routes` |
+//! | duplicate-ACK threshold | route metric `reordering` (tcp_metrics cache, see caveat) | `routes` |
+//! | buffers | `SO_SNDBUF`/`SO_RCVBUF` (`*FORCE` above `*mem_max`) on listener / before connect | `apply` |
+//! | MSS, notsent_lowat, nodelay, keepalive, user timeout | their setsockopt | `apply` |
+//! | pacing ceiling (`max_pacing_rate_bps`) | `SO_MAX_PACING_RATE` (bytes/s = bps / 8); paces any congestion control (TCP's internal pacing, Linux >= 4.13, no fq qdisc needed) | `apply` |
 //!
 //! Config goes in stages: [`ProfileSpec`] (file form) -> [`resolve_profiles`] (presets,
 //! inheritance, validation) -> [`TcpProfile`] -> [`TcpProfile::check_supported`] against the
@@ -56,15 +56,18 @@
 //! # }
 //! ```
 
-pub mod apply;
-pub mod bufrule;
+mod apply;
+mod bufrule;
 /// `tcp_info` read back from a live socket (kept at this path for the crates that read it here).
 pub use midway_sys::tcp_info as info;
-pub mod profile;
-pub mod routes;
-pub mod verify;
+mod profile;
+mod routes;
+mod verify;
 
+/// Raw socket-option access the integration tests use to check what the knobs did.
+pub use apply::{delack_floor_us, get_int, get_max_pacing_rate, TCP_DELACK_MAX_US, TCP_RTO_MIN_US};
 pub use apply::{KnobError, Role};
+pub use bufrule::BufRuleError;
 pub use info::{congestion_control_of, tcp_stats, TcpStats};
 pub use profile::{
     preset_names, resolve_profiles, AutoBuffer, BufferSize, Keepalive, ProfileError, ProfileSpec,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-pub use midway_config::profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};
+pub use midway_config::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};
 use serde::Serialize;
 
 use crate::bufrule::{auto_buffer_bytes, BufRuleError};
@@ -13,15 +13,21 @@ use crate::bufrule::{auto_buffer_bytes, BufRuleError};
 /// Serializes (e.g. into lab results) with unset knobs left out; `Display` gives one log line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TcpProfile {
+    /// The profile's name: a preset's or a key of `[profiles.*]`.
     pub name: String,
+    /// Congestion control set with `TCP_CONGESTION` (`cubic`, `bbr`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub congestion_control: Option<String>,
+    /// Initial congestion window in segments (route metric `initcwnd`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_cwnd: Option<u32>,
+    /// `Some(false)`: acknowledge every segment at once (route metric `quickack`, `TCP_QUICKACK`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delayed_ack: Option<bool>,
+    /// Duplicate ACKs that trigger fast retransmit (route metric `reordering`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dupack_threshold: Option<u32>,
+    /// Floor of the retransmission timeout, milliseconds (`TCP_RTO_MIN_US` or route metric `rto_min`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rto_min_ms: Option<u32>,
     /// Bytes asked of `SO_SNDBUF` (the kernel reports twice this, for its bookkeeping).
@@ -30,18 +36,24 @@ pub struct TcpProfile {
     /// Bytes asked of `SO_RCVBUF` (the kernel reports twice this, for its bookkeeping).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recv_buffer: Option<u32>,
+    /// Maximum segment size, bytes (`TCP_MAXSEG`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mss: Option<u32>,
+    /// Unsent bytes the socket may hold before it stops being writable (`TCP_NOTSENT_LOWAT`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notsent_lowat: Option<u32>,
+    /// `Some(true)`: Nagle's algorithm off (`TCP_NODELAY`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodelay: Option<bool>,
+    /// Keepalive probe timing; `None`: keepalive off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<Keepalive>,
+    /// Time unacknowledged data may stay in flight before the connection is dropped,
+    /// milliseconds (`TCP_USER_TIMEOUT`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_timeout_ms: Option<u32>,
     /// Pacing ceiling in bits per second of TCP payload; applied as `SO_MAX_PACING_RATE` =
-    /// this / 8 bytes per second (see [`crate::apply`]).
+    /// this / 8 bytes per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pacing_rate_bps: Option<u64>,
     /// `SO_MARK` that selects this profile's routing table (route-metric knobs). Filled by the
@@ -132,28 +144,62 @@ impl fmt::Display for TcpProfile {
 /// Why the profiles in the config cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
+    /// A profile name with characters or a length the config does not allow.
     #[error("profile name {name:?} is invalid: use 1-32 characters a-z, 0-9, '-' or '_'")]
-    BadName { name: String },
+    BadName {
+        /// The name as written.
+        name: String,
+    },
+    /// A profile in the config has the name of a preset.
     #[error("profile {name:?} has the name of a preset; pick another name and write `inherits = \"{name}\"` to start from the preset")]
-    ShadowsPreset { name: String },
+    ShadowsPreset {
+        /// The profile's name, which is also a preset's.
+        name: String,
+    },
+    /// `inherits` names neither a preset nor a profile of the config.
     #[error("profile {profile:?} inherits {parent:?}, which is neither a preset ({presets}) nor a profile in the config", presets = PRESET_NAMES.join(", "))]
-    UnknownParent { profile: String, parent: String },
+    UnknownParent {
+        /// Name of the profile, as written under `[profiles.NAME]`.
+        profile: String,
+        /// The name its `inherits` gives.
+        parent: String,
+    },
+    /// Profiles inherit from each other in a loop.
     #[error("profiles inherit from each other in a cycle: {}", chain.join(" -> "))]
-    InheritanceCycle { chain: Vec<String> },
+    InheritanceCycle {
+        /// Profile names along the loop, the first repeated at the end.
+        chain: Vec<String>,
+    },
+    /// A knob's value is outside the range midway accepts for it.
     #[error("profile {profile:?}: {knob} = {value} is out of range, allowed {min}..={max}")]
     OutOfRange {
+        /// Name of the profile, as written under `[profiles.NAME]`.
         profile: String,
+        /// Name of the knob as written in the profile.
         knob: &'static str,
+        /// The value written, in the knob's unit (bytes, milliseconds, segments, bits per second).
         value: u64,
+        /// Smallest value allowed, same unit.
         min: u64,
+        /// Largest value allowed, same unit.
         max: u64,
     },
+    /// A `congestion_control` that cannot be a kernel congestion control's name.
     #[error("profile {profile:?}: congestion_control {name:?} is not a valid name (1-15 characters a-z, 0-9, '_', '-')")]
-    BadCongestionControlName { profile: String, name: String },
+    BadCongestionControlName {
+        /// Name of the profile, as written under `[profiles.NAME]`.
+        profile: String,
+        /// The name as written.
+        name: String,
+    },
+    /// A buffer given as `{ auto = { ... } }` whose inputs make no sense.
     #[error("profile {profile:?}: {knob} = auto cannot be computed")]
     AutoBuffer {
+        /// Name of the profile, as written under `[profiles.NAME]`.
         profile: String,
+        /// `send_buffer` or `recv_buffer`.
         knob: &'static str,
+        /// What is wrong with the rule's inputs.
         #[source]
         source: BufRuleError,
     },
@@ -168,7 +214,8 @@ pub fn preset_names() -> &'static [&'static str] {
 
 /// The cable modem of the hfc papers: 10 KB buffer, 25 Mbit/s downstream into 10 Mbit/s Ethernet,
 /// one connection per modem, 1460-byte packets.
-pub const HFC_MODEM: AutoBuffer = AutoBuffer {
+#[cfg(test)]
+pub(crate) const HFC_MODEM: AutoBuffer = AutoBuffer {
     device_buffer_bytes: 10 * 1024,
     rate_in_bps: 25e6,
     rate_out_bps: 10e6,
@@ -177,7 +224,7 @@ pub const HFC_MODEM: AutoBuffer = AutoBuffer {
 };
 
 /// Spec of a preset, or `None` for an unknown name.
-pub fn preset_spec(name: &str) -> Option<ProfileSpec> {
+pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
     match name {
         // `default`: the kernel as it is. The baseline every lab comparison starts from.
         "default" => Some(ProfileSpec::default()),
@@ -384,10 +431,10 @@ fn check_range_u64(
 /// the initial RTO (1 s). The ceiling,
 /// 1 Tbit/s, is above any NIC; a larger number is a typo (bytes for bits, an extra zero), and
 /// "no cap" is written by leaving the knob out.
-pub const PACING_RATE_RANGE_BPS: (u64, u64) = (8_000, 1_000_000_000_000);
+pub(crate) const PACING_RATE_RANGE_BPS: (u64, u64) = (8_000, 1_000_000_000_000);
 
 /// Smallest and largest buffer midway accepts; the kernel doubles the value into an `int`.
-pub const BUFFER_RANGE: (u32, u32) = (2048, 1 << 30);
+pub(crate) const BUFFER_RANGE: (u32, u32) = (2048, 1 << 30);
 
 fn resolve_buffer(
     profile: &str,

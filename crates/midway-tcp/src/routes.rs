@@ -48,39 +48,65 @@ use serde::Deserialize;
 use crate::TcpProfile;
 
 /// Priority of midway's policy rules: after `local` (0), before `main` (32766).
-pub const RULE_PRIORITY: u32 = 1000;
+pub(crate) const RULE_PRIORITY: u32 = 1000;
 
 /// Route-knob installation failed; nothing outside midway's own tables and rules was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum RouteKnobsError {
+    /// `ip` could not be started.
     #[error("cannot run `ip` (iproute2 is needed for route-metric knobs)")]
     Spawn(#[source] std::io::Error),
+    /// `ip` ran and failed.
     #[error("`ip {args}` failed ({status}): {stderr}")]
     Command {
+        /// The `ip` arguments, space-separated.
         args: String,
+        /// How `ip` exited.
         status: std::process::ExitStatus,
+        /// What `ip` wrote to standard error.
         stderr: String,
     },
+    /// `ip -json` printed something that is not the JSON expected.
     #[error("cannot parse the JSON of `ip {args}`")]
     Parse {
+        /// The `ip` arguments, space-separated.
         args: String,
+        /// The JSON error.
         #[source]
         source: serde_json::Error,
     },
+    /// A routing table midway would use already has routes.
     #[error(
         "routing table {table} (for profile {profile:?}) is not empty; pick another base table"
     )]
-    TableInUse { table: u32, profile: String },
+    TableInUse {
+        /// Number of the routing table.
+        table: u32,
+        /// Profile the table was meant for.
+        profile: String,
+    },
+    /// A policy rule midway would add clashes with one already there.
     #[error("a policy rule already uses fwmark {mark:#x} or table {table}; pick another base mark / table")]
-    RuleInUse { mark: u32, table: u32 },
+    RuleInUse {
+        /// The fwmark midway would match.
+        mark: u32,
+        /// The routing table midway would select.
+        table: u32,
+    },
+    /// The base mark or table plus the number of profiles does not fit in 32 bits.
     #[error("base mark {base_mark:#x} / base table {base_table} + {count} profiles overflows")]
     Overflow {
+        /// First fwmark (`route_knobs_mark_base`).
         base_mark: u32,
+        /// First routing table (`route_knobs_table_base`).
         base_table: u32,
+        /// Profiles that need a table.
         count: usize,
     },
+    /// Removing the knobs could not return to the namespace they were installed in.
     #[error("cannot enter the network namespace the route knobs were installed in")]
     EnterNetns(#[source] std::io::Error),
+    /// The base table is one the kernel reserves (0, 253, 254, 255).
     #[error("base table {0} is reserved (0, 253-255 are the kernel's)")]
     ReservedTable(u32),
 }
@@ -156,7 +182,7 @@ fn strings(args: &[&str]) -> Vec<String> {
 }
 
 /// The metric arguments of `ip route append` for a profile (empty if it needs none).
-pub fn metric_args(profile: &TcpProfile) -> Vec<String> {
+pub(crate) fn metric_args(profile: &TcpProfile) -> Vec<String> {
     let mut args = Vec::new();
     if let Some(n) = profile.initial_cwnd {
         args.extend(["initcwnd".to_owned(), n.to_string()]);

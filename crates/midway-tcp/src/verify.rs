@@ -16,8 +16,11 @@ use crate::{congestion_control_of, tcp_stats, TcpProfile};
 /// One knob whose live value differs from the profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
+    /// Name of the knob as written in the profile (e.g. `rto_min_ms`).
     pub knob: &'static str,
+    /// The profile's value, formatted in the knob's unit.
     pub wanted: String,
+    /// The live socket's value, formatted in the same unit.
     pub got: String,
 }
 
@@ -37,7 +40,7 @@ pub struct ReadBackWhen {
     /// No data has moved yet: `snd_cwnd` still is the initial window.
     pub before_data: bool,
     /// An earlier connection to this peer has closed, so the tcp_metrics cache carries
-    /// `reordering` (see the `dupack_threshold` caveat in [`crate::routes`]).
+    /// `reordering` (see the `dupack_threshold` caveat in `routes` (module docs)).
     pub metrics_cached: bool,
 }
 

@@ -3,14 +3,19 @@
 //! (server 10.231.0.1, client 10.231.0.2), installs RouteKnobs in each, and reads the knobs back
 //! from the live accepted and connected sockets. Needs root.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsFd;
 use std::process::Command;
 use std::time::Duration;
 
-use midway_tcp::apply::{delack_floor_us, get_int, TCP_DELACK_MAX_US};
-use midway_tcp::{tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError, TcpProfile};
+use midway_tcp::{
+    delack_floor_us, get_int, tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError,
+    TcpProfile, TCP_DELACK_MAX_US,
+};
 use midway_testkit::netns::{ip, Netns};
 use midway_testkit::wait::wait_until;
 use socket2::{Domain, Protocol, Socket, Type};

@@ -1,14 +1,15 @@
 //! Every per-socket knob, applied to a listener + accepted socket and to an outgoing socket on
 //! loopback, then read back from the live sockets (getsockopt / tcp_info).
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use midway_tcp::apply::{
-    delack_floor_us, get_int, get_max_pacing_rate, TCP_DELACK_MAX_US, TCP_RTO_MIN_US,
-};
 use midway_tcp::{
-    congestion_control_of, tcp_stats, Keepalive, KnobError, ReadBackWhen, Role, TcpProfile,
+    congestion_control_of, delack_floor_us, get_int, get_max_pacing_rate, tcp_stats, Keepalive,
+    KnobError, ReadBackWhen, Role, TcpProfile, TCP_DELACK_MAX_US, TCP_RTO_MIN_US,
 };
 use socket2::{Domain, Protocol, Socket, Type};
 

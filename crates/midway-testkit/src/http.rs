@@ -15,8 +15,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Fixed validators for revalidation tests.
+/// Fixed validators for revalidation tests: the `ETag` of `/etag` responses.
 pub const ETAG: &str = "\"v1\"";
+/// The `Last-Modified` date of `/last-modified` responses, fixed for revalidation tests.
 pub const LAST_MODIFIED: &str = "Mon, 02 Jan 2023 03:04:05 GMT";
 
 /// What the origin saw.
@@ -39,6 +40,7 @@ pub struct OriginState {
 }
 
 impl OriginState {
+    /// Requests the origin received for `path` so far.
     pub fn hits(&self, path: &str) -> u64 {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
@@ -46,7 +48,9 @@ impl OriginState {
 
 /// The running origin of [`start_origin`]; stops on drop.
 pub struct Origin {
+    /// Address the origin listens on (127.0.0.1, a free port).
     pub addr: SocketAddr,
+    /// What the origin saw, shared with its tasks.
     pub state: Arc<OriginState>,
     cancel: CancellationToken,
 }
@@ -300,8 +304,11 @@ async fn serve_origin_connection(
 
 /// A running proxy on 127.0.0.1:0.
 pub struct ProxyHarness {
+    /// Address the proxy listens on (127.0.0.1, a free port).
     pub addr: SocketAddr,
+    /// The engine, for tests that look inside it.
     pub proxy: Arc<HttpProxy>,
+    /// The registry holding the engine's metrics.
     pub registry: prometheus_client::registry::Registry,
     cancel: CancellationToken,
 }
@@ -357,26 +364,32 @@ pub async fn start_proxy_with(
 
 /// A raw client connection with its read buffer.
 pub struct Client {
+    /// The connection to the proxy or origin.
     pub stream: TcpStream,
     buf: BytesMut,
 }
 
 /// A response read by [`Client::read_response`].
 pub struct Response {
+    /// Status line and headers.
     pub head: ResponseHead,
+    /// The body, decoded from its framing (length or chunked).
     pub body: Vec<u8>,
 }
 
 impl Response {
+    /// Value of header `name`, if present and text.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.head.headers.get(name).and_then(|v| v.to_str().ok())
     }
+    /// The body as text (invalid UTF-8 replaced).
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 }
 
 impl Client {
+    /// Connects to `addr`.
     pub async fn connect(addr: SocketAddr) -> Self {
         Self {
             stream: TcpStream::connect(addr).await.unwrap(),
@@ -384,6 +397,7 @@ impl Client {
         }
     }
 
+    /// Writes `raw` as is (the test writes the request's bytes itself).
     pub async fn send(&mut self, raw: &str) {
         self.stream.write_all(raw.as_bytes()).await.unwrap();
     }

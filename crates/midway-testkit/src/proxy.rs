@@ -18,10 +18,15 @@ pub fn bulk_bytes() -> usize {
 
 /// A proxy started by [`start`].
 pub struct Running {
+    /// Bound address of each listener, by listener name.
     pub addrs: Vec<(String, SocketAddr)>,
+    /// Bound address of the `/metrics` endpoint, if the config has one.
     pub metrics: Option<SocketAddr>,
+    /// Cancel to shut the proxy down.
     pub shutdown: CancellationToken,
+    /// The proxy's run; ends with its shutdown summary.
     pub task: JoinHandle<Result<ShutdownSummary, midway_proxy::ProxyError>>,
+    /// The registry holding the proxy's metrics.
     pub registry: Registry,
     _spool: tempfile::TempDir,
 }

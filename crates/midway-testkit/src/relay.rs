@@ -22,8 +22,11 @@ pub struct Relayed {
     pub client: TcpStream,
     /// The test's server end (talks to midway's remote segment).
     pub server: TcpStream,
+    /// The relay task; ends with its report.
     pub relay: JoinHandle<Result<RelayReport, RelayError>>,
+    /// The relay's live byte counters.
     pub counters: Arc<RelayCounters>,
+    /// Cancel to stop the relay.
     pub cancel: CancellationToken,
 }
 
@@ -100,7 +103,9 @@ pub fn spool_model(memory_bytes: usize, max_spool_bytes: u64) -> RelayModel {
 
 /// Resources with their own spool dir (removed on drop).
 pub struct TestResources {
+    /// The spool directory, removed on drop.
     pub dir: tempfile::TempDir,
+    /// Pipe pool and spool accounting, spooling into `dir`.
     pub resources: Arc<RelayResources>,
 }
 

@@ -58,12 +58,16 @@ pub fn load_spec(site: SiteSpec, port: u16, mode: HttpMode, per_host: u32) -> Lo
 /// A response read by the raw client.
 #[derive(Debug)]
 pub struct RawResponse {
+    /// Status code.
     pub status: u16,
+    /// Headers as (name, value), in the order received.
     pub headers: Vec<(String, String)>,
+    /// The body as received.
     pub body: Vec<u8>,
 }
 
 impl RawResponse {
+    /// Value of header `name` (case-insensitive), if present.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -147,7 +151,9 @@ pub fn get(path: &str, host: &str, extra: &str) -> String {
 /// upstream connection to `upstream`, bytes are copied both ways unchanged (the origin routes
 /// absolute-form requests itself). Records what clients sent.
 pub struct RelayProxy {
+    /// Address clients connect to (loopback, a free port).
     pub addr: SocketAddr,
+    /// Client connections accepted so far.
     pub accepted: Arc<AtomicU64>,
     /// Everything clients sent, per connection.
     pub sent: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -156,6 +162,7 @@ pub struct RelayProxy {
 }
 
 impl RelayProxy {
+    /// Starts relaying to `upstream` on a free loopback port.
     pub fn start(upstream: SocketAddr) -> RelayProxy {
         let listener = TcpListener::bind((LOOPBACK, 0)).unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -195,6 +202,7 @@ impl RelayProxy {
         }
     }
 
+    /// What clients sent, one string per connection (invalid UTF-8 replaced).
     pub fn sent_text(&self) -> Vec<String> {
         self.sent
             .lock()

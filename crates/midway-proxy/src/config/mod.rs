@@ -24,7 +24,10 @@ use midway_tcp::ProfileError;
 
 /// Stage 1, the file as written, is midway-config's: the proxy reads it, the lab and the
 /// benchmark write it.
-pub use midway_config::file::*;
+pub use midway_config::{
+    ApplicationName, AuthName, FileClientProfile, FileConfig, FileHttp, FileListener, FileMetrics,
+    FileNftables, FileProxy, FileSocketMemory, FileSpool, FileUser, ModeName, RelayName,
+};
 pub use runtime::*;
 
 /// Total split connections served at once, all listeners together.
@@ -106,6 +109,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         path: PathBuf,
+        /// Why reading failed.
         #[source]
         source: std::io::Error,
     },
@@ -136,6 +140,7 @@ pub enum ConfigError {
     Profile {
         /// Where the text came from.
         origin: String,
+        /// What is wrong with the profile.
         #[source]
         source: ProfileError,
     },

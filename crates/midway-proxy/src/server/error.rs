@@ -27,6 +27,7 @@ pub enum ProxyError {
     ProfileUnsupported {
         /// The profile's name.
         profile: String,
+        /// What the kernel cannot do.
         #[source]
         source: Box<KnobError>,
     },
@@ -37,6 +38,7 @@ pub enum ProxyError {
         table_base: u32,
         /// First fwmark tried.
         mark_base: u32,
+        /// Why installing the tables and rules failed.
         #[source]
         source: RouteKnobsError,
     },
@@ -47,6 +49,7 @@ pub enum ProxyError {
         listener: String,
         /// The configured address.
         addr: SocketAddr,
+        /// Why binding or listening failed.
         #[source]
         source: io::Error,
     },
@@ -57,6 +60,7 @@ pub enum ProxyError {
         listener: String,
         /// The profile's name.
         profile: String,
+        /// Why applying the profile failed.
         #[source]
         source: Box<KnobError>,
     },
@@ -68,6 +72,7 @@ pub enum ProxyError {
     MetricsBind {
         /// The configured address.
         addr: SocketAddr,
+        /// Why binding failed.
         #[source]
         source: io::Error,
     },
@@ -76,6 +81,7 @@ pub enum ProxyError {
     SpoolClean {
         /// The spool directory.
         dir: std::path::PathBuf,
+        /// Why removing the files failed.
         #[source]
         source: io::Error,
     },
@@ -90,6 +96,7 @@ pub enum ProxyError {
     Http {
         /// The listener's name.
         listener: String,
+        /// Why the engine could not be set up.
         #[source]
         source: HttpError,
     },
