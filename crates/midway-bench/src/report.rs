@@ -1,0 +1,228 @@
+//! The benchmark's report: markdown tables for the terminal and bench.md, and bench.json with
+//! every run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::summary::ThroughputSummary;
+use crate::BenchReport;
+
+/// The report as markdown tables.
+pub fn render_markdown(report: &BenchReport) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "kernel {}, {} CPUs, {} s per throughput run, proxy at nice {}, midway's profile `{}` \
+         on both segments, congestion control {} on the end hosts and {} for the router's \
+         other sockets (HAProxy's)",
+        report.kernel,
+        report.cpus,
+        report.seconds_per_run,
+        report.proxy_nice,
+        report.midway_profile,
+        report.end_congestion_control,
+        report.router_congestion_control
+    );
+    if report.router_quickack {
+        let _ = write!(out, ", the router's routes with `quickack 1`");
+    }
+    if let Some(threads) = report.proxy_threads {
+        let _ = write!(out, ", {threads} proxy thread(s)");
+    }
+    if let Some(max) = report.client_wmem_max {
+        let _ = write!(out, ", clients' tcp_wmem max {max} bytes");
+    }
+    if report.rounds > 1 {
+        let _ = write!(
+            out,
+            ", {} rounds: medians over the rounds, throughput as median (min-max), ratio to \
+             direct paired within each round, peak TCP memory the highest; connection rate and \
+             idle memory from the first round",
+            report.rounds
+        );
+    }
+    let _ = writeln!(out, "\n");
+    out.push_str(&render_throughput_table(&report.throughput));
+    let _ = writeln!(
+        out,
+        "\n| case | connections/s | failures |\n|---|---:|---:|"
+    );
+    for r in &report.connection_rate {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {} |",
+            r.case, r.connections_per_second, r.failures
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n| case | idle connections | proxy user-space KiB/conn | kernel TCP KiB/conn (machine-wide, all 4 sockets' share) |\n|---|---:|---:|---:|"
+    );
+    for r in &report.idle_memory {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} |",
+            r.case,
+            r.connections,
+            r.user_bytes_per_connection / 1024.0,
+            r.kernel_tcp_bytes_per_connection / 1024.0
+        );
+    }
+    out
+}
+
+/// The throughput table, one line per case and stream count, then the failed runs if any.
+pub fn render_throughput_table(summaries: &[ThroughputSummary]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| case | streams | rounds | Gbit/s | ratio to direct | proxy CPU-s/GB | machine CPU-s/GB | peak TCP mem (MiB) / pressure (MiB) |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let optional = |value: Option<f64>| value.map_or("-".into(), |v| format!("{v:.2}"));
+    for s in summaries {
+        let total = s.rounds_ok + s.rounds_failed;
+        let rounds = if s.rounds_failed == 0 {
+            total.to_string()
+        } else {
+            format!("{} of {total}", s.rounds_ok)
+        };
+        let Some(throughput) = s.bits_per_second else {
+            let error = s.errors.first().map_or("", String::as_str);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {rounds} | failed: {} | | | | |",
+                s.case,
+                s.streams,
+                error.replace('\n', " ")
+            );
+            continue;
+        };
+        let gbit = if s.rounds_ok > 1 {
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                throughput.median / 1e9,
+                throughput.min / 1e9,
+                throughput.max / 1e9
+            )
+        } else {
+            format!("{:.2}", throughput.median / 1e9)
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {rounds} | {gbit} | {} | {} | {} | {:.0} / {:.0} |",
+            s.case,
+            s.streams,
+            optional(s.ratio_to_direct_median),
+            optional(s.proxy_cpu_seconds_per_gb_median),
+            optional(s.machine_cpu_seconds_per_gb_median),
+            s.peak_tcp_memory_bytes_max.unwrap_or(0) as f64 / 1048576.0,
+            s.tcp_memory_pressure_bytes.unwrap_or(0) as f64 / 1048576.0,
+        );
+    }
+    let failures: Vec<String> = summaries
+        .iter()
+        .filter(|s| s.rounds_ok > 0)
+        .flat_map(|s| {
+            s.errors.iter().map(move |e| {
+                format!(
+                    "- {} {} streams, {}",
+                    s.case,
+                    s.streams,
+                    e.replace('\n', " ")
+                )
+            })
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = writeln!(out, "\nFailed runs (left out of the figures above):");
+        for line in failures {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
+
+/// Writes the report as pretty-printed JSON to `path`.
+pub fn write_json(report: &BenchReport, path: &Path) -> anyhow::Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(report)?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary;
+    use crate::{Case, ThroughputRun};
+
+    fn run(case: Case, round: u32, gbit: f64) -> ThroughputRun {
+        ThroughputRun {
+            round,
+            case: case.name(),
+            streams: 100,
+            bits_per_second: gbit * 1e9,
+            ratio_to_direct: None,
+            bytes: 1_000_000_000,
+            proxy_cpu_seconds: Some(0.3),
+            proxy_cpu_seconds_per_gb: Some(0.3),
+            machine_cpu_seconds_per_gb: Some(1.1),
+            peak_tcp_memory_bytes: 10 * 1048576,
+            tcp_memory_pressure_bytes: 1499 * 1048576,
+            error: None,
+        }
+    }
+
+    fn table(runs: &mut [ThroughputRun]) -> String {
+        summary::fill_ratios_within_rounds(runs);
+        render_throughput_table(&summary::summarize(runs))
+    }
+
+    #[test]
+    fn one_round_shows_plain_figures() {
+        let out = table(&mut [
+            run(Case::Direct, 1, 20.0),
+            run(Case::MidwayForward, 1, 12.81),
+        ]);
+        assert!(
+            out.contains("| midway-forward | 100 | 1 | 12.81 | 0.64 | 0.30 | 1.10 | 10 / 1499 |"),
+            "{out}"
+        );
+        assert!(!out.contains("Failed runs"), "{out}");
+    }
+
+    #[test]
+    fn several_rounds_show_the_range_and_failures() {
+        let mut failed = run(Case::MidwayForward, 3, 0.0);
+        failed.error = Some("iperf3\nexited".into());
+        let out = table(&mut [
+            run(Case::Direct, 1, 20.0),
+            run(Case::MidwayForward, 1, 11.2),
+            run(Case::Direct, 2, 20.0),
+            run(Case::MidwayForward, 2, 13.2),
+            run(Case::Direct, 3, 20.0),
+            failed,
+        ]);
+        assert!(
+            out.contains("| direct | 100 | 3 | 20.00 (20.00-20.00) | 1.00 |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("| midway-forward | 100 | 2 of 3 | 12.20 (11.20-13.20) | 0.61 |"),
+            "{out}"
+        );
+        assert!(
+            out.contains("- midway-forward 100 streams, round 3: iperf3 exited"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_case_that_never_ran_shows_its_first_error() {
+        let mut failed = run(Case::Haproxy, 1, 0.0);
+        failed.error = Some("haproxy did not come up".into());
+        let out = table(&mut [failed]);
+        assert!(
+            out.contains(
+                "| haproxy | 100 | 0 of 1 | failed: round 1: haproxy did not come up | | | | |"
+            ),
+            "{out}"
+        );
+    }
+}
