@@ -11,8 +11,8 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use midway_linkemu::driver::{spawn_link, LinkHandle};
 use midway_linkemu::DirectionStats;
+use midway_linkemu::{spawn_link, LinkHandle};
 use nix::sched::{setns, CloneFlags};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
