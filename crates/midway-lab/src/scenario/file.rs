@@ -380,7 +380,7 @@ pub struct RouteTuning {
 
 /// Overrides: dotted path -> value. Quote the keys (`"workload.bytes" = "300KB"`), or TOML makes
 /// nested tables of them.
-pub type OverridesFile = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+pub(crate) type OverridesFile = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
 /// The `[quick]` table: overrides applied by `--quick`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -433,7 +433,7 @@ pub struct SweepFile {
 }
 
 /// The name of a case kind as written in a scenario file.
-pub fn kind_name(kind: CaseKind) -> &'static str {
+pub(crate) fn kind_name(kind: CaseKind) -> &'static str {
     match kind {
         CaseKind::Direct => "direct",
         CaseKind::Midway => "midway",

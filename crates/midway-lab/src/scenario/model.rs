@@ -13,16 +13,27 @@ use crate::units::{LossSpec, QueueSpec};
 /// A validated scenario, with one point's overrides applied.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// Short name; goes into every result record and the default output folder's name.
     pub name: String,
+    /// What the scenario measures, in a sentence or two.
     pub description: String,
+    /// Paper and section the parameters come from.
     pub source: String,
+    /// Base seed; each point's seed is derived from it.
     pub seed: u64,
+    /// The hosts, each a network namespace with its TCP stack profile.
     pub hosts: Vec<midway_labnet::HostSpec>,
+    /// The emulated links between hosts.
     pub links: Vec<Link>,
+    /// Host that runs the workload's client.
     pub client: String,
+    /// Host that runs the proxy of proxy cases (a case may name another).
     pub proxy: String,
+    /// Host that runs the workload's server.
     pub server: String,
+    /// What the client and the server do.
     pub workload: Workload,
+    /// The cases (direct, a proxy and its settings) by name.
     pub cases: BTreeMap<String, Case>,
 }
 
@@ -39,8 +50,12 @@ pub struct Link {
 /// A validated workload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Workload {
+    /// The server sends a number of bytes as soon as a client connects; timed from connect to
+    /// last byte.
     Bulk(BulkWorkload),
+    /// Commands of the scenario's choice run as client and (optionally) server.
     Command(CommandWorkload),
+    /// Page loads: an origin on the server, a page loader or headless Chromium on the client.
     Web(WebWorkload),
 }
 
@@ -331,7 +346,7 @@ fn loss_model(loss: &LossSpec) -> midway_linkemu::LossModel {
 }
 
 /// Converts one direction to the emulator's config, reading its trace if any, and validates it.
-pub fn direction_config(
+pub(crate) fn direction_config(
     direction: &DirectionFile,
     base_dir: &Path,
     link: &str,
