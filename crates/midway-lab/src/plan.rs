@@ -40,10 +40,18 @@ pub enum PlanError {
     /// A point's overrides do not give a valid scenario (loading checks this, so rare).
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// `--shard` is not `I/N` with `0 <= I < N`; holds the text given.
     #[error("--shard wants I/N with 0 <= I < N, e.g. 0/4; got `{0}`")]
     BadShard(String),
+    /// `--experiment` names an experiment the scenario does not have.
     #[error("unknown experiment `{name}`; this scenario has: {known}")]
-    UnknownExperiment { name: String, known: String },
+    UnknownExperiment {
+        /// The name given.
+        name: String,
+        /// The scenario's experiment names, comma-separated.
+        known: String,
+    },
+    /// `--repetitions 0`.
     #[error("--repetitions must be at least 1")]
     ZeroRepetitions,
 }
@@ -67,12 +75,18 @@ impl std::str::FromStr for Shard {
 pub struct Point {
     /// Position in the full plan (before shard and resume), stable across runs of one file.
     pub index: usize,
+    /// Name of the experiment the point belongs to.
     pub experiment: String,
     /// Axis label of the sweep, the key of the x value in `params`.
     pub sweep_param: Option<String>,
+    /// Position of the point's value in the sweep's list (`None` without a sweep).
     pub sweep_index: Option<usize>,
+    /// Name of the case measured.
     pub case: String,
+    /// Repetition number, from 0.
     pub repetition: u32,
+    /// Seed of the point's link emulators, the same for every case at one sweep value and
+    /// repetition.
     pub seed: u64,
     /// The scenario with this point's overrides applied.
     pub scenario: Arc<Scenario>,

@@ -12,7 +12,9 @@ use crate::units::{ByteSize, HumanDuration, LossSpec, Rate};
 /// One override of a point: dotted path and value, with the span of the text that asked for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Override {
+    /// Dotted path into the scenario document, e.g. "links.access.b_to_a.delay".
     pub path: String,
+    /// The value put at that path.
     pub value: toml::Value,
     /// Where the path is written (blamed when the path is wrong).
     pub path_span: Range<usize>,
