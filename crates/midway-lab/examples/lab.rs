@@ -2,6 +2,9 @@
 //! `cargo run -p midway-lab --example lab -- run scenarios/hfc-demo.toml --quick`.
 //! Proxy cases need `MIDWAY_BIN` pointing at a built `midway`.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use clap::Parser;
 
 #[derive(Parser)]

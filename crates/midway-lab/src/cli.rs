@@ -20,12 +20,13 @@ use crate::scenario::{CaseKind, LoadedScenario};
 /// whose throughput hangs on exactly when slow start overflows the 10 KB modem queue, lost about
 /// 10 % (median 2.44 vs 2.75 Mbit/s over 8 repetitions); with 2 jobs it matched (2.90). One job
 /// per core keeps the emulator's timing honest; more is a choice to check on each machine.
-pub fn default_jobs() -> usize {
+pub(crate) fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 /// Where runs go when `--out` is not given: `lab-results/<scenario>-<UTC time>`.
-pub const DEFAULT_RESULTS_ROOT: &str = "lab-results";
+pub(crate) const DEFAULT_RESULTS_ROOT: &str = "lab-results";
 
+/// The `midway lab` subcommands, parsed by clap; [`execute`] runs one.
 #[derive(Debug, clap::Subcommand)]
 pub enum LabCommand {
     /// Run a scenario: sweeps x cases x repetitions, results to DIR/results.jsonl, report at the end.
@@ -90,14 +91,21 @@ pub enum LabCommand {
         scenarios: Option<PathBuf>,
     },
     /// Rebuild the report of a results folder.
-    Report { dir: PathBuf },
+    Report {
+        /// Results folder holding results.jsonl (the --out of a run).
+        dir: PathBuf,
+    },
     /// Check the emulator against its configuration.
     Selftest {
+        /// Short version: one rate, about 5 s, instead of rates from 1 to 500 Mbit/s.
         #[arg(long)]
         quick: bool,
     },
     /// Validate a scenario file without running it (no root needed).
-    Check { scenario: PathBuf },
+    Check {
+        /// Scenario file (TOML) to validate.
+        scenario: PathBuf,
+    },
     /// Remove namespaces and links left by a crashed run.
     Clean,
 }
@@ -348,25 +356,39 @@ fn which(program: &str) -> Option<PathBuf> {
 /// Options of one run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
+    /// The scenario file (TOML) to run.
     pub scenario: PathBuf,
+    /// Output folder; `None` = `lab-results/<scenario name>-<UTC time>`.
     pub out: Option<PathBuf>,
+    /// Which points to run (quick, experiments, repetitions, seed, shard).
     pub plan: PlanOptions,
+    /// Topologies measured at once.
     pub jobs: usize,
+    /// Continue a run in `out`: skip points already measured successfully; without it an
+    /// existing results.jsonl in `out` is an error.
     pub resume: bool,
+    /// Keep every point's folder (generated configs, proxy logs), not only failed ones.
     pub keep_point_dirs: bool,
+    /// Show a progress bar on the terminal.
     pub progress: bool,
 }
 
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
+    /// The folder the results went to.
     pub out_dir: PathBuf,
-    /// Points planned (after shard), skipped by resume, and measured now.
+    /// Points planned (after shard).
     pub planned: usize,
+    /// Points skipped because `--resume` found them already measured.
     pub skipped: usize,
+    /// Points measured now (records appended to results.jsonl), failed ones included.
     pub records: usize,
+    /// Of those, points whose measurement failed.
     pub failed: usize,
+    /// The markdown report written at the end, or `None` if it could not be made.
     pub report: Option<PathBuf>,
+    /// The records appended by this run, in the order they were written.
     pub records_written: Vec<RunRecord>,
 }
 
@@ -385,7 +407,7 @@ fn print_summary(summary: &RunSummary) {
 }
 
 /// The midway binary for proxy cases: `MIDWAY_BIN`, else this executable.
-pub fn midway_binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn midway_binary() -> anyhow::Result<PathBuf> {
     match std::env::var_os("MIDWAY_BIN") {
         Some(path) => Ok(PathBuf::from(path)),
         // The running binary's own image, even if the file is rebuilt during a long sweep
@@ -397,7 +419,7 @@ pub fn midway_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// `git describe --always --dirty` in `dir`, or "unknown".
-pub fn describe_commit(dir: &Path) -> String {
+pub(crate) fn describe_commit(dir: &Path) -> String {
     Command::new("git")
         .args(["describe", "--always", "--dirty"])
         .current_dir(dir)
@@ -520,7 +542,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
 }
 
 /// Median throughput (Mbit/s) per (experiment, case, sweep x) of successful records.
-pub fn medians(records: &[RunRecord]) -> BTreeMap<(String, String, String), f64> {
+pub(crate) fn medians(records: &[RunRecord]) -> BTreeMap<(String, String, String), f64> {
     let mut groups: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
     for record in records.iter().filter(|r| r.ok) {
         let x = record
@@ -605,11 +627,11 @@ fn print_report_warnings(warnings: &[String]) {
 }
 
 /// Papers `midway lab reproduce` knows (each has scenarios/repro/PAPER.toml and .claims.toml).
-pub const REPRO_PAPERS: [&str; 4] = ["hfc-proxy", "hfc-tuning", "satellite", "umts"];
+pub(crate) const REPRO_PAPERS: [&str; 4] = ["hfc-proxy", "hfc-tuning", "satellite", "umts"];
 
 /// The folder of the shipped reproduction scenarios: `MIDWAY_REPRO_DIR`, else `scenarios/repro`
 /// under the current folder, else under the source tree this binary was built from.
-pub fn repro_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn repro_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("MIDWAY_REPRO_DIR") {
         return Ok(PathBuf::from(dir));
     }
@@ -634,7 +656,7 @@ pub fn repro_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// `DIR/PAPER.toml`, after checking PAPER is one the lab reproduces.
-pub fn repro_scenario(dir: &Path, paper: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn repro_scenario(dir: &Path, paper: &str) -> anyhow::Result<PathBuf> {
     if !REPRO_PAPERS.contains(&paper) {
         bail!(
             "unknown paper `{paper}`: midway lab reproduce knows {}",

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 /// The `TcpExt` counters the lab records, by the name `nstat` gives them (without the prefix).
-pub const RECORDED: [&str; 5] = [
+pub(crate) const RECORDED: [&str; 5] = [
     "TCPFastRetrans",
     "TCPTimeouts",
     "TCPLossProbes",
@@ -17,7 +17,7 @@ pub const RECORDED: [&str; 5] = [
 
 /// Parses the text of `/proc/net/netstat` (pairs of lines: `Prefix: names...` then
 /// `Prefix: values...`) into `TcpExt` counters. Lines that do not pair up are skipped.
-pub fn parse_tcp_ext(text: &str) -> BTreeMap<String, u64> {
+pub(crate) fn parse_tcp_ext(text: &str) -> BTreeMap<String, u64> {
     let mut counters = BTreeMap::new();
     let mut lines = text.lines();
     while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
@@ -37,7 +37,7 @@ pub fn parse_tcp_ext(text: &str) -> BTreeMap<String, u64> {
 
 /// Reads the `TcpExt` counters of the calling thread's network namespace. `/proc/thread-self`
 /// (not `/proc/self`): the thread, not the process, is the one inside the host's namespace.
-pub fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
+pub(crate) fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
     Ok(parse_tcp_ext(&std::fs::read_to_string(
         "/proc/thread-self/net/netstat",
     )?))
@@ -45,7 +45,7 @@ pub fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
 
 /// The largest `reordering N` of `ip tcp_metrics show` output (the threshold the next
 /// connection to that peer starts with), if any entry has one.
-pub fn cached_reordering(tcp_metrics: &str) -> Option<u32> {
+pub(crate) fn cached_reordering(tcp_metrics: &str) -> Option<u32> {
     let words: Vec<&str> = tcp_metrics.split_whitespace().collect();
     words
         .windows(2)

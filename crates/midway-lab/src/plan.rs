@@ -12,31 +12,46 @@ use crate::scenario::{derived_axis_value, LoadedScenario, Scenario, ScenarioErro
 /// Options that shape a plan (the run's command-line flags).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
+    /// `--quick`: first, middle and last sweep value, one repetition, the file's `[quick]`
+    /// overrides.
     pub quick: bool,
     /// Run only these experiments (all when empty).
     pub experiments: Vec<String>,
+    /// Repetitions of every point, overriding the file's.
     pub repetitions: Option<u32>,
     /// Overrides the file's base seed.
     pub seed: Option<u64>,
+    /// Run only one shard of the points (`--shard i/n`); `None` = all points.
     pub shard: Option<Shard>,
 }
 
 /// `i/n`: the points whose index modulo n is i.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
+    /// i: the remainder of the indices this shard runs, `0..count`.
     pub index: usize,
+    /// n: how many shards the points are split into, at least 1.
     pub count: usize,
 }
 
+/// Why a plan cannot be made from a scenario and the options.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     /// A point's overrides do not give a valid scenario (loading checks this, so rare).
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// `--shard` is not `I/N` with `0 <= I < N`; holds the text given.
     #[error("--shard wants I/N with 0 <= I < N, e.g. 0/4; got `{0}`")]
     BadShard(String),
+    /// `--experiment` names an experiment the scenario does not have.
     #[error("unknown experiment `{name}`; this scenario has: {known}")]
-    UnknownExperiment { name: String, known: String },
+    UnknownExperiment {
+        /// The name given.
+        name: String,
+        /// The scenario's experiment names, comma-separated.
+        known: String,
+    },
+    /// `--repetitions 0`.
     #[error("--repetitions must be at least 1")]
     ZeroRepetitions,
 }
@@ -60,12 +75,18 @@ impl std::str::FromStr for Shard {
 pub struct Point {
     /// Position in the full plan (before shard and resume), stable across runs of one file.
     pub index: usize,
+    /// Name of the experiment the point belongs to.
     pub experiment: String,
     /// Axis label of the sweep, the key of the x value in `params`.
     pub sweep_param: Option<String>,
+    /// Position of the point's value in the sweep's list (`None` without a sweep).
     pub sweep_index: Option<usize>,
+    /// Name of the case measured.
     pub case: String,
+    /// Repetition number, from 0.
     pub repetition: u32,
+    /// Seed of the point's link emulators, the same for every case at one sweep value and
+    /// repetition.
     pub seed: u64,
     /// The scenario with this point's overrides applied.
     pub scenario: Arc<Scenario>,
@@ -77,7 +98,7 @@ pub struct Point {
 /// The seed of a point: the same for every case at one sweep value and repetition, so cases are
 /// compared under the same loss pattern (common random numbers). splitmix64 steps; stable across
 /// Rust versions, unlike `DefaultHasher`.
-pub fn point_seed(base: u64, experiment: &str, sweep_index: usize, repetition: u32) -> u64 {
+pub(crate) fn point_seed(base: u64, experiment: &str, sweep_index: usize, repetition: u32) -> u64 {
     let mut state = base;
     let mut mix = |value: u64| {
         state = state
@@ -97,7 +118,7 @@ pub fn point_seed(base: u64, experiment: &str, sweep_index: usize, repetition: u
 }
 
 /// Indices of the sweep values kept by `--quick`: first, middle and last.
-pub fn quick_indices(len: usize) -> Vec<usize> {
+pub(crate) fn quick_indices(len: usize) -> Vec<usize> {
     let set: BTreeSet<usize> = [0, len / 2, len.saturating_sub(1)]
         .into_iter()
         .filter(|&i| i < len)
@@ -215,12 +236,12 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
 }
 
 /// The resume key of a point, exactly as [`midway_report::RunRecord::resume_key`] computes it.
-pub fn resume_key(point: &Point) -> String {
+pub(crate) fn resume_key(point: &Point) -> String {
     skeleton_record(point, "", "", "").resume_key()
 }
 
 /// A record for `point` with the measurement fields empty and `ok = false`.
-pub fn skeleton_record(
+pub(crate) fn skeleton_record(
     point: &Point,
     scenario_file: &str,
     commit: &str,
@@ -248,7 +269,7 @@ pub fn skeleton_record(
 }
 
 /// Drops the points already measured successfully (by resume key).
-pub fn skip_done(points: Vec<Point>, done: &HashSet<String>) -> Vec<Point> {
+pub(crate) fn skip_done(points: Vec<Point>, done: &HashSet<String>) -> Vec<Point> {
     points
         .into_iter()
         .filter(|p| !done.contains(&resume_key(p)))
@@ -256,7 +277,7 @@ pub fn skip_done(points: Vec<Point>, done: &HashSet<String>) -> Vec<Point> {
 }
 
 /// Resume keys of the successful records in a results file's records.
-pub fn done_keys(records: &[midway_report::RunRecord]) -> HashSet<String> {
+pub(crate) fn done_keys(records: &[midway_report::RunRecord]) -> HashSet<String> {
     records
         .iter()
         .filter(|r| r.ok)

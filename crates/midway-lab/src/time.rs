@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// (year, month, day, hour, minute, second) of a Unix time, UTC. Howard Hinnant's
 /// days-to-civil algorithm.
-pub fn civil(unix_seconds: u64) -> (i64, u32, u32, u32, u32, u32) {
+pub(crate) fn civil(unix_seconds: u64) -> (i64, u32, u32, u32, u32, u32) {
     let days = (unix_seconds / 86_400) as i64;
     let rem = unix_seconds % 86_400;
     let z = days + 719_468;
@@ -34,13 +34,13 @@ fn now_seconds() -> u64 {
 }
 
 /// "2026-11-21T06:30:00Z".
-pub fn rfc3339_now() -> String {
+pub(crate) fn rfc3339_now() -> String {
     let (y, mo, d, h, mi, s) = civil(now_seconds());
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
 
 /// "20261121-063000", for folder names.
-pub fn compact_now() -> String {
+pub(crate) fn compact_now() -> String {
     let (y, mo, d, h, mi, s) = civil(now_seconds());
     format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
 }

@@ -40,6 +40,7 @@ fn split_number(text: &str) -> Result<(f64, &str), UnitError> {
 pub struct HumanDuration(pub Duration);
 
 impl HumanDuration {
+    /// Parses a duration with a unit (ns, us, ms, s, min, h); a bare "0" needs none.
     pub fn parse(text: &str) -> Result<Self, UnitError> {
         let (value, unit) = split_number(text)?;
         let seconds = match unit {
@@ -63,6 +64,7 @@ impl HumanDuration {
         };
         Ok(Self(Duration::from_secs_f64(seconds)))
     }
+    /// The duration in milliseconds, with fractions.
     pub fn as_millis_f64(&self) -> f64 {
         self.0.as_secs_f64() * 1e3
     }
@@ -85,6 +87,7 @@ impl fmt::Display for HumanDuration {
 pub struct MaxAge(pub Option<Duration>);
 
 impl MaxAge {
+    /// Parses "none" or a duration with a unit.
     pub fn parse(text: &str) -> Result<Self, UnitError> {
         if text.trim() == "none" {
             return Ok(Self(None));
@@ -109,6 +112,7 @@ impl fmt::Display for MaxAge {
 pub struct Rate(pub u64);
 
 impl Rate {
+    /// Parses a rate with a unit (bit, kbit, Mbit, Gbit; "/s" or "ps" allowed); at least 1 bit/s.
     pub fn parse(text: &str) -> Result<Self, UnitError> {
         let (value, unit) = split_number(text)?;
         let unit = unit.trim_end_matches("/s").trim_end_matches("ps");
@@ -149,6 +153,7 @@ impl fmt::Display for Rate {
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
+    /// Parses a byte count: a number, or one with a unit (B, KB, MB, GB, KiB, MiB, GiB).
     pub fn parse(text: &str) -> Result<Self, UnitError> {
         let (value, unit) = split_number(text)?;
         let factor = match unit {
@@ -178,13 +183,17 @@ impl fmt::Display for ByteSize {
 /// Drop-tail queue limit of one link direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueueSpec {
+    /// No limit ("unlimited").
     #[default]
     Unlimited,
+    /// At most this many bytes of frames queued (> 0).
     Bytes(u64),
+    /// At most this many frames queued (> 0).
     Packets(u64),
 }
 
 impl QueueSpec {
+    /// Parses "unlimited", a packet count ("20 packets") or a byte size ("10KB").
     pub fn parse(text: &str) -> Result<Self, UnitError> {
         let trimmed = text.trim();
         if trimmed == "unlimited" {
@@ -288,9 +297,12 @@ impl<'de> Deserialize<'de> for Probability {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum LossSpec {
+    /// No loss.
     #[default]
     None,
+    /// Each packet is lost independently with this probability.
     Bernoulli(Probability),
+    /// Bursts of loss from a two-state Markov chain.
     GilbertElliott(GilbertElliottSpec),
 }
 
@@ -299,10 +311,14 @@ pub enum LossSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GilbertElliottSpec {
+    /// Probability, per packet, of moving from the good state to the bad one.
     pub p_good_to_bad: Probability,
+    /// Probability, per packet, of moving from the bad state back to the good one.
     pub p_bad_to_good: Probability,
+    /// Probability that a packet is lost in the good state (default 0).
     #[serde(default)]
     pub loss_in_good: Probability,
+    /// Probability that a packet is lost in the bad state (default 1).
     #[serde(default = "certain")]
     pub loss_in_bad: Probability,
 }

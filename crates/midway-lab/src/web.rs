@@ -20,7 +20,7 @@ use midway_web::{
 use crate::scenario::{HttpVersion, WebCache, WebWorkload};
 
 /// What the origin serves for `web`.
-pub fn site_spec(web: &WebWorkload) -> SiteSpec {
+pub(crate) fn site_spec(web: &WebWorkload) -> SiteSpec {
     SiteSpec {
         hosts: web.hosts.clone(),
         pages: web.pages,
@@ -37,7 +37,7 @@ pub fn site_spec(web: &WebWorkload) -> SiteSpec {
 }
 
 /// Every host name of the site mapped to `address`.
-pub fn resolve_all(web: &WebWorkload, address: IpAddr) -> BTreeMap<String, IpAddr> {
+pub(crate) fn resolve_all(web: &WebWorkload, address: IpAddr) -> BTreeMap<String, IpAddr> {
     web.hosts
         .iter()
         .map(|name| (name.clone(), address))
@@ -46,7 +46,7 @@ pub fn resolve_all(web: &WebWorkload, address: IpAddr) -> BTreeMap<String, IpAdd
 
 /// Where the web client sends its requests in one case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientRoute {
+pub(crate) struct ClientRoute {
     /// Where the client connects when it talks to origins itself: the server (direct,
     /// transparent) or a forward listener.
     pub target: SocketAddr,
@@ -57,7 +57,7 @@ pub struct ClientRoute {
 }
 
 /// The loader's description of a run.
-pub fn load_spec(web: &WebWorkload, route: &ClientRoute) -> LoadSpec {
+pub(crate) fn load_spec(web: &WebWorkload, route: &ClientRoute) -> LoadSpec {
     // Through an explicit proxy the names matter only to the proxy (it resolves them with the
     // hosts file); otherwise every name leads to where this case's client must connect.
     let (resolve, port) = match route.proxy {
@@ -86,7 +86,7 @@ pub fn load_spec(web: &WebWorkload, route: &ClientRoute) -> LoadSpec {
 }
 
 /// URL of page `page` (on `hosts[0]`, the port written only when it is not 80).
-pub fn page_url(web: &WebWorkload, page: u32) -> String {
+pub(crate) fn page_url(web: &WebWorkload, page: u32) -> String {
     let authority = if web.port == 80 {
         web.hosts[0].clone()
     } else {
@@ -98,7 +98,7 @@ pub fn page_url(web: &WebWorkload, page: u32) -> String {
 /// The record of one web run: body bytes and summed load time of the measured pages, and the
 /// web extras (`page_load_seconds` = mean page load time, the experiment's primary metric).
 #[derive(Debug, Clone, PartialEq)]
-pub struct WebOutcome {
+pub(crate) struct WebOutcome {
     pub bytes: u64,
     pub seconds: f64,
     pub extra: BTreeMap<String, f64>,
@@ -106,7 +106,7 @@ pub struct WebOutcome {
 
 /// Page load times (seconds) and body bytes of the measured pages -> the run's numbers.
 /// `connections_opened` is left out when unknown (Chromium). None when no page was measured.
-pub fn web_outcome(
+pub(crate) fn web_outcome(
     page_seconds: &[f64],
     bytes: u64,
     objects: u64,
@@ -136,7 +136,7 @@ pub fn web_outcome(
 }
 
 /// The loader's result -> the run's numbers.
-pub fn loader_outcome(result: &LoadResult) -> Option<WebOutcome> {
+pub(crate) fn loader_outcome(result: &LoadResult) -> Option<WebOutcome> {
     let seconds: Vec<f64> = result.pages.iter().map(|p| p.seconds).collect();
     let bytes = result.pages.iter().map(|p| p.bytes).sum();
     let objects = result.pages.iter().map(|p| u64::from(p.objects)).sum();
@@ -144,13 +144,13 @@ pub fn loader_outcome(result: &LoadResult) -> Option<WebOutcome> {
 }
 
 /// The origin running in the server host; stopped when dropped.
-pub struct RunningOrigin {
+pub(crate) struct RunningOrigin {
     origin: Origin,
 }
 
 impl RunningOrigin {
     /// Starts the origin on `web.port` (all addresses) inside `server_host`.
-    pub fn start(
+    pub(crate) fn start(
         topology: &Topology,
         server_host: &str,
         web: &WebWorkload,
@@ -165,13 +165,13 @@ impl RunningOrigin {
         Ok(Self { origin })
     }
 
-    pub fn stats(&self) -> OriginStats {
+    pub(crate) fn stats(&self) -> OriginStats {
         self.origin.stats()
     }
 }
 
 /// Runs midway-web's page loader on a thread inside `client_host`.
-pub fn run_loader(
+pub(crate) fn run_loader(
     topology: &Topology,
     client_host: &str,
     web: &WebWorkload,
@@ -188,7 +188,7 @@ pub fn run_loader(
 /// folder, so no browser cache or connection carries over between pages), timed by the browser
 /// (navigationStart to loadEventEnd). With `cache = "hit"` every page is loaded once unmeasured
 /// first, through the same case, to fill the proxy's cache.
-pub fn run_chromium(
+pub(crate) fn run_chromium(
     topology: &Topology,
     client_host: &str,
     web: &WebWorkload,

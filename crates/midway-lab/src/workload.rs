@@ -18,7 +18,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 const CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
-pub enum WorkloadError {
+pub(crate) enum WorkloadError {
     #[error("cannot set up the {side} socket ({what})")]
     Setup {
         side: &'static str,
@@ -51,7 +51,7 @@ fn setup(side: &'static str, what: &'static str) -> impl Fn(io::Error) -> Worklo
 
 /// Socket options of one end of a bulk transfer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SocketOptions {
+pub(crate) struct SocketOptions {
     pub send_buffer: Option<u64>,
     pub recv_buffer: Option<u64>,
     pub congestion_control: Option<String>,
@@ -81,20 +81,20 @@ fn apply(
 }
 
 /// `tcpi_total_retrans` of a TCP socket.
-pub fn total_retransmits(socket: &impl AsFd) -> io::Result<u64> {
+pub(crate) fn total_retransmits(socket: &impl AsFd) -> io::Result<u64> {
     midway_sys::tcp_info::tcp_stats(socket.as_fd()).map(|stats| u64::from(stats.total_retrans))
 }
 
 /// A listening bulk server. Bind it first (the client may start once `bind` returned), then
 /// call [`BulkServer::serve_one`].
-pub struct BulkServer {
+pub(crate) struct BulkServer {
     listener: TcpListener,
 }
 
 impl BulkServer {
     /// Listens on `addr` (port 0 picks one) with the given options; accepted sockets inherit
     /// buffer sizes and congestion control from the listener.
-    pub fn bind(addr: SocketAddr, options: &SocketOptions) -> Result<Self, WorkloadError> {
+    pub(crate) fn bind(addr: SocketAddr, options: &SocketOptions) -> Result<Self, WorkloadError> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(setup("server", "socket"))?;
         socket
@@ -111,14 +111,20 @@ impl BulkServer {
         })
     }
 
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    /// The address the server listens on (only the unit tests ask, to learn their port).
+    #[cfg(test)]
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// Accepts one client within `timeout`, sends `bytes`, closes its sending side, waits for the
     /// client to close (so every retransmission is counted), and returns the socket's total
     /// retransmissions and when its peer had acknowledged every byte.
-    pub fn serve_one(&self, bytes: u64, timeout: Duration) -> Result<ServerOutcome, WorkloadError> {
+    pub(crate) fn serve_one(
+        &self,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<ServerOutcome, WorkloadError> {
         let deadline = Instant::now() + timeout;
         let stream = self.accept(timeout)?;
         send_and_drain(stream, bytes, deadline)
@@ -217,7 +223,7 @@ impl BulkServer {
     /// is left of `timeout` and sends it `bytes` on its own thread while the next is accepted.
     /// Retransmissions are summed; `all_acked` is the last connection's (`None` if any could
     /// not be observed). One connection is exactly [`BulkServer::serve_one`].
-    pub fn serve_many(
+    pub(crate) fn serve_many(
         &self,
         connections: u32,
         bytes: u64,
@@ -265,7 +271,7 @@ impl BulkServer {
 
 /// What the bulk server saw.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ServerOutcome {
+pub(crate) struct ServerOutcome {
     pub retransmits: u64,
     /// When the peer (the client, or the proxy's remote segment) had acknowledged every byte:
     /// the end of the remote segment's transfer. `None` if it could not be observed in time.
@@ -296,7 +302,7 @@ fn wait_all_acked(stream: &TcpStream, deadline: Instant) -> Option<Instant> {
 
 /// What the bulk client measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BulkOutcome {
+pub(crate) struct BulkOutcome {
     pub bytes: u64,
     /// From the start of `connect()` to the last byte.
     pub seconds: f64,
@@ -308,7 +314,7 @@ pub struct BulkOutcome {
 }
 
 /// Connects to `target`, reads `bytes`, and times it.
-pub fn bulk_client(
+pub(crate) fn bulk_client(
     target: SocketAddr,
     bytes: u64,
     options: &SocketOptions,
@@ -374,7 +380,7 @@ pub fn bulk_client(
 /// retransmissions summed, `started` the earliest `connect()`, `seconds` until the last byte of
 /// the last connection, `connect_seconds` the slowest handshake. The first error wins. One
 /// connection is exactly [`bulk_client`].
-pub fn bulk_clients(
+pub(crate) fn bulk_clients(
     target: SocketAddr,
     connections: u32,
     bytes: u64,
@@ -406,7 +412,7 @@ pub fn bulk_clients(
 }
 
 /// One outcome for parallel connections (see [`bulk_clients`]); `None` for none.
-pub fn combine_outcomes(outcomes: &[BulkOutcome]) -> Option<BulkOutcome> {
+pub(crate) fn combine_outcomes(outcomes: &[BulkOutcome]) -> Option<BulkOutcome> {
     let started = outcomes.iter().map(|o| o.started).min()?;
     let last_byte = outcomes
         .iter()
@@ -425,7 +431,7 @@ pub fn combine_outcomes(outcomes: &[BulkOutcome]) -> Option<BulkOutcome> {
 }
 
 /// Replaces `{name}` placeholders in a command's arguments.
-pub fn expand_argv(argv: &[String], values: &BTreeMap<&str, String>) -> Vec<String> {
+pub(crate) fn expand_argv(argv: &[String], values: &BTreeMap<&str, String>) -> Vec<String> {
     argv.iter()
         .map(|arg| {
             let mut out = arg.clone();
@@ -438,7 +444,7 @@ pub fn expand_argv(argv: &[String], values: &BTreeMap<&str, String>) -> Vec<Stri
 }
 
 /// Lines `MIDWAY_METRIC <name> <number>` of a command's stdout.
-pub fn parse_metric_lines(stdout: &str) -> BTreeMap<String, f64> {
+pub(crate) fn parse_metric_lines(stdout: &str) -> BTreeMap<String, f64> {
     stdout
         .lines()
         .filter_map(|line| {

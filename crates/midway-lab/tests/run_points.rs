@@ -2,8 +2,10 @@
 //! scenario with the `direct` and `haproxy` cases, run through the library as the CLI does.
 //! The `midway` case needs the built binary and is covered by crates/midway/tests/lab_run.rs.
 
-use midway_lab::cli::{run, RunOptions};
-use midway_lab::plan::PlanOptions;
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
+use midway_lab::{run, PlanOptions, RunOptions};
 use midway_testkit::host::is_root;
 use midway_testkit::netns::namespaces_of_pid;
 

@@ -1,10 +1,12 @@
 //! Every shipped scenario parses and plans; every bad fixture fails with its expected message
 //! (which names the line).
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
-use midway_lab::plan::{self, PlanOptions};
-use midway_lab::LoadedScenario;
+use midway_lab::{build_plan, LoadedScenario, PlanOptions};
 use midway_testkit::host::repo_root;
 
 fn files_in(dir: &Path, extension: &str) -> Vec<PathBuf> {
@@ -23,8 +25,8 @@ fn every_shipped_scenario_parses_and_plans() {
     assert!(!files.is_empty(), "no scenario files found");
     for file in &files {
         let loaded = LoadedScenario::load(file).unwrap_or_else(|e| panic!("{e}"));
-        let full = plan::build_plan(&loaded, &PlanOptions::default()).unwrap();
-        let quick = plan::build_plan(
+        let full = build_plan(&loaded, &PlanOptions::default()).unwrap();
+        let quick = build_plan(
             &loaded,
             &PlanOptions {
                 quick: true,
@@ -46,7 +48,7 @@ fn every_shipped_scenario_parses_and_plans() {
                 .topology_spec(file.parent().unwrap())
                 .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         }
-        midway_lab::cli::check_summary(&loaded).unwrap();
+        midway_lab::check_summary(&loaded).unwrap();
     }
 }
 
@@ -55,7 +57,7 @@ fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
     let loaded = LoadedScenario::load(&repo_root().join("scenarios/hfc-demo.toml")).unwrap();
     let cases: Vec<_> = loaded.base.cases.keys().cloned().collect();
     assert_eq!(cases, ["direct", "haproxy", "midway"]);
-    let quick = plan::build_plan(
+    let quick = build_plan(
         &loaded,
         &PlanOptions {
             quick: true,
@@ -66,7 +68,7 @@ fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
     // 3 loss values x 3 cases x 1 repetition.
     assert_eq!(quick.len(), 9);
     let midway_bytes = match &quick[0].scenario.workload {
-        midway_lab::scenario::Workload::Bulk(bulk) => bulk.bytes,
+        midway_lab::Workload::Bulk(bulk) => bulk.bytes,
         other => panic!("not bulk: {other:?}"),
     };
     assert_eq!(midway_bytes, 300_000, "quick overrides apply");
@@ -143,8 +145,5 @@ fn the_web_example_in_the_scenarios_readme_is_valid() {
     let loaded =
         LoadedScenario::from_text(Path::new("README.md"), text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.base.cases.len(), 4);
-    assert!(matches!(
-        loaded.base.workload,
-        midway_lab::scenario::Workload::Web(_)
-    ));
+    assert!(matches!(loaded.base.workload, midway_lab::Workload::Web(_)));
 }

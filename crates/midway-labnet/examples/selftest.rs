@@ -1,6 +1,9 @@
 //! Runs the full link-emulator selftest and prints its table (as root):
 //! `cargo run --release -p midway-labnet --example selftest [--quick]`.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     midway_labnet::install_cleanup_on_signal()?;
     let quick = std::env::args().any(|a| a == "--quick");

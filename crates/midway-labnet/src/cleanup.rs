@@ -237,7 +237,7 @@ pub(crate) fn remove_namespaces(
 /// Tears down every live topology of this process as fast as possible (children killed, namespace
 /// handles removed, pid files released), and refuses to build new ones from then on. For signal
 /// handlers (the process is expected to exit); returns how many topologies there were.
-pub fn cleanup_live_topologies() -> usize {
+pub(crate) fn cleanup_live_topologies() -> usize {
     let (topologies, children) = {
         let mut reg = registry();
         SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);

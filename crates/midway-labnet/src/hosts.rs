@@ -9,6 +9,7 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name:?} is not a host name for a hosts file: use letters, digits, '-' and '.', not starting or ending with '.' or '-'")]
 pub struct BadHostName {
+    /// The rejected name.
     pub name: String,
 }
 

@@ -28,28 +28,19 @@
 mod cleanup;
 mod error;
 mod hosts;
-pub mod probe;
+mod probe;
 pub mod selftest;
 mod spec;
 mod stack;
 mod sys;
 mod topology;
 
-pub use cleanup::{
-    clean_leftovers, cleanup_live_topologies, install_cleanup_on_signal, require_root, PID_DIR,
-};
+pub use cleanup::{clean_leftovers, install_cleanup_on_signal, require_root, PID_DIR};
 pub use error::LabNetError;
 pub use hosts::{hosts_file_text, is_valid_host_name, BadHostName};
 pub use midway_linkemu::{DirectionConfig, DirectionStats, LossModel, QueueLimit};
 pub use spec::{
-    host_netns_name, link_netns_name, tag_of_netns_name, validate, validate_tag, HostSpec,
-    LinkSpec, StackProfile, TopologySpec, MAX_HOST_NAME, MAX_LINKS, MAX_TAG, NAME_PREFIX,
+    host_netns_name, link_netns_name, validate, HostSpec, LinkSpec, StackProfile, TopologySpec,
+    MAX_TAG,
 };
-pub use stack::{
-    route_metrics, stack_notes, sysctls, LEGACY_INITCWND, LEGACY_MSS, LEGACY_RCVBUF,
-    LEGACY_RTO_MIN_MS,
-};
-pub use sys::NETNS_DIR;
-pub use topology::{
-    fresh_tag, link_seed, tag_prefix_of_process, HostChild, LinkMode, SpawnOptions, Topology, MTU,
-};
+pub use topology::{fresh_tag, tag_prefix_of_process, HostChild, LinkMode, SpawnOptions, Topology};

@@ -21,7 +21,7 @@ fn measure_err(host: &str) -> impl Fn(std::io::Error) -> LabNetError + '_ {
 }
 
 /// A TCP listener bound to `addr` (port 0 for any) inside `host`.
-pub fn tcp_listener_in(
+pub(crate) fn tcp_listener_in(
     topology: &Topology,
     host: &str,
     addr: SocketAddr,
@@ -32,7 +32,7 @@ pub fn tcp_listener_in(
 }
 
 /// A TCP stream from `host` connected to `to`, with a connect timeout.
-pub fn tcp_connect_from(
+pub(crate) fn tcp_connect_from(
     topology: &Topology,
     host: &str,
     to: SocketAddr,
@@ -50,7 +50,7 @@ pub fn tcp_connect_from(
 }
 
 /// A UDP socket bound to `addr` inside `host`.
-pub fn udp_socket_in(
+pub(crate) fn udp_socket_in(
     topology: &Topology,
     host: &str,
     addr: SocketAddr,

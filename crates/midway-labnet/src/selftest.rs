@@ -35,8 +35,10 @@ pub const RTT_FRAME_BYTES: u64 = 98;
 pub const LOSS_FRAME_BYTES: u64 = 200;
 /// Width of the loss acceptance band, in binomial standard deviations.
 pub const LOSS_SIGMAS: f64 = 4.0;
-/// Goals from the lab issue.
+/// Goal from the lab issue: the median measured RTT may differ from the expected one by this much.
 pub const RTT_TOLERANCE: Duration = Duration::from_micros(500);
+/// Goal from the lab issue: the measured goodput may differ from the expected one by this share
+/// (0.03 = 3 %).
 pub const RATE_TOLERANCE: f64 = 0.03;
 /// The emulator must hold its configuration at every rate up to this one.
 pub const GOAL_RATE_BPS: u64 = 100_000_000;
@@ -47,6 +49,7 @@ const LOSS_PROBE_MAX_PPS: f64 = 5000.0;
 /// What to test.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SelftestOptions {
+    /// Whether these are the short options of [`SelftestOptions::quick`] (reported, not acted on).
     pub quick: bool,
     /// Link rates to test, in bit/s (one topology each).
     pub rates_bps: Vec<u64>,
@@ -56,10 +59,14 @@ pub struct SelftestOptions {
     pub loss: f64,
     /// Length of the bulk transfer, of which the first `warmup` is not counted.
     pub bulk_duration: Duration,
+    /// Start of the bulk transfer that is not counted, while TCP ramps up; shorter than
+    /// `bulk_duration`.
     pub warmup: Duration,
+    /// Number of UDP echo probes sent for the RTT measurement.
     pub rtt_probes: u32,
     /// Length of the loss measurement.
     pub loss_duration: Duration,
+    /// Seed of the first rate's topology; rate i (in ascending order) uses `seed + i`.
     pub seed: u64,
 }
 
@@ -137,38 +144,55 @@ impl SelftestOptions {
 /// One configured rate and what was measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SelftestRow {
+    /// The configured link rate, in bit/s.
     pub rate_bps: u64,
+    /// The configured one-way delay of each direction.
     pub delay: Duration,
+    /// The configured Bernoulli loss probability of data frames a->b.
     pub loss: f64,
+    /// RTT the configuration implies for one probe: 2 x (delay + serialisation of one frame).
     pub expected_rtt: Duration,
     /// Median of the RTT probes that came back.
     pub measured_rtt: Duration,
+    /// Number of RTT probes that came back.
     pub rtt_samples: u32,
+    /// Goodput the configuration implies for the bulk transfer, in bit/s.
     pub expected_goodput_bps: f64,
+    /// Goodput of the bulk transfer after the warm-up, in bit/s.
     pub measured_goodput_bps: f64,
     /// Retransmissions of the bulk sender (0 expected: its direction is lossless).
     pub bulk_retransmits: u32,
+    /// Loss probes sent a->b.
     pub loss_sent: u64,
+    /// Loss probes received at b.
     pub loss_received: u64,
-    /// Accepted range of lost probes.
+    /// Accepted range of lost probes (lowest, highest).
     pub loss_bounds: (u64, u64),
     /// Frames the kernel dropped before the emulator read them, both directions.
     pub emulator_kernel_drops: u64,
-    /// During the loss measurement: frames the emulator's loss model dropped (a->b), and frames
-    /// dropped anywhere else in the emulator (queue, kernel, memory, I/O; both directions). Lost
-    /// probes beyond these two were lost outside the emulator (veth backlog, sockets).
+    /// During the loss measurement: frames the emulator's loss model dropped (a->b). Lost probes
+    /// beyond this and `emulator_other_drops` were lost outside the emulator (veth backlog,
+    /// sockets).
     pub emulator_loss_drops: u64,
+    /// During the loss measurement: frames dropped anywhere else in the emulator (queue, kernel,
+    /// memory, I/O; both directions).
     pub emulator_other_drops: u64,
+    /// Whether probes came back and their median RTT lies within [`RTT_TOLERANCE`] of the
+    /// expected one.
     pub rtt_ok: bool,
+    /// Whether the goodput lies within [`RATE_TOLERANCE`] of the expected one.
     pub rate_ok: bool,
+    /// Whether loss probes were sent and the number lost lies within `loss_bounds`.
     pub loss_ok: bool,
 }
 
 impl SelftestRow {
+    /// Whether RTT, rate and loss all passed.
     pub fn passed(&self) -> bool {
         self.rtt_ok && self.rate_ok && self.loss_ok
     }
 
+    /// Share of the loss probes that did not arrive (0 when none were sent).
     pub fn measured_loss(&self) -> f64 {
         if self.loss_sent == 0 {
             0.0
@@ -177,6 +201,7 @@ impl SelftestRow {
         }
     }
 
+    /// Relative goodput error: measured / expected - 1 (0.01 = 1 % too fast).
     pub fn rate_error(&self) -> f64 {
         self.measured_goodput_bps / self.expected_goodput_bps - 1.0
     }
@@ -185,12 +210,14 @@ impl SelftestRow {
 /// Result of a selftest.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SelftestReport {
+    /// One row per tested rate, in ascending rate order.
     pub rows: Vec<SelftestRow>,
     /// Highest rate up to which every tested rate passed.
     pub highest_passing_rate_bps: Option<u64>,
 }
 
 impl SelftestReport {
+    /// Whether every tested rate passed.
     pub fn all_passed(&self) -> bool {
         self.rows.iter().all(SelftestRow::passed)
     }
@@ -216,6 +243,8 @@ fn ok(flag: bool) -> &'static str {
 }
 
 impl fmt::Display for SelftestReport {
+    /// A table with one line per rate, an explanation for each row with loss trouble, and the
+    /// highest rate the emulator holds.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,

@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 use crate::error::LabNetError;
 
 /// Prefix of every name (namespace) the lab creates; `clean_leftovers` looks for it.
-pub const NAME_PREFIX: &str = "mw";
+pub(crate) const NAME_PREFIX: &str = "mw";
 /// Longest accepted host name.
-pub const MAX_HOST_NAME: usize = 32;
+pub(crate) const MAX_HOST_NAME: usize = 32;
 /// Longest accepted tag (tags go into every namespace name).
 pub const MAX_TAG: usize = 12;
 /// One /24 per link, numbered 1..=255 in the third octet.
-pub const MAX_LINKS: usize = 255;
+pub(crate) const MAX_LINKS: usize = 255;
 /// Linux limit for interface names (IFNAMSIZ - 1).
 const MAX_IFNAME: usize = 15;
 /// Interface names of a link's two ends inside the link's own namespace.
@@ -27,19 +27,23 @@ pub(crate) const LINK_PEER_B: &str = "pb";
 /// A topology: hosts (each a network namespace) and the emulated links between them.
 #[derive(Clone, Debug)]
 pub struct TopologySpec {
+    /// The hosts, each with a unique name.
     pub hosts: Vec<HostSpec>,
+    /// The links; link n (from 0) gets the subnets 10.0.(n+1).0/24 and fd00:0:(n+1)::/64.
     pub links: Vec<LinkSpec>,
 }
 
 /// One host: a network namespace with a TCP stack profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostSpec {
+    /// The host's name (a-z, 0-9, '_', '-', starting with a letter, at most 32 characters); it
+    /// goes into the name of the host's network namespace.
     pub name: String,
+    /// The TCP stack profile the host's namespace gets.
     pub stack: StackProfile,
 }
 
-/// The TCP stack a host runs (see [`crate::sysctls`], [`crate::route_metrics`] and
-/// [`crate::stack_notes`] for what each one sets).
+/// The TCP stack a host runs (the crate's `stack` module sets its sysctls and route metrics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StackProfile {
@@ -52,6 +56,7 @@ pub enum StackProfile {
 }
 
 impl std::fmt::Display for StackProfile {
+    /// The profile's name as in scenario files: `modern` or `legacy`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             StackProfile::Modern => "modern",
@@ -63,14 +68,18 @@ impl std::fmt::Display for StackProfile {
 /// A point-to-point emulated link between hosts `a` and `b`, configured per direction.
 #[derive(Clone, Debug)]
 pub struct LinkSpec {
+    /// Name of the host at end a.
     pub a: String,
+    /// Name of the host at end b.
     pub b: String,
+    /// Emulation of the traffic from a to b.
     pub a_to_b: DirectionConfig,
+    /// Emulation of the traffic from b to a.
     pub b_to_a: DirectionConfig,
 }
 
 /// Checks a tag: it goes into every name and must be parseable back by `clean_leftovers`.
-pub fn validate_tag(tag: &str) -> Result<(), LabNetError> {
+pub(crate) fn validate_tag(tag: &str) -> Result<(), LabNetError> {
     let ok = !tag.is_empty()
         && tag.len() <= MAX_TAG
         && tag
@@ -184,7 +193,7 @@ pub fn link_netns_name(tag: &str, index: usize) -> String {
 }
 
 /// The tag carried by a namespace name made by this crate, if it is one.
-pub fn tag_of_netns_name(name: &str) -> Option<&str> {
+pub(crate) fn tag_of_netns_name(name: &str) -> Option<&str> {
     let rest = name.strip_prefix(NAME_PREFIX)?;
     let end = rest.find(['-', '.'])?;
     let tag = &rest[..end];
@@ -234,12 +243,13 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub fn host_index(&self, name: &str) -> Option<usize> {
+    /// Index of the host called `name`, if there is one.
+    pub(crate) fn host_index(&self, name: &str) -> Option<usize> {
         self.hosts.iter().position(|h| h.name == name)
     }
 
     /// The link between two hosts and which end is `host` (true = end a).
-    pub fn link_between(&self, host: usize, neighbour: usize) -> Option<(usize, bool)> {
+    pub(crate) fn link_between(&self, host: usize, neighbour: usize) -> Option<(usize, bool)> {
         self.hosts[host].links.iter().find_map(|&l| {
             let link = &self.links[l];
             if link.a.host == host && link.b.host == neighbour {
@@ -252,7 +262,8 @@ impl Plan {
         })
     }
 
-    pub fn end(&self, host: usize, neighbour: usize) -> Option<&HostEnd> {
+    /// `host`'s end of the link to `neighbour`, if they are neighbours.
+    pub(crate) fn end(&self, host: usize, neighbour: usize) -> Option<&HostEnd> {
         let (l, is_a) = self.link_between(host, neighbour)?;
         Some(if is_a {
             &self.links[l].a

@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 
 use crate::error::LabNetError;
 
-pub use midway_sys::netns::{netns_path, NETNS_DIR};
+pub(crate) use midway_sys::netns::{netns_path, NETNS_DIR};
 
 /// Runs a command to completion; a non-zero exit becomes `CommandFailed` with its stderr.
-pub fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetError> {
+pub(crate) fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let described = describe(&cmd);
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -62,7 +62,7 @@ fn describe(cmd: &Command) -> String {
 }
 
 /// `ip [-n NETNS] -batch -` fed with `lines` (one command per line, without the leading `ip`).
-pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), LabNetError> {
+pub(crate) fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), LabNetError> {
     if lines.is_empty() {
         return Ok(());
     }
@@ -79,7 +79,7 @@ pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), LabNetError
 /// Turns off every offload that would let one "packet" be many frames (GSO/TSO/GRO) or leave
 /// checksums to hardware that does not exist (veth needs `tx off`), so the emulator handles one
 /// real frame per packet.
-pub fn offloads_off(netns: &str, iface: &str) -> Result<(), LabNetError> {
+pub(crate) fn offloads_off(netns: &str, iface: &str) -> Result<(), LabNetError> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", netns, "ethtool", "-K", iface]);
     cmd.args([
@@ -90,7 +90,7 @@ pub fn offloads_off(netns: &str, iface: &str) -> Result<(), LabNetError> {
 
 /// Runs `f` on a new thread that has joined network namespace `path`; returns its result. A
 /// panic in `f` is carried to the caller.
-pub fn in_netns<T: Send + 'static>(
+pub(crate) fn in_netns<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, LabNetError> {
@@ -102,12 +102,12 @@ pub fn in_netns<T: Send + 'static>(
 
 /// Writes a sysctl of the calling thread's network namespace (`/proc/sys/net/...` follows the
 /// namespace of the thread that opens it).
-pub fn write_sysctl(key: &str, value: &str) -> Result<(), LabNetError> {
+pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), LabNetError> {
     let path = sysctl_path(key);
     fs::write(&path, value).map_err(|e| LabNetError::io("cannot write sysctl", path, e))
 }
 
-pub fn read_sysctl(key: &str) -> Result<String, LabNetError> {
+pub(crate) fn read_sysctl(key: &str) -> Result<String, LabNetError> {
     let path = sysctl_path(key);
     fs::read_to_string(&path)
         .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -119,12 +119,12 @@ fn sysctl_path(key: &str) -> PathBuf {
 }
 
 /// Inode of a namespace handle (identifies the namespace in `/proc/PID/ns/net`).
-pub fn netns_inode(name: &str) -> Option<u64> {
+pub(crate) fn netns_inode(name: &str) -> Option<u64> {
     fs::metadata(netns_path(name)).ok().map(|m| m.ino())
 }
 
 /// Processes (other than this one) whose network namespace is one of `inodes`.
-pub fn processes_in(inodes: &[u64]) -> Vec<i32> {
+pub(crate) fn processes_in(inodes: &[u64]) -> Vec<i32> {
     if inodes.is_empty() {
         return Vec::new();
     }
@@ -152,7 +152,7 @@ pub fn processes_in(inodes: &[u64]) -> Vec<i32> {
 /// Removes a namespace handle the way `ip netns del` does (lazy unmount, then unlink). The
 /// namespace itself disappears, with its interfaces, once no process or socket holds it.
 /// Async-signal-safe enough for the cleanup thread: no fork, no allocation beyond the path.
-pub fn delete_netns(name: &str) -> Result<bool, LabNetError> {
+pub(crate) fn delete_netns(name: &str) -> Result<bool, LabNetError> {
     let path = netns_path(name);
     if !path.exists() {
         return Ok(false);
@@ -175,7 +175,7 @@ pub fn delete_netns(name: &str) -> Result<bool, LabNetError> {
 }
 
 /// Names of all namespace handles in `/run/netns`.
-pub fn list_netns() -> Vec<String> {
+pub(crate) fn list_netns() -> Vec<String> {
     let Ok(dir) = fs::read_dir(NETNS_DIR) else {
         return Vec::new();
     };
@@ -188,7 +188,7 @@ pub fn list_netns() -> Vec<String> {
 
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); with the pid
 /// it identifies a process even after pid reuse.
-pub fn process_start_time(pid: i32) -> Option<u64> {
+pub(crate) fn process_start_time(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
     let after = &stat[stat.rfind(')')? + 1..];

@@ -11,8 +11,8 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use midway_linkemu::driver::{spawn_link, LinkHandle};
 use midway_linkemu::DirectionStats;
+use midway_linkemu::{spawn_link, LinkHandle};
 use nix::sched::{setns, CloneFlags};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -24,7 +24,7 @@ use crate::stack;
 use crate::sys;
 
 /// Every host and link interface uses this MTU.
-pub const MTU: u32 = 1500;
+pub(crate) const MTU: u32 = 1500;
 
 /// How a topology's links are made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Topology {
 
 /// Seed of link `index`'s emulator, derived from the topology's seed (splitmix64), so links of
 /// one topology get independent loss patterns and a run is repeatable from one seed.
-pub fn link_seed(seed: u64, index: usize) -> u64 {
+pub(crate) fn link_seed(seed: u64, index: usize) -> u64 {
     let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(index as u64 + 1));
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -2,11 +2,15 @@
 //! `emulate NETNS_PATH IFACE_A IFACE_B DELAY_MS RATE_MBIT SECONDS [LOSS_P]` (rate 0 = unlimited).
 //! Prints the statistics of both directions as JSON when done.
 
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::time::Duration;
 
-use midway_linkemu::driver::{spawn_link_with_options, DriverOptions};
-use midway_linkemu::{DirectionConfig, DirectionStats, LossModel};
+use midway_linkemu::{
+    spawn_link_with_options, DirectionConfig, DirectionStats, DriverOptions, LossModel,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -21,7 +21,7 @@ const TCP_RST: u8 = 0x04;
 const TCP_ACK: u8 = 0x10;
 
 /// True if `frame` (starting at the Ethernet destination address) is a pure TCP ACK.
-pub fn is_pure_tcp_ack(frame: &[u8]) -> bool {
+pub(crate) fn is_pure_tcp_ack(frame: &[u8]) -> bool {
     classify(frame).unwrap_or(false)
 }
 

@@ -46,13 +46,13 @@ use crate::engine::{Direction, DirectionStats, Verdict, LATE_SEND_THRESHOLD_NS};
 use crate::{ConfigError, DirectionConfig};
 
 /// Longest time a direction thread sleeps before looking at the stop flag.
-pub const STOP_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const STOP_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 /// Bound on the frame bytes one direction holds (queue + delay line); beyond it frames are dropped
 /// and counted in `dropped_memory_frames`. 64 MiB is 5 s of 100 Mbit/s.
-pub const MAX_HELD_BYTES: usize = 64 << 20;
+pub(crate) const MAX_HELD_BYTES: usize = 64 << 20;
 /// Receive buffer asked for with `SO_RCVBUFFORCE`, so that bursts wait in the kernel instead of
 /// being dropped before the engine sees them.
-pub const RECEIVE_BUFFER_BYTES: libc::c_int = 32 << 20;
+pub(crate) const RECEIVE_BUFFER_BYTES: libc::c_int = 32 << 20;
 /// Largest frame read; bigger ones (offloads left on) are counted as I/O errors.
 const MAX_FRAME_BYTES: usize = 65_536 + 64;
 const ETHERNET_HEADER_LEN: usize = 14;
@@ -66,46 +66,64 @@ const STATS_INTERVAL: Duration = Duration::from_millis(20);
 /// Added to the link seed for the b-to-a direction so the two directions draw different numbers.
 const REVERSE_SEED_OFFSET: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Default `SCHED_FIFO` priority of the direction threads (see [`DriverOptions`]).
-pub const DEFAULT_REALTIME_PRIORITY: Option<u8> = Some(10);
+pub(crate) const DEFAULT_REALTIME_PRIORITY: Option<u8> = Some(10);
 /// Default [`DriverOptions::busy_poll`].
-pub const DEFAULT_BUSY_POLL: Duration = Duration::ZERO;
+pub(crate) const DEFAULT_BUSY_POLL: Duration = Duration::ZERO;
 
 /// Why a link could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
+    /// The configuration of one direction failed [`DirectionConfig::validate`].
     #[error("invalid {direction} configuration")]
     InvalidConfig {
+        /// Which direction: `a_to_b` or `b_to_a`.
         direction: &'static str,
+        /// What is wrong with it.
         #[source]
         source: ConfigError,
     },
+    /// The link's network namespace file could not be opened.
     #[error("cannot open network namespace {path}")]
     OpenNetns {
+        /// The namespace path given to [`spawn_link`], e.g. `/run/netns/NAME`.
         path: PathBuf,
+        /// The error from opening it.
         #[source]
         source: io::Error,
     },
+    /// A direction thread could not enter the link's network namespace (`setns`).
     #[error("cannot enter network namespace {path} (root needed)")]
     EnterNetns {
+        /// The namespace path given to [`spawn_link`].
         path: PathBuf,
+        /// The error from `setns`.
         #[source]
         source: std::io::Error,
     },
+    /// One of the two interfaces does not exist in the link's namespace.
     #[error("no interface {name:?} in the link's namespace")]
     NoSuchInterface {
+        /// The interface name that was looked up.
         name: String,
+        /// The error from resolving its index.
         #[source]
         source: nix::Error,
     },
+    /// A raw socket of one interface could not be set up.
     #[error("cannot {action} for interface {interface}")]
     Socket {
+        /// The step that failed, e.g. "bind the packet socket".
         action: &'static str,
+        /// The interface the socket is for.
         interface: String,
+        /// The error from the system call.
         #[source]
         source: io::Error,
     },
+    /// The operating system refused to start a direction thread.
     #[error("cannot start a link thread")]
     SpawnThread(#[source] io::Error),
+    /// A direction thread ended without saying whether its setup succeeded.
     #[error("a link thread stopped before reporting whether it started")]
     ThreadVanished,
 }
@@ -125,6 +143,7 @@ pub struct DriverOptions {
 }
 
 impl Default for DriverOptions {
+    /// Real-time priority 10 and no busy polling.
     fn default() -> Self {
         DriverOptions {
             realtime_priority: DEFAULT_REALTIME_PRIORITY,
@@ -134,7 +153,7 @@ impl Default for DriverOptions {
 }
 
 /// The seeds of the two directions of a link started with `seed` (a-to-b, b-to-a).
-pub fn direction_seeds(seed: u64) -> (u64, u64) {
+pub(crate) fn direction_seeds(seed: u64) -> (u64, u64) {
     (seed, seed.wrapping_add(REVERSE_SEED_OFFSET))
 }
 
@@ -242,7 +261,8 @@ impl LinkHandle {
         (read_stats(&self.a_to_b), read_stats(&self.b_to_a))
     }
 
-    /// The seed the link was started with; see [`direction_seeds`].
+    /// The seed the link was started with; the a-to-b direction draws from this seed, the b-to-a
+    /// direction from a fixed offset of it.
     pub fn seed(&self) -> u64 {
         self.seed
     }

@@ -35,18 +35,22 @@ const STREAM_JITTER: u64 = 3;
 
 /// What happened to an arriving frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Accepted with this id; it leaves the far end at `departure_ns`.
     Accepted {
+        /// The frame's id, in arrival order; [`Direction::pop_due`] returns it when it leaves.
         id: u64,
+        /// When the frame leaves the far end, in nanoseconds on the caller's clock.
         departure_ns: u64,
     },
+    /// Dropped on arrival, for this reason.
     Dropped(DropReason),
 }
 
+/// Why an arriving frame was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DropReason {
+pub(crate) enum DropReason {
     /// Lost by the loss model.
     Loss,
     /// The drop-tail queue was full.
@@ -57,18 +61,27 @@ pub enum DropReason {
 /// kernel-side and I/O counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectionStats {
+    /// Frames that reached the engine (lost and dropped ones included).
     pub arrived_frames: u64,
+    /// Bytes (whole Ethernet frames) that reached the engine.
     pub arrived_bytes: u64,
+    /// Frames that left the far end.
     pub sent_frames: u64,
+    /// Bytes (whole Ethernet frames) that left the far end.
     pub sent_bytes: u64,
+    /// Frames lost by the loss model (data and pure ACKs).
     pub dropped_loss_frames: u64,
+    /// Bytes of the frames lost by the loss model.
     pub dropped_loss_bytes: u64,
+    /// Frames dropped because the drop-tail queue was full.
     pub dropped_queue_frames: u64,
+    /// Bytes of the frames dropped because the drop-tail queue was full.
     pub dropped_queue_bytes: u64,
     /// Of the frames dropped by loss, how many were pure TCP ACKs.
     pub dropped_loss_ack_frames: u64,
     /// Largest queue (waiting for or in serialisation) seen just after accepting a frame.
     pub max_queue_frames: u64,
+    /// Largest queue in bytes (waiting for or in serialisation) seen just after accepting a frame.
     pub max_queue_bytes: u64,
     /// Driver: frames the kernel dropped before the emulator read them (PACKET_STATISTICS).
     pub kernel_drops: u64,
@@ -84,19 +97,22 @@ pub struct DirectionStats {
     /// forwarded as they are; the receiver will drop them, so tx checksum offload must be off on
     /// the hosts' interfaces.
     pub partial_checksum_frames: u64,
-    /// Driver: sum and maximum of (actual send time - engine departure time), the emulator's own
-    /// timing error; mean lateness = total / sent_frames.
+    /// Driver: sum of (actual send time - engine departure time) in nanoseconds, the emulator's
+    /// own timing error; mean lateness = total / sent_frames.
     pub send_lateness_total_ns: u64,
+    /// Driver: the largest single send lateness, in nanoseconds.
     pub send_lateness_max_ns: u64,
-    /// Driver: frames sent more than [`LATE_SEND_THRESHOLD_NS`] after their departure time.
+    /// Driver: frames sent more than 100 us after their departure time.
     pub late_sends: u64,
-    /// Driver: sum of (time the driver read the frame - time the kernel received it).
+    /// Driver: sum of (time the driver read the frame - time the kernel received it), in
+    /// nanoseconds.
     pub receive_lateness_total_ns: u64,
+    /// Driver: the largest single receive lateness, in nanoseconds.
     pub receive_lateness_max_ns: u64,
 }
 
 /// A send later than this (100 us) counts in [`DirectionStats::late_sends`].
-pub const LATE_SEND_THRESHOLD_NS: u64 = 100_000;
+pub(crate) const LATE_SEND_THRESHOLD_NS: u64 = 100_000;
 
 #[derive(Debug, Clone, Copy)]
 struct Backlogged {
@@ -126,7 +142,7 @@ struct TraceCursor {
 
 /// One direction of an emulated link.
 #[derive(Debug, Clone)]
-pub struct Direction {
+pub(crate) struct Direction {
     config: DirectionConfig,
     data_rng: ChaCha8Rng,
     ack_rng: ChaCha8Rng,
@@ -148,7 +164,7 @@ pub struct Direction {
 impl Direction {
     /// Creates a direction. The config should have passed [`DirectionConfig::validate`]; invalid
     /// probabilities are clamped rather than panicking.
-    pub fn new(config: DirectionConfig, seed: u64) -> Direction {
+    pub(crate) fn new(config: DirectionConfig, seed: u64) -> Direction {
         let stream = |id| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             rng.set_stream(id);
@@ -175,12 +191,14 @@ impl Direction {
         }
     }
 
-    pub fn config(&self) -> &DirectionConfig {
+    /// The configuration this direction emulates (only the unit tests ask for it).
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &DirectionConfig {
         &self.config
     }
 
     /// A frame arrives at `now_ns`; decides loss, queueing and its departure time.
-    pub fn arrive(&mut self, now_ns: u64, len_bytes: usize, pure_ack: bool) -> Verdict {
+    pub(crate) fn arrive(&mut self, now_ns: u64, len_bytes: usize, pure_ack: bool) -> Verdict {
         let len = len_bytes as u64;
         self.stats.arrived_frames += 1;
         self.stats.arrived_bytes += len;
@@ -238,12 +256,12 @@ impl Direction {
     }
 
     /// Earliest time something is due to leave.
-    pub fn next_departure_ns(&self) -> Option<u64> {
+    pub(crate) fn next_departure_ns(&self) -> Option<u64> {
         self.in_flight.front().map(|frame| frame.departure_ns)
     }
 
     /// Pops the next frame whose departure time is `<= now_ns`, in FIFO order.
-    pub fn pop_due(&mut self, now_ns: u64) -> Option<u64> {
+    pub(crate) fn pop_due(&mut self, now_ns: u64) -> Option<u64> {
         let front = self.in_flight.front()?;
         if front.departure_ns > now_ns {
             return None;
@@ -254,12 +272,14 @@ impl Direction {
         Some(frame.id)
     }
 
-    /// Frames accepted but not yet popped (queued or on the delay line).
-    pub fn in_flight_frames(&self) -> usize {
+    /// Frames accepted but not yet popped (queued or on the delay line; only the unit tests ask).
+    #[cfg(test)]
+    pub(crate) fn in_flight_frames(&self) -> usize {
         self.in_flight.len()
     }
 
-    pub fn stats(&self) -> DirectionStats {
+    /// The engine's counters so far (the driver-side counters stay zero here).
+    pub(crate) fn stats(&self) -> DirectionStats {
         self.stats
     }
 

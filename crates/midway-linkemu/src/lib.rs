@@ -9,13 +9,14 @@
 //! TUN devices and its own shells, not a library we can drive per link; and no Rust crate emulates a
 //! link between two existing interfaces. The emulator is therefore split in two:
 //!
-//! - [`engine`]: pure logic. Given `now` (nanoseconds) and a seeded ChaCha RNG it decides, for each
+//! - `engine`: pure logic. Given `now` (nanoseconds) and a seeded ChaCha RNG it decides, for each
 //!   arriving frame, whether it is lost or tail-dropped and when it leaves. No I/O, no clock, no
 //!   global RNG, so unit tests are exact and a run is repeatable from its seed.
-//! - [`driver`]: a thin layer with one thread per direction that moves Ethernet frames between two
+//! - `driver`: a thin layer with one thread per direction that moves Ethernet frames between two
 //!   veth ends of the link's own network namespace with `AF_PACKET` raw sockets.
 //!
-//! [`classify`] tells pure TCP ACKs from everything else, and [`trace`] parses mahimahi traces.
+//! `classify` tells pure TCP ACKs from everything else, and `trace` parses mahimahi traces
+//! ([`CapacityTrace`]).
 //!
 //! Accuracy measured through the driver (veth pairs, offloads off, 2 cores shared with other
 //! builds at load 3-8): goodput of a bulk TCP transfer within 0.1 % of the configured rate at 20
@@ -25,7 +26,7 @@
 //! (tens of ms) show up as outliers in `send_lateness_max_ns`.
 //!
 //! Reproducibility: every random draw comes from ChaCha8 streams seeded by the link's seed (see
-//! [`driver::direction_seeds`]); with the same seed and the same arrival sequence the engine makes
+//! `driver::direction_seeds`); with the same seed and the same arrival sequence the engine makes
 //! the same decisions. Real runs differ only in arrival timing.
 //!
 //! Frame size convention: the length that counts for rate, queue limits and traces is the whole
@@ -37,13 +38,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub mod classify;
-pub mod driver;
-pub mod engine;
-pub mod trace;
+mod classify;
+mod driver;
+mod engine;
+mod trace;
 
 pub use driver::{spawn_link, spawn_link_with_options, DriverError, DriverOptions, LinkHandle};
-pub use engine::{Direction, DirectionStats, DropReason, Verdict};
+pub use engine::DirectionStats;
 pub use trace::{CapacityTrace, TraceError};
 
 /// Longest one-way delay or jitter accepted; longer values are almost certainly a unit mistake.
@@ -88,6 +89,7 @@ impl Default for DirectionConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QueueLimit {
+    /// No limit: every frame that is not lost is queued, however long the backlog.
     Unlimited,
     /// At most this many bytes (whole frames) waiting for or in serialisation.
     Bytes(u64),
@@ -99,17 +101,23 @@ pub enum QueueLimit {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum LossModel {
+    /// No frame of this class is lost.
     None,
     /// Each frame is lost independently with probability `p`.
     Bernoulli {
+        /// Probability (0..=1) that one frame is lost.
         p: f64,
     },
     /// Two-state Markov chain advanced once per frame of its class; bursts of loss in the bad
     /// state last on average `1 / p_bad_to_good` frames.
     GilbertElliott {
+        /// Probability (0..=1), per frame, of moving from the good state to the bad one.
         p_good_to_bad: f64,
+        /// Probability (0..=1), per frame, of moving from the bad state back to the good one.
         p_bad_to_good: f64,
+        /// Probability (0..=1) that a frame is lost while the chain is in the good state.
         loss_in_good: f64,
+        /// Probability (0..=1) that a frame is lost while the chain is in the bad state.
         loss_in_bad: f64,
     },
 }
@@ -117,17 +125,29 @@ pub enum LossModel {
 /// Why a [`DirectionConfig`] cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
+    /// A loss probability lies outside 0..=1.
     #[error("{field} = {value} is not a probability (it must lie in 0..=1)")]
-    Probability { field: &'static str, value: f64 },
+    Probability {
+        /// The offending field, e.g. `data_loss.p`.
+        field: &'static str,
+        /// The value it was given.
+        value: f64,
+    },
+    /// `rate_bps` is `Some(0)`, a link that would never send.
     #[error("rate_bps = 0 would never send anything; use None for an unlimited rate")]
     ZeroRate,
+    /// The queue limit is zero bytes or zero frames, so every frame would be dropped.
     #[error("a queue limit of 0 drops every frame; use at least one frame's worth")]
     ZeroQueueLimit,
+    /// The delay or the jitter exceeds [`MAX_DELAY`].
     #[error("{field} = {value:?} exceeds the maximum of {max:?}", max = MAX_DELAY)]
     DelayTooLong {
+        /// The offending field, `delay` or `jitter`.
         field: &'static str,
+        /// The duration it was given.
         value: Duration,
     },
+    /// The capacity trace is invalid.
     #[error("invalid capacity trace")]
     Trace(#[source] TraceError),
 }

@@ -4,7 +4,7 @@
 //! opportunity for a full-size packet, several lines may carry the same timestamp, and the file
 //! repeats with a period equal to its last timestamp (as in mahimahi's `mm-link`, which also
 //! requires that last timestamp to be positive). Here one opportunity carries
-//! [`TRACE_OPPORTUNITY_BYTES`] bytes, one full-size Ethernet frame, and leftover bytes of an
+//! `TRACE_OPPORTUNITY_BYTES` (1514) bytes, one full-size Ethernet frame, and leftover bytes of an
 //! opportunity can only serve frames already waiting at that instant.
 
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// Bytes delivered by one trace opportunity: one full-size Ethernet frame (1500-byte MTU + 14-byte
 /// header), so that one line of the trace is one MTU-sized packet, as in mahimahi.
-pub const TRACE_OPPORTUNITY_BYTES: u64 = 1514;
+pub(crate) const TRACE_OPPORTUNITY_BYTES: u64 = 1514;
 
 /// A parsed, validated capacity trace: non-decreasing millisecond timestamps, the last one > 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,21 +47,36 @@ impl From<CapacityTrace> for TraceData {
 /// Why a trace cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
+    /// The trace has no timestamps at all.
     #[error("the trace has no timestamps")]
     Empty,
+    /// A line is not a non-negative integer.
     #[error("line {line}: {text:?} is not a non-negative integer millisecond timestamp")]
-    NotATimestamp { line: usize, text: String },
+    NotATimestamp {
+        /// The line number, from 1.
+        line: usize,
+        /// The line's text, trimmed and cut to 40 characters.
+        text: String,
+    },
+    /// A timestamp is smaller than the one before it.
     #[error("line {line}: timestamp {value} ms is smaller than the one before it ({previous} ms)")]
     Decreasing {
+        /// The line number, from 1 (or the 1-based position in a list of opportunities).
         line: usize,
+        /// The timestamp on that line, in milliseconds.
         value: u64,
+        /// The timestamp before it, in milliseconds.
         previous: u64,
     },
+    /// The last timestamp is 0 ms, so the trace would repeat with a period of zero.
     #[error("the trace's last timestamp is 0 ms, so it would repeat with a period of zero")]
     ZeroPeriod,
+    /// The trace file could not be read.
     #[error("cannot read trace file {path}: {kind}")]
     Read {
+        /// The file that was read.
         path: PathBuf,
+        /// The kind of I/O error.
         kind: std::io::ErrorKind,
     },
 }

@@ -35,7 +35,7 @@ const LOG_TAIL_BYTES: usize = 1500;
 
 /// Everything a point needs besides the point itself.
 #[derive(Debug, Clone)]
-pub struct RunContext {
+pub(crate) struct RunContext {
     /// The output folder (results.jsonl, points/...).
     pub out_dir: PathBuf,
     /// Folder of the scenario file (for relative trace paths).
@@ -51,7 +51,7 @@ pub struct RunContext {
 
 /// Runs `points` with `jobs` workers, appending to `results` as each finishes. `on_record` sees
 /// every record (for a progress bar). Returns the records written.
-pub fn run_points(
+pub(crate) fn run_points(
     context: &RunContext,
     points: &[Point],
     jobs: usize,
@@ -98,7 +98,7 @@ pub fn run_points(
 }
 
 /// Measures one point; never panics on a measurement failure, which becomes `ok = false`.
-pub fn run_point(context: &RunContext, point: &Point) -> RunRecord {
+pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
     let started_at = crate::time::rfc3339_now();
     let mut record = skeleton_record(point, &context.scenario_file, &context.commit, &started_at);
     let point_dir = context.out_dir.join("points").join(format!(

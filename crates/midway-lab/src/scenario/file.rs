@@ -17,21 +17,28 @@ use crate::units::{ByteSize, HumanDuration, LossSpec, MaxAge, QueueSpec, Rate};
 pub struct ScenarioFile {
     /// Short name; goes into every result record.
     pub name: String,
+    /// What the scenario measures, in a sentence or two.
     pub description: String,
     /// Paper and section the parameters come from.
     pub source: String,
     /// Base seed; each point's seed is derived from it (see `plan::point_seed`).
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The `[hosts.NAME]` tables, by host name.
     pub hosts: BTreeMap<String, HostFile>,
+    /// The `[links.NAME]` tables, by link name.
     pub links: BTreeMap<String, LinkFile>,
+    /// The `[roles]` table: which hosts are client, proxy and server.
     pub roles: RolesFile,
+    /// The `[workload]` table.
     pub workload: WorkloadFile,
+    /// The `[cases.NAME]` tables, by case name.
     pub cases: BTreeMap<String, CaseFile>,
     /// Overrides applied by `--quick` (smaller transfers); the sweep itself is cut to its first,
     /// middle and last value and to one repetition.
     #[serde(default)]
     pub quick: QuickFile,
+    /// The `[[experiments]]` entries, in file order.
     pub experiments: Vec<ExperimentFile>,
 }
 
@@ -48,10 +55,14 @@ pub struct HostFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkFile {
+    /// Name of the host at end a.
     pub a: Spanned<String>,
+    /// Name of the host at end b.
     pub b: Spanned<String>,
+    /// Emulation of the traffic from a to b (default: a perfect link).
     #[serde(default)]
     pub a_to_b: DirectionFile,
+    /// Emulation of the traffic from b to a (default: a perfect link).
     #[serde(default)]
     pub b_to_a: DirectionFile,
 }
@@ -112,6 +123,7 @@ pub enum WorkloadKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
+    /// What the client and the server do: `bulk`, `command` or `web`.
     pub kind: Spanned<WorkloadKind>,
     /// Bulk: bytes the server sends. Command: bytes the command moves (for throughput), optional.
     #[serde(default)]
@@ -189,7 +201,9 @@ pub struct WorkloadFile {
 /// `workload.client`: a command table (command workloads) or a web client's name.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkloadClientFile {
+    /// A command table: the timed program of a command workload.
     Command(CommandFile),
+    /// The name of a web client: `"loader"` or `"chromium"`.
     Web(WebClient),
 }
 
@@ -273,7 +287,9 @@ pub enum UpstreamPersistence {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CommandFile {
+    /// Host the program runs in.
     pub host: Spanned<String>,
+    /// Program and arguments, with placeholders not yet expanded.
     pub argv: Spanned<Vec<String>>,
     /// For a server: wait until this TCP port listens in its host before starting the client.
     #[serde(default)]
@@ -320,7 +336,9 @@ pub enum RelayKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaseFile {
+    /// What carries the workload: `direct`, `midway`, `haproxy` or `squid`.
     pub kind: Spanned<CaseKind>,
+    /// What the case stands for, for the report.
     #[serde(default)]
     pub description: Option<String>,
     /// Host the proxy runs on; default `roles.proxy`.
@@ -366,26 +384,32 @@ pub struct CaseFile {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteTuning {
+    /// Initial congestion window, in segments (`initcwnd`).
     #[serde(default)]
     pub initcwnd: Option<u32>,
+    /// Initial receive window advertised, in segments (`initrwnd`).
     #[serde(default)]
     pub initrwnd: Option<u32>,
+    /// Acknowledge at once instead of delaying ACKs (`quickack 1`).
     #[serde(default)]
     pub quickack: Option<bool>,
+    /// Floor of the retransmission timeout (`rto_min`).
     #[serde(default)]
     pub rto_min: Option<HumanDuration>,
+    /// Congestion control of the route's connections (`congctl`), e.g. "reno".
     #[serde(default)]
     pub congctl: Option<String>,
 }
 
 /// Overrides: dotted path -> value. Quote the keys (`"workload.bytes" = "300KB"`), or TOML makes
 /// nested tables of them.
-pub type OverridesFile = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+pub(crate) type OverridesFile = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
 /// The `[quick]` table: overrides applied by `--quick`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuickFile {
+    /// Dotted path -> value, applied to every point under `--quick`.
     #[serde(default)]
     pub set: OverridesFile,
 }
@@ -396,17 +420,21 @@ pub struct QuickFile {
 pub struct ExperimentFile {
     /// Name, e.g. "fig8"; results and plots are grouped by it.
     pub name: Spanned<String>,
+    /// What the experiment shows, for the report.
     #[serde(default)]
     pub description: Option<String>,
     /// Figure or table of the paper this experiment rebuilds.
     #[serde(default)]
     pub source: Option<String>,
+    /// Names of the cases measured at every point.
     pub cases: Vec<Spanned<String>>,
+    /// Measurements of every point (default 1).
     #[serde(default = "one")]
     pub repetitions: Spanned<u32>,
     /// Fixed overrides for this experiment.
     #[serde(default)]
     pub set: OverridesFile,
+    /// The swept parameter, if any; without one the experiment is one point per case.
     #[serde(default)]
     pub sweep: Option<SweepFile>,
 }
@@ -426,6 +454,7 @@ pub struct SweepFile {
     pub also: Vec<Spanned<String>>,
     /// Short axis label, e.g. "local loss (%)"; the key of the x value in every record.
     pub label: String,
+    /// The values the parameter takes, one point each, written as in the file.
     pub values: Spanned<Vec<Spanned<toml::Value>>>,
     /// x coordinate of each value; default: derived (number, loss rate, ms, bytes, bit/s).
     #[serde(default)]
@@ -433,7 +462,7 @@ pub struct SweepFile {
 }
 
 /// The name of a case kind as written in a scenario file.
-pub fn kind_name(kind: CaseKind) -> &'static str {
+pub(crate) fn kind_name(kind: CaseKind) -> &'static str {
     match kind {
         CaseKind::Direct => "direct",
         CaseKind::Midway => "midway",

@@ -22,54 +22,69 @@ mod overrides;
 mod validate;
 mod validate_workload;
 
-pub use file::*;
+pub(crate) use file::*;
 pub use model::*;
-pub use overrides::*;
-pub use validate::case_workload_conflict;
+pub(crate) use overrides::*;
+pub(crate) use validate::case_workload_conflict;
 use validate::{validate, validate_experiments};
 
 /// Default TCP port of the bulk server and of commands' `{port}`.
-pub const DEFAULT_SERVER_PORT: u16 = 5001;
+pub(crate) const DEFAULT_SERVER_PORT: u16 = 5001;
 /// Most parallel connections of one bulk run (`workload.connections`).
-pub const MAX_BULK_CONNECTIONS: u32 = 64;
+pub(crate) const MAX_BULK_CONNECTIONS: u32 = 64;
 /// Default port of the web workload's origin.
-pub const DEFAULT_WEB_PORT: u16 = 80;
+pub(crate) const DEFAULT_WEB_PORT: u16 = 80;
 /// Web workload defaults (see `scenarios/README.md`).
-pub const DEFAULT_WEB_HOST: &str = "www.lab";
+pub(crate) const DEFAULT_WEB_HOST: &str = "www.lab";
 /// Parallel connections per host name of the loader (and Chromium's own number).
-pub const DEFAULT_CONNECTIONS_PER_HOST: u32 = 6;
+pub(crate) const DEFAULT_CONNECTIONS_PER_HOST: u32 = 6;
 /// Origin's `Cache-Control: max-age` (1 h).
-pub const DEFAULT_CACHE_MAX_AGE_SECS: u64 = 3600;
+pub(crate) const DEFAULT_CACHE_MAX_AGE_SECS: u64 = 3600;
 /// Origin's idle keep-alive limit: Apache's default.
-pub const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 15;
+pub(crate) const DEFAULT_KEEPALIVE_TIMEOUT_SECS: u64 = 15;
 /// Bounds that keep a web workload's description sane (a typo, not an experiment, beyond them):
 /// host names,
-pub const MAX_WEB_HOSTS: usize = 64;
+pub(crate) const MAX_WEB_HOSTS: usize = 64;
 /// pages per run,
-pub const MAX_WEB_PAGES: u32 = 10_000;
+pub(crate) const MAX_WEB_PAGES: u32 = 10_000;
 /// objects per page,
-pub const MAX_WEB_OBJECTS: u32 = 10_000;
+pub(crate) const MAX_WEB_OBJECTS: u32 = 10_000;
 /// connections per host name.
-pub const MAX_CONNECTIONS_PER_HOST: u32 = 256;
+pub(crate) const MAX_CONNECTIONS_PER_HOST: u32 = 256;
 /// Default limit on one workload run; a point that takes longer fails with a timeout.
-pub const DEFAULT_WORKLOAD_TIMEOUT_SECS: u64 = 300;
+pub(crate) const DEFAULT_WORKLOAD_TIMEOUT_SECS: u64 = 300;
 /// Default base seed when the file gives none.
-pub const DEFAULT_SEED: u64 = 1;
+pub(crate) const DEFAULT_SEED: u64 = 1;
 
 /// Why a scenario file cannot be used. `location` is "FILE:LINE:COLUMN".
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
+    /// The file could not be read.
     #[error("cannot read scenario file {path}")]
     Read {
+        /// The scenario file.
         path: PathBuf,
+        /// The error from reading it.
         #[source]
         source: std::io::Error,
     },
     /// Syntax, unknown keys, missing keys and bad values: toml's message names line and column.
     #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The scenario file.
+        path: PathBuf,
+        /// toml's message, with line and column.
+        message: String,
+    },
+    /// The file parses but breaks a rule that needs the whole file (an unknown host, case or
+    /// sweep path, a case that cannot run the workload, ...).
     #[error("{location}: {message}")]
-    Invalid { location: String, message: String },
+    Invalid {
+        /// Where the offending value starts, "FILE:LINE:COLUMN" (1-based).
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// Where in the text a span starts, as "FILE:LINE:COLUMN" (1-based).
@@ -84,10 +99,15 @@ fn location(path: &Path, text: &str, span: &Range<usize>) -> String {
 /// A scenario file read from disk: its text, its TOML tree (for overrides) and its base form.
 #[derive(Debug, Clone)]
 pub struct LoadedScenario {
+    /// Where the scenario was read from (names it in error messages).
     pub path: PathBuf,
+    /// The file's text, as read.
     pub text: String,
+    /// The file's TOML tree, to which each point's overrides are applied.
     pub document: toml::Table,
+    /// The file as parsed, before the checks that need the whole file.
     pub file: ScenarioFile,
+    /// The validated scenario without any point's overrides.
     pub base: Scenario,
 }
 

@@ -13,34 +13,54 @@ use crate::units::{LossSpec, QueueSpec};
 /// A validated scenario, with one point's overrides applied.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// Short name; goes into every result record and the default output folder's name.
     pub name: String,
+    /// What the scenario measures, in a sentence or two.
     pub description: String,
+    /// Paper and section the parameters come from.
     pub source: String,
+    /// Base seed; each point's seed is derived from it.
     pub seed: u64,
+    /// The hosts, each a network namespace with its TCP stack profile.
     pub hosts: Vec<midway_labnet::HostSpec>,
+    /// The emulated links between hosts.
     pub links: Vec<Link>,
+    /// Host that runs the workload's client.
     pub client: String,
+    /// Host that runs the proxy of proxy cases (a case may name another).
     pub proxy: String,
+    /// Host that runs the workload's server.
     pub server: String,
+    /// What the client and the server do.
     pub workload: Workload,
+    /// The cases (direct, a proxy and its settings) by name.
     pub cases: BTreeMap<String, Case>,
 }
 
 /// A validated link: named hosts and one emulator config per direction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {
+    /// The link's name (the key of its `[links.NAME]` table).
     pub name: String,
+    /// Name of the host at end a.
     pub a: String,
+    /// Name of the host at end b.
     pub b: String,
+    /// Emulation of the traffic from a to b.
     pub a_to_b: DirectionFile,
+    /// Emulation of the traffic from b to a.
     pub b_to_a: DirectionFile,
 }
 
 /// A validated workload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Workload {
+    /// The server sends a number of bytes as soon as a client connects; timed from connect to
+    /// last byte.
     Bulk(BulkWorkload),
+    /// Commands of the scenario's choice run as client and (optionally) server.
     Command(CommandWorkload),
+    /// Page loads: an origin on the server, a page loader or headless Chromium on the client.
     Web(WebWorkload),
 }
 
@@ -58,84 +78,129 @@ impl Workload {
 /// Page loads (see [`WorkloadKind::Web`](super::WorkloadKind::Web)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebWorkload {
+    /// Host names the origin serves; all resolve to the server's address.
     pub hosts: Vec<String>,
+    /// Distinct pages loaded one after the other per run.
     pub pages: u32,
+    /// Bytes of one page, base document and objects together.
     pub page_bytes: u64,
+    /// Embedded objects per page.
     pub objects: u32,
+    /// Objects are spread over `hosts[1..=object_hosts]` (0 = all on `hosts[0]`).
     pub object_hosts: u32,
+    /// HTTP version of the client: 1.0, 1.1 or 1.1 with pipelining.
     pub http: HttpVersion,
+    /// Parallel connections per host name (per proxy when proxied).
     pub connections_per_host: u32,
+    /// Who loads the pages: midway-web's loader or headless Chromium.
     pub client: WebClient,
+    /// Cache behaviour of the loads: plain, forced misses, or hits after an unmeasured load.
     pub cache: WebCache,
-    /// None = the origin sends no-cache.
+    /// The origin's `max-age`; None = the origin sends no-cache.
     pub cache_max_age: Option<std::time::Duration>,
+    /// The origin closes a persistent connection idle this long.
     pub keepalive_timeout: std::time::Duration,
+    /// Pause between consecutive pages.
     pub think_time: std::time::Duration,
+    /// TCP port of the origin.
     pub port: u16,
+    /// Longest a run may take; a point that takes longer fails.
     pub timeout: std::time::Duration,
 }
 
 /// Bulk transfers (see [`WorkloadKind::Bulk`](super::WorkloadKind::Bulk)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BulkWorkload {
+    /// Bytes the server sends on each connection.
     pub bytes: u64,
+    /// SO_RCVBUF of the client socket, in bytes; `None` leaves it to the kernel.
     pub client_recv_buffer: Option<u64>,
+    /// SO_SNDBUF of the server socket, in bytes; `None` leaves it to the kernel.
     pub server_send_buffer: Option<u64>,
+    /// TCP_CONGESTION of the server socket ("cubic", "reno", "bbr"); `None` = the host's default.
     pub server_congestion_control: Option<String>,
+    /// TCP_CONGESTION of the client socket; `None` = the host's default.
     pub client_congestion_control: Option<String>,
+    /// Bytes of an unmeasured first transfer over the same path, so the measured connection is
+    /// a returning client's; `None` = no warm-up transfer.
     pub warmup_bytes: Option<u64>,
     /// Parallel connections, each moving `bytes` (>= 1).
     pub connections: u32,
+    /// TCP port the bulk server listens on.
     pub port: u16,
+    /// Longest a run may take; a point that takes longer fails.
     pub timeout: std::time::Duration,
 }
 
 /// External programs (see [`WorkloadKind::Command`](super::WorkloadKind::Command)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandWorkload {
+    /// Bytes the command moves, to compute a throughput; `None` = no throughput.
     pub bytes: Option<u64>,
+    /// The server's port, `{port}` in the commands.
     pub port: u16,
+    /// Longest a run may take; a point that takes longer fails.
     pub timeout: std::time::Duration,
+    /// Started first (in the background) in its host, killed after the client ends.
     pub server: Option<HostCommand>,
+    /// The timed program.
     pub client: HostCommand,
 }
 
 /// A command of a command workload: its host, its argv (placeholders not yet expanded).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostCommand {
+    /// Host the program runs in.
     pub host: String,
+    /// Program and arguments, with placeholders not yet expanded.
     pub argv: Vec<String>,
+    /// For a server: the client starts once this TCP port listens in the server's host.
     pub listen_port: Option<u16>,
 }
 
 /// A validated case; the settings of its kind are in `midway` or `squid`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Case {
+    /// The case's name (the key of its `[cases.NAME]` table).
     pub name: String,
+    /// What carries the workload: direct, midway, HAProxy or Squid.
     pub kind: CaseKind,
     /// Host running the proxy (unused by `direct` except for route tuning).
     pub host: String,
+    /// Settings of a `midway` case (`None` for other kinds).
     pub midway: Option<MidwayCase>,
+    /// Settings of a `squid` case (`None` for other kinds).
     pub squid: Option<SquidCase>,
+    /// Route metrics set on the proxy host's route toward the client, if any.
     pub route_tuning: Option<RouteTuning>,
 }
 
 /// Settings of a `squid` case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SquidCase {
+    /// Whether Squid's memory cache is on.
     pub cache: bool,
+    /// How long Squid keeps idle upstream connections.
     pub upstream_persistence: UpstreamPersistence,
 }
 
 /// Settings of a `midway` case, turned into the proxy's config by `cases::midway_config`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MidwayCase {
+    /// How connections reach midway: forward, transparent or HTTP.
     pub intercept: Intercept,
+    /// How midway relays: buffer or store-and-forward spool.
     pub relay: RelayKind,
+    /// Profile of the client-side segment (a preset or one of `profiles`); `None` = midway's
+    /// default.
     pub local_profile: Option<String>,
+    /// Profile of the server-side segment; `None` = midway's default.
     pub remote_profile: Option<String>,
+    /// `[profiles.NAME]` tables added to the generated config.
     pub profiles: toml::Table,
+    /// Extra keys of the generated listener.
     pub listener: toml::Table,
+    /// Deep-merged into the generated config.
     pub config: toml::Table,
     /// Extra keys of `[listeners.http]` (intercept = "http" only).
     pub http: toml::Table,
@@ -292,26 +357,40 @@ impl Scenario {
 /// Why a validated direction cannot become an emulator config (e.g. a trace file is unreadable).
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
+    /// A capacity trace file could not be read.
     #[error("link {link}.{direction}: cannot read trace {path}")]
     TraceRead {
+        /// The link's name.
         link: String,
+        /// The direction: `a_to_b` or `b_to_a`.
         direction: &'static str,
+        /// The trace file.
         path: PathBuf,
+        /// The error from reading it.
         #[source]
         source: std::io::Error,
     },
+    /// A capacity trace file is not a valid mahimahi trace.
     #[error("link {link}.{direction}: bad trace {path}")]
     Trace {
+        /// The link's name.
         link: String,
+        /// The direction: `a_to_b` or `b_to_a`.
         direction: &'static str,
+        /// The trace file.
         path: PathBuf,
+        /// What is wrong with it.
         #[source]
         source: midway_linkemu::TraceError,
     },
+    /// The emulator's own validation rejects the direction's configuration.
     #[error("link {link}.{direction}: the emulator refuses this configuration")]
     Config {
+        /// The link's name.
         link: String,
+        /// The direction: `a_to_b` or `b_to_a`.
         direction: &'static str,
+        /// What the emulator objects to.
         #[source]
         source: midway_linkemu::ConfigError,
     },
@@ -331,7 +410,7 @@ fn loss_model(loss: &LossSpec) -> midway_linkemu::LossModel {
 }
 
 /// Converts one direction to the emulator's config, reading its trace if any, and validates it.
-pub fn direction_config(
+pub(crate) fn direction_config(
     direction: &DirectionFile,
     base_dir: &Path,
     link: &str,

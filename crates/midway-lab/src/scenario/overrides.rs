@@ -12,7 +12,9 @@ use crate::units::{ByteSize, HumanDuration, LossSpec, Rate};
 /// One override of a point: dotted path and value, with the span of the text that asked for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Override {
+    /// Dotted path into the scenario document, e.g. "links.access.b_to_a.delay".
     pub path: String,
+    /// The value put at that path.
     pub value: toml::Value,
     /// Where the path is written (blamed when the path is wrong).
     pub path_span: Range<usize>,
@@ -90,7 +92,11 @@ const USER_NAMED_MAPS: [&str; 3] = ["hosts", "links", "cases"];
 /// Sets `path` (dotted) in a TOML tree. Top-level tables and the named entries of `hosts`,
 /// `links` and `cases` must exist (so a typo in a link or case name is an error); deeper tables
 /// and the last key may be new (a misspelt field is then rejected as an unknown key).
-pub fn set_path(root: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
+pub(crate) fn set_path(
+    root: &mut toml::Table,
+    path: &str,
+    value: toml::Value,
+) -> Result<(), String> {
     let keys: Vec<&str> = path.split('.').collect();
     if keys.iter().any(|k| k.is_empty()) {
         return Err(format!(
@@ -133,7 +139,7 @@ pub fn set_path(root: &mut toml::Table, path: &str, value: toml::Value) -> Resul
 
 /// The x coordinate of a sweep value: a number as is, a loss model's mean rate, a duration in
 /// ms, a size in bytes, a rate in bit/s. None when it has no natural number.
-pub fn derived_axis_value(value: &toml::Value) -> Option<f64> {
+pub(crate) fn derived_axis_value(value: &toml::Value) -> Option<f64> {
     match value {
         toml::Value::Integer(i) => Some(*i as f64),
         toml::Value::Float(f) => Some(*f),

@@ -305,7 +305,7 @@ fn squid_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<SquidC
 
 /// Why a point cannot run `case` with its workload, for combinations that depend on both (a case
 /// may be fine for one experiment's workload and not for another's).
-pub fn case_workload_conflict(scenario: &Scenario, case: &Case) -> Option<String> {
+pub(crate) fn case_workload_conflict(scenario: &Scenario, case: &Case) -> Option<String> {
     let chromium =
         matches!(&scenario.workload, Workload::Web(w) if w.client == WebClient::Chromium);
     let forward = match case.kind {
