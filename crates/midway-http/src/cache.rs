@@ -43,7 +43,7 @@ struct State {
 }
 
 /// Result of a cache lookup.
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// Serve this without contacting the origin.
     Fresh {
         response: http::response::Parts,
@@ -61,7 +61,7 @@ pub enum Lookup {
 }
 
 /// Outcome of trying to become the one fetcher of a key.
-pub enum FillTicket {
+pub(crate) enum FillTicket {
     /// This caller fetches; dropping the guard wakes the followers.
     Leader(FillGuard),
     /// Another fetch is running; wait on this until it ends, then look up again.
@@ -69,7 +69,7 @@ pub enum FillTicket {
 }
 
 /// Held by the leader of a fill; dropping it releases the followers.
-pub struct FillGuard {
+pub(crate) struct FillGuard {
     key: String,
     fills: std::sync::Arc<Mutex<HashMap<String, watch::Receiver<()>>>>,
     _sender: watch::Sender<()>,
@@ -83,7 +83,7 @@ impl Drop for FillGuard {
 }
 
 /// The shared cache.
-pub struct Cache {
+pub(crate) struct Cache {
     config: CacheConfig,
     options: CacheOptions,
     state: Mutex<State>,
@@ -93,7 +93,7 @@ pub struct Cache {
 
 impl Cache {
     /// Creates the cache; prepares the disk directory (removing stale body files).
-    pub fn new(config: CacheConfig, metrics: HttpMetrics) -> Result<Self, HttpError> {
+    pub(crate) fn new(config: CacheConfig, metrics: HttpMetrics) -> Result<Self, HttpError> {
         if let Some(disk) = &config.disk {
             std::fs::create_dir_all(&disk.dir).map_err(HttpError::CacheDir)?;
             for entry in std::fs::read_dir(&disk.dir).map_err(HttpError::CacheDir)? {
@@ -115,11 +115,11 @@ impl Cache {
         })
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.config.enabled
     }
 
-    pub fn max_object_bytes(&self) -> u64 {
+    pub(crate) fn max_object_bytes(&self) -> u64 {
         self.config.max_object_bytes
     }
 
@@ -128,7 +128,7 @@ impl Cache {
     }
 
     /// Builds the policy for a fresh response (whether it may be stored is `is_storable`).
-    pub fn policy_for(
+    pub(crate) fn policy_for(
         &self,
         request: &http::request::Parts,
         response: &http::response::Parts,
@@ -138,7 +138,12 @@ impl Cache {
     }
 
     /// Looks `key` up for `request` at `now`.
-    pub fn lookup(&self, key: &str, request: &http::request::Parts, now: SystemTime) -> Lookup {
+    pub(crate) fn lookup(
+        &self,
+        key: &str,
+        request: &http::request::Parts,
+        now: SystemTime,
+    ) -> Lookup {
         // Decide under the lock, read a disk body outside it so one slow read does not
         // stall every other lookup.
         let (decision, policy, located) = {
@@ -196,7 +201,7 @@ impl Cache {
     }
 
     /// Combines a revalidation answer with the stored policy.
-    pub fn after_revalidation(
+    pub(crate) fn after_revalidation(
         &self,
         policy: &CachePolicy,
         request: &http::request::Parts,
@@ -207,7 +212,7 @@ impl Cache {
     }
 
     /// Replaces the policy of a stored response after a 304 (body unchanged).
-    pub fn refresh(&self, key: &str, policy: CachePolicy) {
+    pub(crate) fn refresh(&self, key: &str, policy: CachePolicy) {
         let mut state = self.lock();
         if let Some(entry) = state.entries.get_mut(key) {
             entry.policy = policy;
@@ -215,7 +220,7 @@ impl Cache {
     }
 
     /// Stores a complete response body; evicts as needed.
-    pub fn store(&self, key: &str, policy: CachePolicy, body: Bytes) {
+    pub(crate) fn store(&self, key: &str, policy: CachePolicy, body: Bytes) {
         if !self.config.enabled || body.len() as u64 > self.config.max_object_bytes {
             return;
         }
@@ -239,7 +244,7 @@ impl Cache {
     }
 
     /// Drops `key` (RFC 9111 section 4.4: unsafe methods invalidate the target URI).
-    pub fn remove(&self, key: &str) {
+    pub(crate) fn remove(&self, key: &str) {
         let mut state = self.lock();
         remove_entry(&mut state, key);
         self.metrics
@@ -248,7 +253,7 @@ impl Cache {
     }
 
     /// Body bytes held in memory and on disk.
-    pub fn stored_bytes(&self) -> (u64, u64) {
+    pub(crate) fn stored_bytes(&self) -> (u64, u64) {
         let state = self.lock();
         (state.memory_bytes, state.disk_bytes)
     }
@@ -305,7 +310,7 @@ impl Cache {
     }
 
     /// Becomes the single fetcher of `key`, or learns whom to wait for.
-    pub fn begin_fill(&self, key: &str) -> FillTicket {
+    pub(crate) fn begin_fill(&self, key: &str) -> FillTicket {
         let mut fills = self.fills.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(receiver) = fills.get(key) {
             return FillTicket::Follower(receiver.clone());

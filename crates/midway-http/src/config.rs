@@ -73,8 +73,11 @@ pub struct UpstreamPoolConfig {
 /// TCP keepalive probe timing applied to each upstream socket.
 #[derive(Debug, Clone, Copy)]
 pub struct KeepaliveProbes {
+    /// Idle time before the first keepalive probe is sent (`TCP_KEEPIDLE`).
     pub idle: Duration,
+    /// Time between unanswered probes (`TCP_KEEPINTVL`).
     pub interval: Duration,
+    /// Unanswered probes before the connection is dropped (`TCP_KEEPCNT`).
     pub retries: u32,
 }
 
@@ -94,15 +97,20 @@ pub struct CacheConfig {
 /// Disk store location and capacity.
 #[derive(Debug, Clone)]
 pub struct DiskCacheConfig {
+    /// Directory holding the cached bodies (created if missing).
     pub dir: PathBuf,
+    /// Disk store capacity in body bytes; least recently used objects are evicted beyond it.
     pub max_bytes: u64,
 }
 
 /// Everything the HTTP proxy mode needs.
 #[derive(Debug, Clone)]
 pub struct HttpProxyConfig {
+    /// Limits applied to each client connection.
     pub client: ClientLimits,
+    /// Pool of idle connections to origins.
     pub upstream: UpstreamPoolConfig,
+    /// The shared response cache.
     pub cache: CacheConfig,
     /// Pseudonym put in `Via` headers (`Via: 1.1 <via_name>`).
     pub via_name: String,

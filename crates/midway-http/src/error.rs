@@ -14,7 +14,9 @@ pub enum HttpError {
     /// A configuration value is out of range; the message names the field and the fix.
     #[error("invalid http proxy config: `{field}` {problem}")]
     Config {
+        /// Name of the offending config field.
         field: &'static str,
+        /// What is wrong with its value and how to fix it.
         problem: &'static str,
     },
     /// The disk cache directory could not be prepared.

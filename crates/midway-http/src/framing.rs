@@ -28,14 +28,19 @@ pub enum BodyKind {
 /// Body framing violations.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FramingError {
+    /// A chunk-size line is not hex digits optionally followed by an extension.
     #[error("invalid chunk size line")]
     BadChunkSize,
+    /// A chunk-size line is longer than [`MAX_CHUNK_LINE_BYTES`].
     #[error("chunk size line longer than {MAX_CHUNK_LINE_BYTES} bytes")]
     ChunkLineTooLong,
+    /// Chunk data is not followed by CRLF.
     #[error("missing CRLF after chunk data")]
     MissingChunkCrlf,
+    /// The trailer section is longer than [`MAX_TRAILER_BYTES`].
     #[error("trailer section longer than {MAX_TRAILER_BYTES} bytes")]
     TrailersTooLong,
+    /// The input ended (peer closed) before the body was complete.
     #[error("connection closed before the body was complete")]
     Truncated,
 }
@@ -84,7 +89,9 @@ enum State {
 /// is body content.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
+    /// Input bytes used up by this step, counted from the start of the input given.
     pub consumed: usize,
+    /// Byte range, within the input given, that is body content (possibly empty).
     pub payload: Range<usize>,
 }
 
@@ -95,6 +102,7 @@ pub struct BodyDecoder {
 }
 
 impl BodyDecoder {
+    /// A decoder for a body framed as `kind`.
     pub fn new(kind: BodyKind) -> Self {
         let state = match kind {
             BodyKind::Empty | BodyKind::Length(0) => State::Done,

@@ -13,28 +13,43 @@ pub const MAX_HEADERS: usize = 128;
 /// Why a head was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeadError {
+    /// The head did not end within `limit` bytes.
     #[error("head is larger than {limit} bytes")]
-    TooLarge { limit: usize },
+    TooLarge {
+        /// The size cap that was exceeded, in bytes.
+        limit: usize,
+    },
+    /// The head has more than [`MAX_HEADERS`] header fields.
     #[error("more than {MAX_HEADERS} header fields")]
     TooManyHeaders,
+    /// `httparse` rejected the head; the source says where.
     #[error("malformed head")]
     Syntax(#[source] httparse::Error),
+    /// The version is neither HTTP/1.0 nor HTTP/1.1.
     #[error("unsupported HTTP version")]
     Version,
+    /// The request method is not a valid token.
     #[error("invalid method")]
     Method,
+    /// The request target (or CONNECT authority) cannot be parsed.
     #[error("invalid request target")]
     Target,
+    /// The absolute-form target has a scheme other than `http`.
     #[error("only http:// targets can be proxied (use CONNECT for TLS)")]
     UnsupportedScheme,
+    /// Neither the target nor a Host header names the destination.
     #[error("request target has no host and there is no Host header")]
     MissingHost,
+    /// A header name or value is not valid.
     #[error("invalid header field")]
     Header,
+    /// Content-Length headers disagree or are not a number.
     #[error("conflicting or invalid Content-Length")]
     ContentLength,
+    /// Transfer-Encoding is not text, or applies `chunked` twice or not last.
     #[error("unsupported Transfer-Encoding")]
     TransferEncoding,
+    /// The response status code is not a valid three-digit code.
     #[error("invalid status code")]
     Status,
 }
@@ -42,14 +57,18 @@ pub enum HeadError {
 /// HTTP/1.0 or HTTP/1.1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HttpVersion {
+    /// HTTP/1.0.
     Http10,
+    /// HTTP/1.1.
     Http11,
 }
 
 /// Where a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
+    /// Host name or IP address (without brackets for IPv6).
     pub host: String,
+    /// TCP port (80 when the request does not say).
     pub port: u16,
 }
 
@@ -67,7 +86,9 @@ impl Origin {
 /// A parsed client request head.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
+    /// The request method.
     pub method: Method,
+    /// The HTTP version the client spoke.
     pub version: HttpVersion,
     /// Destination (from the absolute-form target, the CONNECT authority or the Host header).
     pub origin: Origin,
@@ -76,7 +97,9 @@ pub struct RequestHead {
     pub uri: Uri,
     /// Origin-form target sent upstream (`/path?query`).
     pub path_and_query: String,
+    /// Header fields as received (hop-by-hop ones included).
     pub headers: HeaderMap,
+    /// How the request body is framed.
     pub body: BodyKind,
     /// Whether the client wants the connection kept open after this exchange.
     pub keep_alive: bool,
@@ -100,9 +123,13 @@ impl RequestHead {
 /// A parsed upstream response head.
 #[derive(Debug, Clone)]
 pub struct ResponseHead {
+    /// The response status code.
     pub status: StatusCode,
+    /// The HTTP version the origin spoke.
     pub version: HttpVersion,
+    /// The reason phrase (may be empty).
     pub reason: String,
+    /// Header fields as received (hop-by-hop ones included).
     pub headers: HeaderMap,
 }
 

@@ -25,15 +25,15 @@
 //! Entry point: [`HttpProxy::new`] once, then [`HttpProxy::serve_client`] per accepted
 //! connection.
 
-pub mod cache;
+mod cache;
 mod client;
 pub mod config;
-pub mod error;
+mod error;
 pub mod framing;
 pub mod head;
-pub mod metrics;
-pub mod pool;
-pub mod ratelimit;
+mod metrics;
+mod pool;
+mod ratelimit;
 
 use std::io;
 use std::net::SocketAddr;

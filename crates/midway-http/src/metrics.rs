@@ -7,16 +7,27 @@ use prometheus_client::registry::Registry;
 /// Handles to all HTTP-mode metrics (cheap to clone; clones share values).
 #[derive(Debug, Clone, Default)]
 pub struct HttpMetrics {
+    /// Requests received from clients (`http_requests`).
     pub requests: Counter,
+    /// Requests answered from the cache without contacting the origin (`http_cache_hits`).
     pub cache_hits: Counter,
+    /// Cacheable-method requests that went to the origin (`http_cache_misses`).
     pub cache_misses: Counter,
+    /// Conditional requests sent to revalidate a stored response (`http_cache_revalidations`).
     pub cache_revalidations: Counter,
+    /// Body bytes delivered from the cache, in bytes (`http_cache_served_bytes`).
     pub cache_bytes_served: Counter,
+    /// Body bytes stored now, memory plus disk, in bytes (`http_cache_stored_bytes`).
     pub cache_stored_bytes: Gauge,
+    /// New upstream connections opened (`http_upstream_connects`).
     pub upstream_connects: Counter,
+    /// Requests sent on a pooled upstream connection (`http_upstream_reuses`).
     pub upstream_reuses: Counter,
+    /// Idle upstream connections in the pool now (`http_upstream_idle_connections`).
     pub upstream_idle_connections: Gauge,
+    /// Requests the proxy itself rejected with a 4xx (`http_bad_requests`).
     pub bad_requests: Counter,
+    /// CONNECT tunnels established (`http_tunnels`).
     pub tunnels: Counter,
 }
 

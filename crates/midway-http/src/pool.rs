@@ -26,7 +26,7 @@ struct IdleConnection {
 }
 
 /// Idle upstream connections, keyed by origin authority.
-pub struct UpstreamPool {
+pub(crate) struct UpstreamPool {
     config: UpstreamPoolConfig,
     idle: Mutex<HashMap<String, Vec<IdleConnection>>>,
     metrics: HttpMetrics,
@@ -39,7 +39,7 @@ fn still_open(stream: &TcpStream) -> bool {
 }
 
 impl UpstreamPool {
-    pub fn new(config: UpstreamPoolConfig, metrics: HttpMetrics) -> Self {
+    pub(crate) fn new(config: UpstreamPoolConfig, metrics: HttpMetrics) -> Self {
         Self {
             config,
             idle: Mutex::new(HashMap::new()),
@@ -65,7 +65,7 @@ impl UpstreamPool {
     }
 
     /// Takes the most recently used live idle connection to `origin`.
-    pub fn checkout(&self, origin: &str) -> Option<TcpStream> {
+    pub(crate) fn checkout(&self, origin: &str) -> Option<TcpStream> {
         let mut map = self.lock();
         self.expire(&mut map, Instant::now());
         let mut found = None;
@@ -85,7 +85,7 @@ impl UpstreamPool {
     }
 
     /// Returns a connection whose last exchange ended cleanly.
-    pub fn checkin(&self, origin: &str, stream: TcpStream) {
+    pub(crate) fn checkin(&self, origin: &str, stream: TcpStream) {
         if self.config.max_idle_per_origin == 0 {
             return;
         }
@@ -104,24 +104,24 @@ impl UpstreamPool {
 
     /// Closes idle connections older than the keep time (also done on every checkout and
     /// checkin; call this periodically so a quiet pool does not hold sockets forever).
-    pub fn expire_idle(&self) {
+    pub(crate) fn expire_idle(&self) {
         let mut map = self.lock();
         self.expire(&mut map, Instant::now());
     }
 
     /// How often [`UpstreamPool::expire_idle`] is worth calling.
-    pub fn maintenance_interval(&self) -> Duration {
+    pub(crate) fn maintenance_interval(&self) -> Duration {
         (self.config.idle_keep / 4).max(Duration::from_millis(100))
     }
 
     /// Idle connections currently held for `origin`.
-    pub fn idle_count(&self, origin: &str) -> usize {
+    pub(crate) fn idle_count(&self, origin: &str) -> usize {
         self.lock().get(origin).map_or(0, Vec::len)
     }
 
     /// Applies keepalive probes to a fresh upstream socket. TCP_NODELAY is the connector's
     /// decision (midway's turns Nagle off unless the upstream profile sets `nodelay`).
-    pub fn prepare_new(&self, stream: &TcpStream) -> std::io::Result<()> {
+    pub(crate) fn prepare_new(&self, stream: &TcpStream) -> std::io::Result<()> {
         self.metrics.upstream_connects.inc();
         if let Some(probes) = self.config.keepalive {
             apply_keepalive(stream, probes)?;
@@ -129,7 +129,7 @@ impl UpstreamPool {
         Ok(())
     }
 
-    pub fn response_timeout(&self) -> Duration {
+    pub(crate) fn response_timeout(&self) -> Duration {
         self.config.response_timeout
     }
 }

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 /// Token bucket: `rate` tokens per second, at most `burst` stored.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -13,7 +13,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket at `now`.
-    pub fn new(rate: f64, burst: u32, now: Instant) -> Self {
+    pub(crate) fn new(rate: f64, burst: u32, now: Instant) -> Self {
         Self {
             rate,
             burst: f64::from(burst),
@@ -23,7 +23,7 @@ impl TokenBucket {
     }
 
     /// Takes one token if available.
-    pub fn try_take(&mut self, now: Instant) -> bool {
+    pub(crate) fn try_take(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = self.last.max(now);
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);

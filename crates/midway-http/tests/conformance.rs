@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! Conformance suite: real proxy, real origin, real sockets on loopback.
 
 use std::sync::atomic::Ordering;

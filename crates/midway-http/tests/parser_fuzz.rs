@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! Bounded, seeded fuzzing of the request parser and body decoder that runs in `cargo test`
 //! (the cargo-fuzz target in `fuzz/` explores further when cargo-fuzz is available).
 

@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! A minimal TCP forwarder around `midway_relay::relay`, for manual measurements on loopback
 //! or inside lab namespaces (the real proxy lives in midway-proxy).
 //!

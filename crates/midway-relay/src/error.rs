@@ -33,16 +33,22 @@ pub enum RelayError {
     /// read from one side could not be delivered to the other (the connection was aborted).
     #[error("relay I/O error on the {side} side while {operation} (bytes lost: {data_lost})")]
     Io {
+        /// The side (or the spool disk, or midway itself) the error came from.
         side: Side,
+        /// What the relay was doing, e.g. "reading" or "writing to the spool".
         operation: &'static str,
+        /// True when bytes read from one side could not be delivered to the other.
         data_lost: bool,
+        /// The underlying I/O error.
         #[source]
         source: io::Error,
     },
     /// The spool directory could not be created or used.
     #[error("spool directory {path} is unusable")]
     SpoolDir {
+        /// The spool directory that was being created or used.
         path: std::path::PathBuf,
+        /// The underlying I/O error.
         #[source]
         source: io::Error,
     },

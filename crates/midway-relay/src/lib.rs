@@ -26,12 +26,15 @@ use std::time::Duration;
 
 pub use error::{RelayError, Side};
 pub use resources::{clean_spool_dir, RelayResources, SPOOL_FILE_PREFIX};
-pub use spool::{SpoolPlan, SpoolQueue};
 
 /// Which relay model a listener uses.
 #[derive(Debug, Clone)]
 pub enum RelayModel {
+    /// Buffer-and-forward: a bounded buffer (or pipe) per direction, so a slow reader pushes
+    /// back on the sender.
     Buffer(BufferConfig),
+    /// Store-and-forward: the server-to-client direction is read as fast as the server sends,
+    /// into memory and then a spool file.
     Spool(SpoolConfig),
 }
 
@@ -89,6 +92,7 @@ pub type OnClose = Arc<dyn Fn(BorrowedFd<'_>, BorrowedFd<'_>) + Send + Sync>;
 pub struct RelayOptions {
     /// Close both sides when no byte moved in either direction for this long.
     pub idle_timeout: Option<Duration>,
+    /// Counters the relay updates while it runs; keep a clone of the `Arc` to read them live.
     pub counters: Arc<RelayCounters>,
     /// See [`OnClose`]; called however the relay ends (done, reset, idle, cancelled, error),
     /// but not when the model config is rejected before relaying starts.
@@ -112,7 +116,9 @@ pub enum DirectionEnd {
     Fin,
     /// A reset (ECONNRESET/EPIPE) on either side ended it.
     ResetByPeer,
+    /// No byte moved in either direction for `RelayOptions::idle_timeout`.
     IdleTimeout,
+    /// The cancellation token given to [`relay`] fired.
     Cancelled,
     /// An I/O error other than a reset ended it (then `relay` returns `Err`, and the
     /// caller sees the byte counts in its `RelayCounters`).
@@ -122,9 +128,13 @@ pub enum DirectionEnd {
 /// Outcome of one relayed connection.
 #[derive(Debug)]
 pub struct RelayReport {
+    /// Bytes delivered to the server (client-to-server direction), in bytes.
     pub client_to_server_bytes: u64,
+    /// Bytes delivered to the client (server-to-client direction), in bytes.
     pub server_to_client_bytes: u64,
+    /// How the client-to-server direction ended.
     pub client_to_server_end: DirectionEnd,
+    /// How the server-to-client direction ended.
     pub server_to_client_end: DirectionEnd,
     /// Spool model: the most bytes the spool ever held (memory + disk). 0 for buffer.
     pub peak_spool_bytes: u64,

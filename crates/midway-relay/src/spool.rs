@@ -13,16 +13,19 @@ use bytes::Bytes;
 
 /// Where the next chunk read from the server goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpoolPlan {
+pub(crate) enum SpoolPlan {
     /// Keep it in memory.
     Memory,
-    /// Append it to the spool file at this offset.
-    File { offset: u64 },
+    /// Append it to the spool file.
+    File {
+        /// Byte offset in the spool file where the chunk is written.
+        offset: u64,
+    },
 }
 
 /// The front of the queue, as the client-side writer sees it.
 #[derive(Debug, PartialEq, Eq)]
-pub enum SpoolFront {
+pub(crate) enum SpoolFront {
     /// A chunk to write to the client; it stays counted as memory until `delivered`.
     Memory(Bytes),
     /// The next bytes are in the spool file: read up to `len` at `offset`, then call
@@ -38,7 +41,7 @@ enum Segment {
 
 /// FIFO of spooled bytes for one connection (server-to-client direction).
 #[derive(Debug)]
-pub struct SpoolQueue {
+pub(crate) struct SpoolQueue {
     segments: VecDeque<Segment>,
     memory_cap: usize,
     file_cap: u64,
@@ -54,7 +57,7 @@ pub struct SpoolQueue {
 
 impl SpoolQueue {
     /// `memory_cap` bytes in memory before using disk; at most `file_cap` bytes live in the file.
-    pub fn new(memory_cap: usize, file_cap: u64) -> Self {
+    pub(crate) fn new(memory_cap: usize, file_cap: u64) -> Self {
         SpoolQueue {
             segments: VecDeque::new(),
             memory_cap,
@@ -69,7 +72,7 @@ impl SpoolQueue {
 
     /// How many bytes the reader may take from the server now (0 = stop reading: backpressure).
     /// `global_disk_room` is what the process-wide disk cap still allows.
-    pub fn read_allowance(&self, global_disk_room: u64, chunk: usize) -> usize {
+    pub(crate) fn read_allowance(&self, global_disk_room: u64, chunk: usize) -> usize {
         let memory_room = self.memory_cap.saturating_sub(self.memory_used) as u64;
         let room = memory_room.max(self.disk_room(global_disk_room));
         usize::try_from(room).unwrap_or(usize::MAX).min(chunk)
@@ -88,7 +91,7 @@ impl SpoolQueue {
     /// Where `len` freshly read bytes go: memory while it has room, else the file if both caps
     /// allow, else memory anyway (only reachable when another connection took the global disk
     /// room between `read_allowance` and now; the overshoot is at most one chunk).
-    pub fn plan(&self, len: usize, global_disk_room: u64) -> SpoolPlan {
+    pub(crate) fn plan(&self, len: usize, global_disk_room: u64) -> SpoolPlan {
         if self.memory_used + len <= self.memory_cap {
             SpoolPlan::Memory
         } else if len as u64 <= self.disk_room(global_disk_room) {
@@ -100,7 +103,8 @@ impl SpoolQueue {
         }
     }
 
-    pub fn push_memory(&mut self, chunk: Bytes) {
+    /// Appends a chunk that [`Self::plan`] placed in memory (an empty chunk is ignored).
+    pub(crate) fn push_memory(&mut self, chunk: Bytes) {
         if chunk.is_empty() {
             return;
         }
@@ -110,7 +114,7 @@ impl SpoolQueue {
     }
 
     /// Records that `len` bytes were written at the offset [`Self::plan`] returned.
-    pub fn push_file(&mut self, len: u64) {
+    pub(crate) fn push_file(&mut self, len: u64) {
         if len == 0 {
             return;
         }
@@ -129,16 +133,12 @@ impl SpoolQueue {
 
     /// A disk write failed: never use the file again for new data (what is already in it is
     /// still read back in order).
-    pub fn disable_disk(&mut self) {
+    pub(crate) fn disable_disk(&mut self) {
         self.disk_usable = false;
     }
 
-    pub fn disk_usable(&self) -> bool {
-        self.disk_usable
-    }
-
     /// Takes the front memory chunk, or describes the front file region (left in place).
-    pub fn front(&mut self) -> Option<SpoolFront> {
+    pub(crate) fn front(&mut self) -> Option<SpoolFront> {
         match self.segments.front()? {
             Segment::File { offset, len } => Some(SpoolFront::File {
                 offset: *offset,
@@ -153,7 +153,7 @@ impl SpoolQueue {
 
     /// The writer read `len` bytes from the front file region into memory. Returns true when
     /// the file no longer holds any live byte, so the caller can truncate it (offsets restart at 0).
-    pub fn file_read_back(&mut self, len: u64) -> bool {
+    pub(crate) fn file_read_back(&mut self, len: u64) -> bool {
         if let Some(Segment::File {
             offset,
             len: seg_len,
@@ -177,28 +177,34 @@ impl SpoolQueue {
     }
 
     /// The writer delivered `len` bytes of the chunk it was holding to the client.
-    pub fn delivered(&mut self, len: usize) {
+    pub(crate) fn delivered(&mut self, len: usize) {
         self.memory_used = self.memory_used.saturating_sub(len);
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    /// Whether no spooled byte is waiting for the client (memory or file).
+    pub(crate) fn is_empty(&self) -> bool {
         self.segments.is_empty()
     }
 
     /// Bytes held now (memory, including the writer's chunk, plus file).
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.memory_used as u64 + self.file_live
     }
 
-    pub fn memory_used(&self) -> usize {
+    /// Bytes held in memory now, including the chunk the writer is delivering.
+    pub(crate) fn memory_used(&self) -> usize {
         self.memory_used
     }
 
-    pub fn file_live(&self) -> u64 {
+    #[cfg(test)]
+    /// Bytes in the spool file not yet read back.
+    pub(crate) fn file_live(&self) -> u64 {
         self.file_live
     }
 
-    pub fn peak_held(&self) -> u64 {
+    /// The most bytes ever held at once (memory plus file).
+    pub(crate) fn peak_held(&self) -> u64 {
         self.peak_held
     }
 

@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! FIN and RST carried across, per direction, in both models.
 
 use midway_relay::{DirectionEnd, RelayModel};

@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! Idle timeout, cancellation, idle connections holding nothing, pipe pool exhaustion, spool
 //! directory cleanup, disk failure fallback, bad configuration.
 

@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! Bulk and many-small transfers through both relay models, checked with SHA-256.
 
 use midway_relay::{DirectionEnd, RelayModel};

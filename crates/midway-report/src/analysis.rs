@@ -21,13 +21,13 @@ use crate::stats::{self, PositiveShare, Spread};
 
 /// Name of the `extra` measurement that marks a web experiment: the mean page load time of a
 /// run, in seconds.
-pub const PAGE_LOAD_METRIC: &str = "page_load_seconds";
+pub(crate) const PAGE_LOAD_METRIC: &str = "page_load_seconds";
 /// Name of the throughput as a metric (claims and plots), in Mbit/s.
-pub const THROUGHPUT_METRIC: &str = "throughput";
+pub(crate) const THROUGHPUT_METRIC: &str = "throughput";
 
 /// Everything a report states, computed from one results file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     /// Distinct scenario names, in order of first appearance.
     pub scenarios: Vec<String>,
     /// Distinct scenario files, in order of first appearance.
@@ -47,7 +47,7 @@ pub struct Analysis {
 
 /// A run that failed, as listed in the report header.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FailedRun {
+pub(crate) struct FailedRun {
     pub experiment: String,
     pub case: String,
     pub params: String,
@@ -58,7 +58,7 @@ pub struct FailedRun {
 
 /// One experiment: one plot and one table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Experiment {
+pub(crate) struct Experiment {
     pub name: String,
     /// The swept parameter (x axis), from the first record that names one.
     pub sweep_param: Option<String>,
@@ -90,7 +90,7 @@ pub struct Experiment {
 
 /// One measurement of one repetition, kept for percentiles and pairing.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub repetition: u32,
     pub seed: u64,
     pub throughput_mbps: f64,
@@ -98,7 +98,7 @@ pub struct Sample {
 
 /// All successful runs of one case at one point.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CaseRow {
+pub(crate) struct CaseRow {
     /// The parameters besides the swept one that vary inside the experiment, as `k=v, k=v`
     /// (empty when only the swept parameter varies). Each variant is its own line in the plot.
     pub variant: String,
@@ -136,7 +136,7 @@ pub struct CaseRow {
 impl CaseRow {
     /// The values of a metric over this row's successful runs: [`THROUGHPUT_METRIC`] (Mbit/s) or
     /// the name of an `extra` measurement (empty when no run has it).
-    pub fn metric_values(&self, metric: &str) -> Vec<f64> {
+    pub(crate) fn metric_values(&self, metric: &str) -> Vec<f64> {
         if metric == THROUGHPUT_METRIC {
             self.samples.iter().map(|s| s.throughput_mbps).collect()
         } else {
@@ -145,7 +145,7 @@ impl CaseRow {
     }
 
     /// Quartiles of [`CaseRow::metric_values`].
-    pub fn metric_spread(&self, metric: &str) -> Option<Spread> {
+    pub(crate) fn metric_spread(&self, metric: &str) -> Option<Spread> {
         stats::spread(&self.metric_values(metric))
     }
 }
@@ -154,7 +154,7 @@ impl CaseRow {
 const BITS_PER_MEGABIT: f64 = 1e6;
 
 /// Groups and summarises `records`; GoS is computed against `baseline_case`.
-pub fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
+pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
     let mut experiment_order: Vec<&str> = Vec::new();
     let mut by_experiment: HashMap<&str, Vec<&RunRecord>> = HashMap::new();
     for record in records {
@@ -442,7 +442,7 @@ fn medians_by_name<'a>(runs: impl Iterator<Item = Vec<(&'a str, f64)>>) -> BTree
 }
 
 /// A JSON parameter value as a person writes it: strings without quotes, numbers as recorded.
-pub fn value_text(value: &Value) -> String {
+pub(crate) fn value_text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -450,7 +450,7 @@ pub fn value_text(value: &Value) -> String {
 }
 
 /// All parameters as `k=v, k=v`.
-pub fn params_text(params: &BTreeMap<String, Value>) -> String {
+pub(crate) fn params_text(params: &BTreeMap<String, Value>) -> String {
     params
         .iter()
         .map(|(k, v)| format!("{k}={}", value_text(v)))

@@ -8,22 +8,25 @@
 //! report page load time. An optional `claims.toml` beside the results adds the "paper vs lab"
 //! table and annotations of the plots (format in [`claims`]).
 //!
-//! Layers: [`record`] (the line format), [`stats`] (pure numbers), [`analysis`] (records grouped
-//! into experiments, points and cases, no I/O), [`claims`] (the claims file, its checks and plot
-//! annotations, no I/O but [`claims::load`]), [`markdown`] (text of the report, no I/O),
-//! [`plot`] (plotters figures) and [`write_report`], which reads and writes the files.
+//! Layers: `record` (the line format, [`RunRecord`]), [`stats`] (pure numbers), `analysis`
+//! (records grouped into experiments, points and cases, no I/O), [`claims`] (the claims file, its
+//! checks and plot annotations, no I/O but [`claims::load`]), `markdown` (text of the report, no
+//! I/O), `plot` (plotters figures) and [`write_report`], which reads and writes the files. Only
+//! `stats` and `claims` are public modules; the rest is reached through the items re-exported
+//! here.
 
-pub mod analysis;
+mod analysis;
 pub mod claims;
-pub mod markdown;
-pub mod plot;
-pub mod record;
+mod markdown;
+mod plot;
+mod record;
 pub mod stats;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+pub use plot::{PngError, SvgError};
 pub use record::{RunRecord, RESULTS_FILE};
 
 /// File name of the markdown report inside a run's output folder.
@@ -54,6 +57,7 @@ impl Default for ReportOptions {
 /// What [`write_report`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportSummary {
+    /// Path of the markdown report written (`DIR/report.md`).
     pub report_path: PathBuf,
     /// Every plot file written (PNG and SVG of each experiment that has successful runs, then of
     /// its extra plots).
@@ -69,57 +73,88 @@ pub struct ReportSummary {
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The results file does not exist.
     #[error(
         "no results file at {path} (a lab run writes it; was the run started in this folder?)"
     )]
-    NoResultsFile { path: PathBuf },
+    NoResultsFile {
+        /// Where the results file was looked for.
+        path: PathBuf,
+    },
+    /// The results file exists but could not be read.
     #[error("cannot read {path}")]
     Read {
+        /// The results file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
+    /// A line of the results file is not a [`RunRecord`].
     #[error("{path}:{line}: not a valid run record")]
     BadLine {
+        /// The results file.
         path: PathBuf,
         /// 1-based line number.
         line: usize,
+        /// Why the line does not parse as a record.
         #[source]
         source: serde_json::Error,
     },
+    /// The results file holds no record (only blank lines, or nothing).
     #[error("{path} holds no run records")]
-    NoRecords { path: PathBuf },
+    NoRecords {
+        /// The results file.
+        path: PathBuf,
+    },
+    /// The report or the plots folder could not be written.
     #[error("cannot write {path}")]
     Write {
+        /// The report file or plots folder being written.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
+    /// The font for plot text could not be read.
     #[error(
         "cannot read the plot font {path}: install the Debian package fonts-dejavu-core \
          or point {font_env} at a TTF file",
         font_env = plot::FONT_ENV
     )]
     FontMissing {
+        /// The font file that was tried.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
+    /// The claims file beside the results could not be read or parsed.
     #[error(transparent)]
     Claims(#[from] claims::ClaimsError),
+    /// The font file was read but plotters cannot use it.
     #[error("{path} is not a TrueType/OpenType font plotters can use")]
-    FontInvalid { path: PathBuf },
+    FontInvalid {
+        /// The font file.
+        path: PathBuf,
+    },
+    /// Drawing a PNG plot failed.
     #[error("cannot draw the PNG plot {path}")]
     PlotPng {
+        /// The PNG file being drawn.
         path: PathBuf,
+        /// The error of the PNG backend.
         #[source]
-        source: plot::PngError,
+        source: PngError,
     },
+    /// Drawing an SVG plot failed.
     #[error("cannot draw the SVG plot {path}")]
     PlotSvg {
+        /// The SVG file being drawn.
         path: PathBuf,
+        /// The error of the SVG backend.
         #[source]
-        source: plot::SvgError,
+        source: SvgError,
     },
 }
 

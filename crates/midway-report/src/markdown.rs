@@ -9,40 +9,28 @@ use crate::ReportOptions;
 
 /// Relative links (from the report) to the plots of one experiment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlotLinks {
+pub(crate) struct PlotLinks {
     pub png: String,
     pub svg: String,
 }
 
 /// The plots of one experiment: its main plot and the extra plots of its `[[plots]]` entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExperimentPlots {
+pub(crate) struct ExperimentPlots {
     pub main: Option<PlotLinks>,
     pub extra: Vec<ExtraPlot>,
 }
 
 /// An extra plot and the caption it is linked with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExtraPlot {
+pub(crate) struct ExtraPlot {
     pub title: String,
     pub links: PlotLinks,
 }
 
-/// The whole report. `plots[i]` belongs to `analysis.experiments[i]` (`None`: no plot).
-pub fn render(analysis: &Analysis, opts: &ReportOptions, plots: &[Option<PlotLinks>]) -> String {
-    let plots: Vec<ExperimentPlots> = plots
-        .iter()
-        .map(|main| ExperimentPlots {
-            main: main.clone(),
-            extra: Vec::new(),
-        })
-        .collect();
-    render_with(analysis, opts, &plots, &[])
-}
-
 /// The whole report with extra plots and warnings (about the claims file's `[[plots]]`, listed
 /// in the header). `plots[i]` belongs to `analysis.experiments[i]`.
-pub fn render_with(
+pub(crate) fn render_with(
     analysis: &Analysis,
     opts: &ReportOptions,
     plots: &[ExperimentPlots],
@@ -345,7 +333,7 @@ fn distinct_variants(exp: &Experiment) -> Vec<String> {
 }
 
 /// A number with about three significant digits, no exponent for the ranges a lab sees.
-pub fn number(value: f64) -> String {
+pub(crate) fn number(value: f64) -> String {
     let magnitude = value.abs();
     if magnitude >= 100.0 {
         format!("{value:.0}")
@@ -359,12 +347,12 @@ pub fn number(value: f64) -> String {
 }
 
 /// A gain as a signed number with two decimals (+0.52 = 52 % faster).
-pub fn gain(value: f64) -> String {
+pub(crate) fn gain(value: f64) -> String {
     format!("{value:+.2}")
 }
 
 /// A median of counts: whole numbers without decimals, halves with one.
-pub fn count(value: f64) -> String {
+pub(crate) fn count(value: f64) -> String {
     if value == value.trunc() {
         format!("{value:.0}")
     } else {
@@ -373,7 +361,7 @@ pub fn count(value: f64) -> String {
 }
 
 /// "3/5 (60 %)", or "-" without pairs.
-pub fn share_text(share: PositiveShare) -> String {
+pub(crate) fn share_text(share: PositiveShare) -> String {
     match share.fraction() {
         Some(fraction) => format!(
             "{}/{} ({:.0} %)",
@@ -390,7 +378,7 @@ fn dash() -> String {
 }
 
 /// Escapes what would break a markdown table cell.
-pub fn cell(text: &str) -> String {
+pub(crate) fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 

@@ -45,6 +45,7 @@ pub struct RunRecord {
     pub extra: BTreeMap<String, f64>,
     /// False when the run failed; `error` then says why and the numbers are not to be used.
     pub ok: bool,
+    /// Why the run failed, when `ok` is false; `None` for a successful run.
     pub error: Option<String>,
     /// Wall-clock start of the run, RFC 3339 UTC.
     pub started_at: String,
@@ -58,11 +59,11 @@ mod null_as_nan {
 
     use serde::{Deserialize, Deserializer};
 
-    pub fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    pub(super) fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
         Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
     }
 
-    pub fn map<'de, D: Deserializer<'de>>(
+    pub(super) fn map<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<BTreeMap<String, f64>, D::Error> {
         let raw = BTreeMap::<String, Option<f64>>::deserialize(deserializer)?;

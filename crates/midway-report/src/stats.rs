@@ -56,8 +56,11 @@ pub fn mean(values: &[f64]) -> Option<f64> {
 pub struct Spread {
     /// Number of finite values the quantiles were computed from.
     pub n: usize,
+    /// First quartile (25th percentile), in the unit of the values.
     pub q1: f64,
+    /// Median (50th percentile), in the unit of the values.
     pub median: f64,
+    /// Third quartile (75th percentile), in the unit of the values.
     pub q3: f64,
 }
 
@@ -99,7 +102,9 @@ pub fn gain_of_medians(split: &[f64], baseline: &[f64]) -> Option<f64> {
 /// How many of the gains are strictly positive, out of how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PositiveShare {
+    /// Number of gains strictly above zero.
     pub positive: usize,
+    /// Number of gains counted.
     pub total: usize,
 }
 

@@ -4,10 +4,11 @@
 //! - [`Origin`]: an HTTP/1.x server for a [`SiteSpec`] — pages of a base document plus
 //!   embedded objects (the satellite paper's Table VII files), several host names, Apache's
 //!   persistent-connection behaviour (15 s idle timeout, 100 requests per connection), cache
-//!   validators and deterministic, checksummed bodies ([`origin`] explains why it is not hyper).
+//!   validators and deterministic, checksummed bodies (`src/origin.rs` explains why it is not
+//!   hyper).
 //! - [`load_pages`]: a browser-like client (HTTP/1.0, keep-alive, pipelining; direct or through
 //!   an explicit proxy) that verifies every body, counts TCP connections and times each page
-//!   from first connect to last byte ([`loader`] explains why it is our own).
+//!   from first connect to last byte (`src/loader/mod.rs` explains why it is our own).
 //! - [`chromium_command`] / [`parse_chromium_output`]: a real browser loading the same pages,
 //!   with the page load time read back from the page itself.
 //!
@@ -18,14 +19,16 @@
 //!
 //! `examples/geo_sanity.rs` loads pages over an emulated GEO link in every HTTP mode (root).
 
-pub mod chromium;
-pub mod error;
-pub mod loader;
-pub mod origin;
-pub mod site;
+mod chromium;
+mod error;
+mod loader;
+mod origin;
+mod site;
 
 pub use chromium::{chromium_command, parse_chromium_output, BrowserSpec, CHROMIUM_PATH};
 pub use error::WebError;
 pub use loader::{load_pages, CacheMode, HttpMode, LoadResult, LoadSpec, PageTiming};
 pub use origin::{Origin, OriginStats};
-pub use site::{PageLayout, SiteSpec, APACHE_KEEPALIVE_TIMEOUT, APACHE_MAX_KEEPALIVE_REQUESTS};
+pub use site::{
+    fnv1a, PageLayout, SiteSpec, APACHE_KEEPALIVE_TIMEOUT, APACHE_MAX_KEEPALIVE_REQUESTS,
+};

@@ -42,9 +42,9 @@ use crate::site::{split_authority, Site, SiteSpec, SUM_HEADER};
 
 /// Time allowed to receive a request head once a connection is new or a request has started
 /// (Apache's `Timeout` is longer; nothing here needs more).
-pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest request head accepted; larger ones get 431 and a close.
-pub const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
 /// How long a closing connection keeps reading (and discarding) before it is dropped.
 const LINGER: Duration = Duration::from_secs(2);
 /// Backlog of the listening socket: an HTTP/1.0 page opens one connection per object at once.

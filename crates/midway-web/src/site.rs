@@ -25,9 +25,9 @@ pub const APACHE_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
 pub const APACHE_MAX_KEEPALIVE_REQUESTS: u32 = 100;
 
 /// Header carrying the body's checksum (FNV-1a 64, 16 lowercase hex digits).
-pub const SUM_HEADER: &str = "x-midway-sum";
+pub(crate) const SUM_HEADER: &str = "x-midway-sum";
 /// Title prefix the inline script writes, followed by the load time in milliseconds.
-pub const TIMING_TITLE_PREFIX: &str = "midway-plt:";
+pub(crate) const TIMING_TITLE_PREFIX: &str = "midway-plt:";
 
 /// The inline script: at the load event it writes navigation start -> load event end (ms) into
 /// the title. It first writes `performance.now()` (= load event start) in case the page is
@@ -51,7 +51,7 @@ const GIF_TAIL: [u8; 16] = [
     0x3b, // trailer
 ];
 /// Smallest object body.
-pub const MIN_OBJECT_BYTES: u64 = (GIF_HEAD.len() + GIF_TAIL.len()) as u64;
+pub(crate) const MIN_OBJECT_BYTES: u64 = (GIF_HEAD.len() + GIF_TAIL.len()) as u64;
 
 /// What the origin serves, derived purely from the workload description.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub struct PageLayout {
 
 /// One body the origin serves, with everything a response needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Document {
+pub(crate) struct Document {
     pub content_type: &'static str,
     pub body: Vec<u8>,
     /// FNV-1a 64 of `body`.
@@ -239,13 +239,13 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    pub fn new(spec: SiteSpec) -> Result<Site, WebError> {
+    pub(crate) fn new(spec: SiteSpec) -> Result<Site, WebError> {
         let layout = spec.layout()?;
         Ok(Site { spec, layout })
     }
 
     /// What `path` on `host` names, if anything.
-    pub fn resource(&self, host: &str, path: &str) -> Option<Resource> {
+    pub(crate) fn resource(&self, host: &str, path: &str) -> Option<Resource> {
         if let Some(rest) = path.strip_prefix("/page/") {
             let page = parse_index(rest.strip_suffix(".html")?)?;
             let on_host = self.spec.hosts[0].eq_ignore_ascii_case(host);
@@ -261,13 +261,13 @@ impl Site {
     }
 
     /// Whether the site answers for `host`.
-    pub fn has_host(&self, host: &str) -> bool {
+    pub(crate) fn has_host(&self, host: &str) -> bool {
         self.spec.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }
 
     /// The body of `resource` as fetched on `port` (links in a base document carry the port
     /// unless it is 80).
-    pub fn document(&self, resource: Resource, port: u16) -> Document {
+    pub(crate) fn document(&self, resource: Resource, port: u16) -> Document {
         match resource {
             Resource::Base { page } => {
                 let suffix = if port == 80 {
@@ -406,7 +406,7 @@ impl SplitMix {
 }
 
 /// The values of every `src="..."` attribute of an HTML document, in order.
-pub fn extract_links(html: &[u8]) -> Vec<String> {
+pub(crate) fn extract_links(html: &[u8]) -> Vec<String> {
     const MARK: &[u8] = b"src=\"";
     let mut links = Vec::new();
     let mut at = 0;
@@ -426,7 +426,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// An `http://host[:port]/path` URL split into (lowercase host, port, path).
-pub fn parse_http_url(url: &str) -> Option<(String, u16, String)> {
+pub(crate) fn parse_http_url(url: &str) -> Option<(String, u16, String)> {
     let rest = url.strip_prefix("http://")?;
     let (authority, path) = match rest.find('/') {
         Some(slash) => (&rest[..slash], &rest[slash..]),
@@ -437,7 +437,7 @@ pub fn parse_http_url(url: &str) -> Option<(String, u16, String)> {
 }
 
 /// `host[:port]` into (lowercase host, port; 80 when absent).
-pub fn split_authority(authority: &str) -> Option<(String, u16)> {
+pub(crate) fn split_authority(authority: &str) -> Option<(String, u16)> {
     let (host, port) = match authority.rsplit_once(':') {
         Some((host, port)) => (host, port.parse().ok()?),
         None => (authority, 80),

@@ -1,10 +1,12 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! The origin on real loopback sockets, driven by a raw HTTP client.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use midway_testkit::web::*;
-use midway_web::site::fnv1a;
+use midway_web::fnv1a;
 use midway_web::SiteSpec;
 
 #[test]

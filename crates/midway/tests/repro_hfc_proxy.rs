@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! CI: the quick hfc-proxy reproduction (`midway lab reproduce hfc-proxy --quick`, figures 5,
 //! 7, 8 and 9). Asserts only what is robust: every point ran, direct is slower than the proxy
 //! at >= 3 % local loss, every record has the fig. 11 segment times, and the report holds its

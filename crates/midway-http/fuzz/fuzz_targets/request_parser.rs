@@ -1,3 +1,5 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 //! Fuzzes the client-facing parser: request head, then the body framing it selects.
 //! Run: `cargo fuzz run request_parser` from crates/midway-http.
 #![no_main]

@@ -12,7 +12,7 @@ use super::{GOS_METRIC, GOS_POSITIVE_SHARE_METRIC};
 
 /// Result of checking one claim.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Agrees,
     Disagrees,
     /// No check in the file: the measured numbers are shown for a reader to judge.
@@ -23,7 +23,7 @@ pub enum Verdict {
 
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClaimRow {
+pub(crate) struct ClaimRow {
     pub figure: String,
     pub experiment: String,
     pub says: String,
@@ -33,7 +33,7 @@ pub struct ClaimRow {
 }
 
 /// Checks every claim against the analysed results.
-pub fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> {
+pub(crate) fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> {
     file.claims
         .iter()
         .map(|claim| {

@@ -55,12 +55,12 @@
 //! that cannot be placed, becomes a warning line in the report, never an error: the rest of the
 //! report is still written. Extra plots are written as `plots/<experiment>-<n>.png` and `.svg`
 //! (n = 1, 2, ... over the experiment's entries with `metrics`) and linked in the experiment's
-//! section. Parsing and evaluation are pure; only [`load`] and [`append_to_report`] read a file.
+//! section. Parsing and evaluation are pure; only [`load`] reads a file.
 //!
 //! The files, one job each: `model.rs` is the claims file as it is written (its types and
-//! [`parse`]); `evaluate.rs` checks every claim against the analysed results ([`evaluate`]);
-//! `render.rs` turns the checked rows into the markdown table ([`render`]). This file holds the
-//! only I/O ([`load`], [`append_to_report`]). The split follows the path of a claim: read, judged,
+//! [`parse`]); `evaluate.rs` checks every claim against the analysed results (`evaluate`);
+//! `render.rs` turns the checked rows into the markdown table (`render`). This file holds the
+//! only I/O ([`load`]). The split follows the path of a claim: read, judged,
 //! shown.
 
 mod evaluate;
@@ -73,14 +73,11 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::analysis::Analysis;
-
 pub(crate) use evaluate::known_metrics;
-pub use evaluate::{evaluate, ClaimRow, Verdict};
 pub use model::{
     parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Operand, PlotSpec, ReferenceLine, Stat,
 };
-pub use render::{append_table, render};
+pub(crate) use render::append_table;
 
 /// File name of the claims inside a results folder.
 pub const CLAIMS_FILE: &str = "claims.toml";
@@ -90,17 +87,24 @@ pub const GOS_POSITIVE_SHARE_METRIC: &str = "gos_positive_share";
 /// Metric of a check: gain of splitting of the paired repetitions against the baseline case.
 pub const GOS_METRIC: &str = "gos";
 
+/// Why the claims file could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimsError {
+    /// The claims file exists but could not be read.
     #[error("cannot read {path}")]
     Read {
+        /// The claims file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
+    /// The claims file is not valid TOML of the expected shape (unknown keys included).
     #[error("{path}: not a valid claims file")]
     Parse {
+        /// The claims file.
         path: PathBuf,
+        /// Where and why parsing failed.
         #[source]
         source: toml::de::Error,
     },
@@ -117,17 +121,4 @@ pub fn load(dir: &Path) -> Result<Option<ClaimsFile>, ClaimsError> {
     parse(&source)
         .map(Some)
         .map_err(|source| ClaimsError::Parse { path, source })
-}
-
-/// When `dir` holds a [`CLAIMS_FILE`], appends its table to the report `text`; otherwise returns
-/// `text` unchanged.
-pub fn append_to_report(
-    dir: &Path,
-    analysis: &Analysis,
-    text: String,
-) -> Result<String, ClaimsError> {
-    Ok(match load(dir)? {
-        Some(file) => append_table(&file, analysis, text),
-        None => text,
-    })
 }

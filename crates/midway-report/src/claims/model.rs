@@ -14,7 +14,9 @@ const X_TOLERANCE: f64 = 1e-9;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimsFile {
+    /// Short name of the paper the claims come from (e.g. "hfc-proxy").
     pub paper: String,
+    /// The paper's claims, in the order the table shows them.
     #[serde(default)]
     pub claims: Vec<Claim>,
     /// Annotations of the report's plots.
@@ -26,7 +28,9 @@ pub struct ClaimsFile {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claim {
+    /// The paper's figure or table the claim is about (e.g. "Fig. 8").
     pub figure: String,
+    /// Name of the experiment of the results the claim is checked against.
     pub experiment: String,
     /// What the paper reported (our words, not the paper's sentence).
     pub says: String,
@@ -39,6 +43,7 @@ pub struct Claim {
     /// A caveat shown whatever the verdict (e.g. an agreement that has another cause).
     #[serde(default)]
     pub note: Option<String>,
+    /// The machine check; none: the measured numbers are shown for a reader to judge.
     #[serde(default)]
     pub check: Option<Check>,
 }
@@ -47,15 +52,20 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Check {
+    /// Metric compared: "throughput" (default), an `extra` measurement, "gos" or "gos_positive_share".
     #[serde(default = "default_metric")]
     pub metric: String,
     /// How the repetitions of one case at one sweep value are summarised.
     #[serde(default)]
     pub stat: Stat,
+    /// The measured side A of the comparison.
     pub a: Operand,
+    /// Optional side B: then A / B is compared with `value`, otherwise A itself.
     #[serde(default)]
     pub b: Option<Operand>,
+    /// How the measured value (A or A / B) must relate to `value`.
     pub op: Comparison,
+    /// The target, in the metric's unit (or a plain ratio when `b` is given).
     pub value: f64,
 }
 
@@ -67,8 +77,10 @@ fn default_metric() -> String {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stat {
+    /// The median of the repetitions (default).
     #[default]
     Median,
+    /// The arithmetic mean of the repetitions.
     Mean,
 }
 
@@ -92,6 +104,7 @@ impl Stat {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Operand {
+    /// Name of the case (e.g. "store-and-forward").
     pub case: String,
     /// The sweep value: a number (`x = 1`) or, for a text sweep, its text (`x = "pipelining"`).
     #[serde(default)]
@@ -101,14 +114,19 @@ pub struct Operand {
     pub metric: Option<String>,
 }
 
+/// How a check's measured value must relate to its target (`op` in the file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum Comparison {
+    /// `>=`: the measured value is at least the target.
     #[serde(rename = ">=")]
     AtLeast,
+    /// `<=`: the measured value is at most the target.
     #[serde(rename = "<=")]
     AtMost,
+    /// `>`: the measured value is strictly above the target.
     #[serde(rename = ">")]
     Above,
+    /// `<`: the measured value is strictly below the target.
     #[serde(rename = "<")]
     Below,
 }
@@ -137,6 +155,7 @@ impl Comparison {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlotSpec {
+    /// Name of the experiment whose figures are annotated.
     pub experiment: String,
     /// Caption of this entry's extra plot; for an entry without `metrics`, of the main plot.
     #[serde(default)]
@@ -158,9 +177,12 @@ pub struct PlotSpec {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReferenceLine {
+    /// Legend text of the line.
     pub label: String,
+    /// Sweep value of a vertical line.
     #[serde(default)]
     pub x: Option<AxisValue>,
+    /// Y-axis value of a horizontal line (Mbit/s, or seconds for a web experiment).
     #[serde(default)]
     pub y: Option<f64>,
 }
@@ -169,7 +191,9 @@ pub struct ReferenceLine {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum AxisValue {
+    /// A numeric sweep value, in the sweep's unit (e.g. 1 for 1 % loss, bytes for a size).
     Number(f64),
+    /// The text of a category on a text sweep (e.g. "pipelining").
     Text(String),
 }
 

@@ -10,7 +10,7 @@ use crate::analysis::Analysis;
 use crate::markdown::cell;
 
 /// The markdown section with the table.
-pub fn render(file: &ClaimsFile, rows: &[ClaimRow]) -> String {
+pub(crate) fn render(file: &ClaimsFile, rows: &[ClaimRow]) -> String {
     let mut text = String::new();
     let agree = rows.iter().filter(|r| r.verdict == Verdict::Agrees).count();
     let checked = rows
@@ -52,7 +52,7 @@ pub fn render(file: &ClaimsFile, rows: &[ClaimRow]) -> String {
 
 /// Appends the claims table of `file` to the report `text`, when the file has claims (a file
 /// with only `[[plots]]` adds no table).
-pub fn append_table(file: &ClaimsFile, analysis: &Analysis, mut text: String) -> String {
+pub(crate) fn append_table(file: &ClaimsFile, analysis: &Analysis, mut text: String) -> String {
     if file.claims.is_empty() {
         return text;
     }

@@ -1,8 +1,10 @@
 //! Tests of the whole claims path: a claims file parsed, evaluated against an analysis built from
 //! records, and rendered. They cross the files of this module, hence their own file.
 
+use super::evaluate::{evaluate, ClaimRow, Verdict};
+use super::render::render;
 use super::*;
-use crate::analysis::analyse;
+use crate::analysis::{analyse, Analysis};
 use crate::record::RunRecord;
 use std::collections::BTreeMap;
 

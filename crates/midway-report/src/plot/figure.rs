@@ -11,7 +11,7 @@ use crate::stats::Spread;
 /// Everything one plot shows, resolved from the analysis (no drawing yet), so what a plot holds
 /// can be tested without reading pixels.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
+pub(crate) struct Figure {
     pub title: String,
     pub x_desc: String,
     pub y_desc: String,
@@ -25,7 +25,7 @@ pub struct Figure {
 
 /// One line of a plot: a case (and variant, and metric) with its points.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     pub label: String,
     pub color: RGBColor,
     /// Dash pattern `(dash, gap)` in pixels; `None` for a solid line. Tells metrics apart when a
@@ -38,7 +38,7 @@ pub struct Series {
 
 /// The marker of a series' medians.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Marker {
+pub(crate) enum Marker {
     FilledCircle,
     HollowCircle,
     Triangle,
@@ -46,7 +46,7 @@ pub enum Marker {
 
 /// A reference line placed on a plot.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PlacedLine {
+pub(crate) enum PlacedLine {
     /// At this x coordinate (a category's index on a categorical axis).
     Vertical {
         x: f64,
@@ -60,7 +60,7 @@ pub enum PlacedLine {
 
 /// How the x axis is laid out.
 #[derive(Debug, Clone, PartialEq)]
-pub enum XAxis {
+pub(crate) enum XAxis {
     Linear(Range<f64>),
     Log(Range<f64>),
     /// Text values at 0, 1, 2, ... with their labels.

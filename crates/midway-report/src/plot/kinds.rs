@@ -9,13 +9,13 @@ use crate::analysis::{CaseRow, Experiment, THROUGHPUT_METRIC};
 use crate::claims::{known_metrics, ReferenceLine};
 
 /// Y axis text of a web experiment's main plot.
-pub const PAGE_LOAD_AXIS: &str = "page load time (s), median and quartiles; lower is better";
+pub(crate) const PAGE_LOAD_AXIS: &str = "page load time (s), median and quartiles; lower is better";
 /// Y axis text of a bulk experiment's main plot.
-pub const THROUGHPUT_AXIS: &str = "throughput (Mbit/s), median and quartiles";
+pub(crate) const THROUGHPUT_AXIS: &str = "throughput (Mbit/s), median and quartiles";
 
 /// The main plot of an experiment: page load time for a web experiment, else throughput, with
 /// the reference lines of its `[[plots]]` entries. Also returns why a line was left out.
-pub fn main_figure(
+pub(crate) fn main_figure(
     exp: &Experiment,
     title: Option<&str>,
     lines: &[ReferenceLine],
@@ -52,7 +52,7 @@ pub fn main_figure(
 /// An extra plot of `extra` measurements (or "throughput"): median and quartiles per case and
 /// sweep value, every metric in its own dash pattern. `cases` limits the cases (empty: all).
 /// `None` when no named metric is measured; the warnings name what was left out.
-pub fn metrics_figure(
+pub(crate) fn metrics_figure(
     exp: &Experiment,
     metrics: &[String],
     cases: &[String],

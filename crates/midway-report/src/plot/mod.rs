@@ -29,17 +29,16 @@ mod style;
 
 use plotters::prelude::*;
 
-pub use figure::{Figure, Marker, PlacedLine, Series, XAxis};
-pub use kinds::{main_figure, metrics_figure, PAGE_LOAD_AXIS, THROUGHPUT_AXIS};
-pub use plan::{file_stems, plan, PlannedPlots, PlotPlan};
-pub use render::{draw_figure_png, draw_figure_svg, draw_png, draw_svg, ensure_font};
+pub(crate) use figure::Figure;
+pub(crate) use plan::plan;
+pub(crate) use render::{draw_figure_png, draw_figure_svg};
 
 /// Font used for all plot text (Debian package fonts-dejavu-core).
-pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+pub(crate) const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 /// Environment variable that overrides [`FONT_PATH`].
-pub const FONT_ENV: &str = "MIDWAY_REPORT_FONT";
+pub(crate) const FONT_ENV: &str = "MIDWAY_REPORT_FONT";
 /// Size of every plot, in pixels (PNG) or user units (SVG).
-pub const PLOT_SIZE: (u32, u32) = (1000, 640);
+pub(crate) const PLOT_SIZE: (u32, u32) = (1000, 640);
 
 /// Error of the PNG backend while drawing.
 pub type PngError = DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>;

@@ -11,7 +11,7 @@ use crate::claims::{PlotSpec, ReferenceLine, CLAIMS_FILE};
 
 /// File names (without extension) for the experiments' plots: the name with anything but
 /// letters, digits, `-`, `_` and `.` replaced, made unique by a numeric suffix.
-pub fn file_stems(experiments: &[Experiment]) -> Vec<String> {
+pub(crate) fn file_stems(experiments: &[Experiment]) -> Vec<String> {
     let mut used = BTreeSet::new();
     experiments
         .iter()
@@ -43,7 +43,7 @@ pub fn file_stems(experiments: &[Experiment]) -> Vec<String> {
 
 /// Every plot of a report, resolved but not drawn.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlotPlan {
+pub(crate) struct PlotPlan {
     /// One entry per experiment, in the analysis' order.
     pub experiments: Vec<PlannedPlots>,
     /// What the `[[plots]]` entries asked for and could not get, one line each.
@@ -52,7 +52,7 @@ pub struct PlotPlan {
 
 /// The plots of one experiment, each with its file stem (name without extension).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedPlots {
+pub(crate) struct PlannedPlots {
     /// `None` when no run succeeded.
     pub main: Option<(String, Figure)>,
     /// The extra plots of its `[[plots]]` entries with `metrics`, in file order.
@@ -63,7 +63,7 @@ pub struct PlannedPlots {
 /// the `[[plots]]` entries naming the experiment) and one extra plot per entry with `metrics`,
 /// stem `<experiment stem>-<n>`. Whatever an entry names that the results lack becomes a
 /// warning, never an error.
-pub fn plan(experiments: &[Experiment], specs: &[PlotSpec]) -> PlotPlan {
+pub(crate) fn plan(experiments: &[Experiment], specs: &[PlotSpec]) -> PlotPlan {
     let stems = file_stems(experiments);
     let mut used: BTreeSet<String> = stems.iter().map(|s| s.to_lowercase()).collect();
     // (entry index, text): sorted by entry at the end so the report lists them in file order.
@@ -173,8 +173,9 @@ mod tests {
     use super::*;
     use crate::analysis::analyse;
     use crate::claims::parse;
+    use crate::plot::figure::{PlacedLine, XAxis};
+    use crate::plot::kinds::THROUGHPUT_AXIS;
     use crate::plot::style::SERIES_COLORS;
-    use crate::plot::{PlacedLine, XAxis, THROUGHPUT_AXIS};
     use crate::record::RunRecord;
     use std::collections::BTreeMap;
 

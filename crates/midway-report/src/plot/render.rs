@@ -10,10 +10,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::figure::{Figure, Marker, PlacedLine, Series, XAxis};
-use super::kinds::main_figure;
 use super::style::{tick, DEFAULT_X_LABELS, REFERENCE_COLORS};
 use super::{FONT_ENV, FONT_PATH, PLOT_SIZE};
-use crate::analysis::Experiment;
 use crate::ReportError;
 
 /// The font is registered once per process; plotters keeps it in a global table and needs the
@@ -21,7 +19,7 @@ use crate::ReportError;
 static FONT_REGISTERED: Mutex<bool> = Mutex::new(false);
 
 /// Registers the plot font with plotters unless already done.
-pub fn ensure_font() -> Result<(), ReportError> {
+pub(crate) fn ensure_font() -> Result<(), ReportError> {
     let mut registered = FONT_REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
     if *registered {
         return Ok(());
@@ -40,18 +38,8 @@ pub fn ensure_font() -> Result<(), ReportError> {
     Ok(())
 }
 
-/// Draws the experiment's main plot, without annotations, as a PNG.
-pub fn draw_png(exp: &Experiment, path: &Path) -> Result<(), ReportError> {
-    draw_figure_png(&main_figure(exp, None, &[]).0, path)
-}
-
-/// Draws the experiment's main plot, without annotations, as an SVG.
-pub fn draw_svg(exp: &Experiment, path: &Path) -> Result<(), ReportError> {
-    draw_figure_svg(&main_figure(exp, None, &[]).0, path)
-}
-
 /// Draws a figure as a PNG.
-pub fn draw_figure_png(figure: &Figure, path: &Path) -> Result<(), ReportError> {
+pub(crate) fn draw_figure_png(figure: &Figure, path: &Path) -> Result<(), ReportError> {
     ensure_font()?;
     let root = BitMapBackend::new(path, PLOT_SIZE).into_drawing_area();
     draw(root, figure).map_err(|source| ReportError::PlotPng {
@@ -61,7 +49,7 @@ pub fn draw_figure_png(figure: &Figure, path: &Path) -> Result<(), ReportError> 
 }
 
 /// Draws a figure as an SVG.
-pub fn draw_figure_svg(figure: &Figure, path: &Path) -> Result<(), ReportError> {
+pub(crate) fn draw_figure_svg(figure: &Figure, path: &Path) -> Result<(), ReportError> {
     ensure_font()?;
     let root = SVGBackend::new(path, PLOT_SIZE).into_drawing_area();
     draw(root, figure).map_err(|source| ReportError::PlotSvg {

@@ -57,9 +57,9 @@ use page::Loader;
 pub use modes::{CacheMode, HttpMode};
 
 /// Most requests written at once on one pipelined connection.
-pub const PIPELINE_DEPTH: usize = 8;
+pub(crate) const PIPELINE_DEPTH: usize = 8;
 /// Connections in a row that may close without answering a request before the load fails.
-pub const MAX_ATTEMPTS: u32 = 4;
+pub(crate) const MAX_ATTEMPTS: u32 = 4;
 
 /// What to load and how.
 #[derive(Debug, Clone)]
@@ -72,9 +72,11 @@ pub struct LoadSpec {
     pub port: u16,
     /// Explicit HTTP proxy: requests go to it in absolute form.
     pub proxy: Option<SocketAddr>,
+    /// How requests use connections: HTTP/1.0, keep-alive or pipelining.
     pub mode: HttpMode,
     /// Parallel connections per host name (per proxy when proxied); browsers use 6.
     pub max_connections_per_host: u32,
+    /// Cache behaviour: plain requests, forced misses, or a warm-up pass before measuring.
     pub cache: CacheMode,
     /// Pause between consecutive pages (idle time for upstream pools).
     pub think_time: Duration,
@@ -85,6 +87,7 @@ pub struct LoadSpec {
 /// Timing of one measured page.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PageTiming {
+    /// Index of the page (0-based, `/page/{i}.html`).
     pub page: u32,
     /// First network action of the page to the last byte of its last object.
     pub seconds: f64,
