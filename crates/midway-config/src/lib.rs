@@ -1,5 +1,5 @@
 //! midway-config: midway's configuration file as types, and the configurations of the peers the
-//! lab and the benchmark run beside it (HAProxy). Nothing here does I/O.
+//! lab and the benchmark run beside it (HAProxy, Squid). Nothing here does I/O.
 //!
 //! - `file`: the TOML file as written ([`FileConfig`] and its parts), `Deserialize` for the
 //!   proxy, which validates it into its runtime form, and `Serialize` for the programs that write
@@ -21,6 +21,7 @@ mod file;
 pub mod haproxy;
 mod overlay;
 mod profile;
+pub mod squid;
 
 pub use builder::{ConfigBuilder, ListenerBuilder};
 pub use file::{
