@@ -422,24 +422,16 @@ impl Topology {
 
     /// IPv4 prefix of the link between `a` and `b`. Panics if they are not neighbours.
     pub fn link_prefix(&self, a: &str, b: &str) -> IpNet {
-        let (h, n) = (
-            Self::expect(self.host_index(a)),
-            Self::expect(self.host_index(b)),
-        );
-        let (l, _) = self.plan.link_between(h, n).unwrap_or_else(|| {
-            panic!(
-                "{}",
-                LabNetError::NotNeighbours {
-                    a: a.into(),
-                    b: b.into()
-                }
-            )
-        });
-        IpNet::V4(self.plan.links[l].v4_prefix)
+        IpNet::V4(self.plan.links[self.link_index(a, b)].v4_prefix)
     }
 
     /// IPv6 prefix of the link between `a` and `b`. Panics if they are not neighbours.
     pub fn link_prefix6(&self, a: &str, b: &str) -> IpNet {
+        IpNet::V6(self.plan.links[self.link_index(a, b)].v6_prefix)
+    }
+
+    /// Index of the link between hosts `a` and `b`. Panics if they are not neighbours.
+    fn link_index(&self, a: &str, b: &str) -> usize {
         let (h, n) = (
             Self::expect(self.host_index(a)),
             Self::expect(self.host_index(b)),
@@ -453,7 +445,7 @@ impl Topology {
                 }
             )
         });
-        IpNet::V6(self.plan.links[l].v6_prefix)
+        l
     }
 
     /// Runs `f` on a fresh thread inside `host`'s namespace and returns its result.
