@@ -363,24 +363,14 @@ async fn relay_future_is_small() {
 /// (client segment first), so the caller can take their final `tcp_info`.
 #[tokio::test]
 async fn on_close_sees_both_open_sockets_once() {
-    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::os::fd::BorrowedFd;
     use std::sync::{Arc, Mutex};
 
-    // TCP state byte of tcp_info (the first field); None if getsockopt fails (fd closed).
+    // TCP state of tcp_info; None if getsockopt fails (fd closed).
     fn tcp_state(fd: BorrowedFd<'_>) -> Option<u8> {
-        let mut info = [0u8; 8];
-        let mut len = info.len() as libc::socklen_t;
-        // SAFETY: valid fd; the kernel writes at most `len` bytes into `info`.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                info.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        (rc == 0).then_some(info[0])
+        midway_sys::tcp_info::tcp_stats(fd)
+            .ok()
+            .map(|info| info.state)
     }
 
     let res = resources(1 << 30, 4);

@@ -23,17 +23,15 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::OnceLock;
 
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 
 use crate::profile::TcpProfile;
 
-/// `TCP_RTO_MAX_MS` and friends are newer than the libc crate on some targets: define them here.
-pub const TCP_RTO_MIN_US: libc::c_int = 45;
-/// Lowers the ceiling of the delayed-ACK timer (kernel 6.x).
-pub const TCP_DELACK_MAX_US: libc::c_int = 46;
+pub use midway_sys::sockopt::{get_int, get_max_pacing_rate, TCP_DELACK_MAX_US, TCP_RTO_MIN_US};
+use midway_sys::sockopt::{set_congestion_control, set_int, set_max_pacing_rate};
 /// Largest RTO floor `TCP_RTO_MIN_US` accepts; above it only the route metric works.
 pub(crate) const SOCKET_RTO_MIN_MAX_MS: u32 = 200;
 /// Smallest RTO floor midway accepts in config: two jiffies at HZ=250 (the kernel's
@@ -157,121 +155,9 @@ pub enum KnobError {
     },
 }
 
-fn set_int(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    opt: libc::c_int,
-    val: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: valid fd, pointer to a live c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (&val as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Reads an `int` socket option (public so tests and metrics can read knobs back).
-pub fn get_int(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    opt: libc::c_int,
-) -> io::Result<libc::c_int> {
-    let mut val: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: valid fd, pointer to a live c_int and its length.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            opt,
-            (&mut val as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(val)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Sets `SO_MAX_PACING_RATE` in bytes per second. On 64-bit kernels the option takes an
-/// `unsigned long` (a value of 4 GB/s or more needs it); `c_ulong` is that type on every target
-/// the libc crate knows, and the kernel also accepts a 32-bit value.
-fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_second: u64) -> io::Result<()> {
-    let val = libc::c_ulong::try_from(bytes_per_second)
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: valid fd, pointer to a live c_ulong of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&val as *const libc::c_ulong).cast(),
-            std::mem::size_of::<libc::c_ulong>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Reads `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX` on a 64-bit kernel = no cap).
-pub fn get_max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut val: libc::c_ulong = 0;
-    let mut len = std::mem::size_of::<libc::c_ulong>() as libc::socklen_t;
-    // SAFETY: valid fd, pointer to a live c_ulong and its length.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&mut val as *mut libc::c_ulong).cast(),
-            &mut len,
-        )
-    };
-    // The kernel answers with an `unsigned long` when the buffer holds one (its 32-bit form
-    // exists only where `unsigned long` is 32 bits wide).
-    if rc == 0 {
-        Ok(val as u64)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// `SO_MAX_PACING_RATE` value (bytes per second) for a ceiling in bits per second.
 pub(crate) fn pacing_bytes_per_second(bits_per_second: u64) -> u64 {
     bits_per_second / 8
-}
-
-fn set_cc(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
-    // SAFETY: valid fd, pointer to the name bytes and their length.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// Smallest delayed-ACK ceiling this kernel takes, as it stores it (two jiffies: 8000 us at
@@ -449,7 +335,7 @@ impl TcpProfile {
     fn set_socket_options(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
         let tcp = libc::IPPROTO_TCP;
         if let Some(cc) = &self.congestion_control {
-            set_cc(fd, cc).map_err(self.err("congestion_control", role))?;
+            set_congestion_control(fd, cc).map_err(self.err("congestion_control", role))?;
         }
         if let Some(ms) = self.rto_min_ms.filter(|ms| *ms <= SOCKET_RTO_MIN_MAX_MS) {
             set_int(fd, tcp, TCP_RTO_MIN_US, (ms * 1000) as libc::c_int)

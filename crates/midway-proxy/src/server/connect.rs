@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,21 +23,7 @@ use crate::sockmem::SocketMemory;
 /// TPROXY'd connections, an outgoing socket may bind to an address that is not local.
 pub(super) fn set_transparent(sock: &Socket, v6: bool) -> io::Result<()> {
     if v6 {
-        let one: libc::c_int = 1;
-        // SAFETY: valid fd, pointer to a c_int and its size, as IPV6_TRANSPARENT expects.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_IPV6,
-                libc::IPV6_TRANSPARENT,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        midway_sys::sockopt::set_int(sock.as_fd(), libc::SOL_IPV6, libc::IPV6_TRANSPARENT, 1)
     } else {
         sock.set_ip_transparent(true)
     }

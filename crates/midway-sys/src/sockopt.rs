@@ -1,0 +1,128 @@
+//! Socket options as the kernel takes them: `int` options, `SO_MAX_PACING_RATE` (an
+//! `unsigned long`) and `TCP_CONGESTION` (a name), plus the numbers of the TCP options newer than
+//! the libc crate. midway-tcp decides which to set from a profile; this is only the calls.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// `TCP_RTO_MIN_US` (kernel 6.11+): the socket's floor of the retransmission timeout, in
+/// microseconds; it can only lower the kernel's.
+pub const TCP_RTO_MIN_US: libc::c_int = 45;
+/// `TCP_DELACK_MAX_US` (kernel 6.11+): the socket's ceiling of the delayed-ACK timer, in
+/// microseconds.
+pub const TCP_DELACK_MAX_US: libc::c_int = 46;
+
+/// Sets an `int` socket option.
+pub fn set_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: valid fd, pointer to a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads an `int` socket option (so tests and metrics can read knobs back).
+pub fn get_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid fd, pointer to a live c_int and its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(val)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets `SO_MAX_PACING_RATE` in bytes per second. On 64-bit kernels the option takes an
+/// `unsigned long` (a value of 4 GB/s or more needs it); `c_ulong` is that type on every target
+/// the libc crate knows, and the kernel also accepts a 32-bit value.
+pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_second: u64) -> io::Result<()> {
+    let val = libc::c_ulong::try_from(bytes_per_second)
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid fd, pointer to a live c_ulong of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&val as *const libc::c_ulong).cast(),
+            std::mem::size_of::<libc::c_ulong>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX` on a 64-bit kernel = no cap).
+pub fn get_max_pacing_rate(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut val: libc::c_ulong = 0;
+    let mut len = std::mem::size_of::<libc::c_ulong>() as libc::socklen_t;
+    // SAFETY: valid fd, pointer to a live c_ulong and its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut val as *mut libc::c_ulong).cast(),
+            &mut len,
+        )
+    };
+    // The kernel answers with an `unsigned long` when the buffer holds one (its 32-bit form
+    // exists only where `unsigned long` is 32 bits wide).
+    if rc == 0 {
+        Ok(val as u64)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets `TCP_CONGESTION`: the socket's congestion control by name (any registered one, as
+/// root; otherwise one in `tcp_allowed_congestion_control`).
+pub fn set_congestion_control(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    // SAFETY: valid fd, pointer to the name bytes and their length.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
