@@ -1,13 +1,16 @@
-//! Making sure a run leaves nothing behind: a registry of live topologies and children that a
-//! signal handler can tear down, owner pid files per tag, and removal of what a crashed run left.
+//! Making sure a run leaves nothing behind: topologies and children registered with midway-sys's
+//! cleanup registry, which the signal handler here empties; owner pid files per tag; and removal
+//! of what a crashed run left.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
-use nix::sys::signal::{kill, killpg, Signal};
+use midway_sys::cleanup::{self, RegisterError};
+use midway_sys::{netns, procfs};
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use crate::error::LabNetError;
@@ -26,57 +29,29 @@ pub fn require_root() -> Result<(), LabNetError> {
     }
 }
 
-#[derive(Default)]
-struct Registry {
-    /// Live topologies by id: (tag, every namespace name it creates).
-    topologies: BTreeMap<u64, (String, Vec<String>)>,
-    /// Process groups of children spawned into hosts, still running.
-    children: BTreeMap<i32, ()>,
-    next_id: u64,
-}
-
-fn registry() -> MutexGuard<'static, Registry> {
-    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
-    // A panic while holding the lock leaves the data consistent (single inserts/removes).
-    REGISTRY
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Set once the signal cleanup has started: no new topology may be built after it.
-static SHUTTING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
+/// Registers a topology's namespaces (midway-sys's registry, which the signal cleanup empties)
+/// under its tag, before any of them exists.
 pub(crate) fn register_topology(tag: &str, netns: Vec<String>) -> Result<u64, LabNetError> {
-    let mut reg = registry();
-    // Checked under the registry lock, which the cleanup also takes: a topology is either seen
-    // by the cleanup or never built.
-    if SHUTTING_DOWN.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(LabNetError::ShuttingDown);
-    }
-    // Two live topologies of one process with one tag would tear down each other's namespaces.
-    if reg.topologies.values().any(|(t, _)| t == tag) {
-        return Err(LabNetError::TagInUse {
+    cleanup::register_namespaces(tag, netns).map_err(|e| match e {
+        RegisterError::ShuttingDown => LabNetError::ShuttingDown,
+        // Two live topologies of one process with one tag would tear down each other's namespaces.
+        RegisterError::KeyInUse => LabNetError::TagInUse {
             tag: tag.to_owned(),
             pid: std::process::id() as i32,
-        });
-    }
-    reg.next_id += 1;
-    let id = reg.next_id;
-    reg.topologies.insert(id, (tag.to_owned(), netns));
-    Ok(id)
+        },
+    })
 }
 
 pub(crate) fn unregister_topology(id: u64) {
-    registry().topologies.remove(&id);
+    cleanup::unregister_namespaces(id);
 }
 
 pub(crate) fn register_child(pgid: i32) {
-    registry().children.insert(pgid, ());
+    cleanup::register_process_group(pgid);
 }
 
 pub(crate) fn unregister_child(pgid: i32) {
-    registry().children.remove(&pgid);
+    cleanup::unregister_process_group(pgid);
 }
 
 fn pid_file(tag: &str) -> PathBuf {
@@ -91,12 +66,12 @@ fn read_owner(tag: &str) -> Option<(i32, u64)> {
 }
 
 fn owner_alive(owner: (i32, u64)) -> bool {
-    sys::process_start_time(owner.0) == Some(owner.1)
+    procfs::process_start_time(owner.0) == Some(owner.1)
 }
 
 fn me() -> (i32, u64) {
     let pid = std::process::id() as i32;
-    (pid, sys::process_start_time(pid).unwrap_or(0))
+    (pid, procfs::process_start_time(pid).unwrap_or(0))
 }
 
 /// Records this process as the owner of `tag`; refuses a tag owned by another live process.
@@ -124,11 +99,7 @@ pub(crate) fn release_tag(tag: &str) {
 }
 
 fn live_tags_here() -> Vec<String> {
-    registry()
-        .topologies
-        .values()
-        .map(|(tag, _)| tag.clone())
-        .collect()
+    cleanup::live_keys()
 }
 
 /// Whether nobody owns `tag` any more: its recorded owner is gone (or is this process, which has
@@ -148,7 +119,7 @@ pub(crate) fn reclaim_abandoned_tag(tag: &str) -> Result<bool, LabNetError> {
     if !tag_abandoned(tag, &live_tags_here()) {
         return Ok(false);
     }
-    let names: Vec<String> = sys::list_netns()
+    let names: Vec<String> = netns::list()
         .into_iter()
         .filter(|n| tag_of_netns_name(n) == Some(tag))
         .collect();
@@ -163,14 +134,10 @@ pub(crate) fn reclaim_abandoned_tag(tag: &str) -> Result<bool, LabNetError> {
 /// inside them, and removes stale pid files. Returns how many namespaces were removed.
 pub fn clean_leftovers() -> Result<usize, LabNetError> {
     require_root()?;
-    let live_here: Vec<String> = registry()
-        .topologies
-        .values()
-        .map(|(tag, _)| tag.clone())
-        .collect();
+    let live_here = live_tags_here();
     let mut owners: BTreeMap<String, bool> = BTreeMap::new();
     let mut leftovers = Vec::new();
-    for name in sys::list_netns() {
+    for name in netns::list() {
         let Some(tag) = tag_of_netns_name(&name) else {
             continue;
         };
@@ -211,47 +178,21 @@ pub(crate) fn remove_namespaces(
     names: &[String],
     grace: std::time::Duration,
 ) -> Result<(), LabNetError> {
-    let inodes: Vec<u64> = names.iter().filter_map(|n| sys::netns_inode(n)).collect();
-    let pids = sys::processes_in(&inodes);
-    if !pids.is_empty() {
-        for &pid in &pids {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-        }
-        let deadline = std::time::Instant::now() + grace;
-        while std::time::Instant::now() < deadline && !sys::processes_in(&inodes).is_empty() {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        for pid in sys::processes_in(&inodes) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-    }
-    let mut first_error = None;
-    for name in names {
-        if let Err(e) = sys::delete_netns(name) {
-            first_error.get_or_insert(e);
-        }
-    }
-    first_error.map_or(Ok(()), Err)
+    netns::remove_with_processes(names, grace)
+        .map_err(|e| LabNetError::io("cannot remove namespaces", sys::NETNS_DIR, e))
 }
 
 /// Tears down every live topology of this process as fast as possible (children killed, namespace
 /// handles removed, pid files released), and refuses to build new ones from then on. For signal
 /// handlers (the process is expected to exit); returns how many topologies there were.
 pub(crate) fn cleanup_live_topologies() -> usize {
-    let (topologies, children) = {
-        let mut reg = registry();
-        SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
-        (
-            std::mem::take(&mut reg.topologies),
-            std::mem::take(&mut reg.children),
-        )
-    };
-    for &pgid in children.keys() {
+    let (topologies, children) = cleanup::take_for_shutdown();
+    for pgid in children {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
-    for (tag, names) in topologies.values() {
-        let _ = remove_namespaces(names, std::time::Duration::ZERO);
-        release_tag(tag);
+    for topology in &topologies {
+        let _ = remove_namespaces(&topology.namespaces, std::time::Duration::ZERO);
+        release_tag(&topology.key);
     }
     topologies.len()
 }

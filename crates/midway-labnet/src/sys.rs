@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -116,81 +115,4 @@ pub(crate) fn read_sysctl(key: &str) -> Result<String, LabNetError> {
 
 fn sysctl_path(key: &str) -> PathBuf {
     Path::new("/proc/sys").join(key.replace('.', "/"))
-}
-
-/// Inode of a namespace handle (identifies the namespace in `/proc/PID/ns/net`).
-pub(crate) fn netns_inode(name: &str) -> Option<u64> {
-    fs::metadata(netns_path(name)).ok().map(|m| m.ino())
-}
-
-/// Processes (other than this one) whose network namespace is one of `inodes`.
-pub(crate) fn processes_in(inodes: &[u64]) -> Vec<i32> {
-    if inodes.is_empty() {
-        return Vec::new();
-    }
-    let me = std::process::id() as i32;
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            fs::read_link(format!("/proc/{pid}/ns/net"))
-                .ok()
-                .and_then(|l| {
-                    l.to_str()?
-                        .strip_prefix("net:[")?
-                        .strip_suffix(']')?
-                        .parse::<u64>()
-                        .ok()
-                })
-                .is_some_and(|ino| inodes.contains(&ino))
-        })
-        .collect()
-}
-
-/// Removes a namespace handle the way `ip netns del` does (lazy unmount, then unlink). The
-/// namespace itself disappears, with its interfaces, once no process or socket holds it.
-/// Async-signal-safe enough for the cleanup thread: no fork, no allocation beyond the path.
-pub(crate) fn delete_netns(name: &str) -> Result<bool, LabNetError> {
-    let path = netns_path(name);
-    if !path.exists() {
-        return Ok(false);
-    }
-    match nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH) {
-        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => {
-            return Err(LabNetError::io(
-                "cannot unmount namespace",
-                path,
-                std::io::Error::from(e),
-            ))
-        }
-    }
-    match fs::remove_file(&path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(LabNetError::io("cannot remove namespace handle", path, e)),
-    }
-}
-
-/// Names of all namespace handles in `/run/netns`.
-pub(crate) fn list_netns() -> Vec<String> {
-    let Ok(dir) = fs::read_dir(NETNS_DIR) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = dir
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    names
-}
-
-/// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); with the pid
-/// it identifies a process even after pid reuse.
-pub(crate) fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
 }

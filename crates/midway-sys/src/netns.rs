@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
@@ -60,6 +61,96 @@ pub fn run_in<T: Send + 'static>(
 
 fn with_path(what: &str, path: &Path, error: io::Error) -> io::Error {
     io::Error::new(error.kind(), format!("{what} {}: {error}", path.display()))
+}
+
+/// Inode of a namespace handle (identifies the namespace in `/proc/PID/ns/net`).
+pub fn inode(name: &str) -> Option<u64> {
+    std::fs::metadata(netns_path(name)).ok().map(|m| m.ino())
+}
+
+/// Processes (other than this one) whose network namespace is one of `inodes`.
+pub fn processes_in(inodes: &[u64]) -> Vec<i32> {
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net"))
+                .ok()
+                .and_then(|l| {
+                    l.to_str()?
+                        .strip_prefix("net:[")?
+                        .strip_suffix(']')?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .is_some_and(|ino| inodes.contains(&ino))
+        })
+        .collect()
+}
+
+/// Removes a namespace handle the way `ip netns del` does (lazy unmount, then unlink); `false`
+/// if there was none. The namespace itself disappears, with its interfaces, once no process or
+/// socket holds it. Safe for a cleanup thread while the process is being stopped by a signal:
+/// no fork, no allocation beyond the path.
+pub fn delete(name: &str) -> io::Result<bool> {
+    let path = netns_path(name);
+    if !path.exists() {
+        return Ok(false);
+    }
+    match nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(with_path("cannot unmount namespace", &path, e.into())),
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(with_path("cannot remove namespace handle", &path, e)),
+    }
+}
+
+/// Stops the processes inside the named namespaces (SIGTERM, then SIGKILL after `grace`), then
+/// removes the namespace handles; the first error is returned after trying every name.
+pub fn remove_with_processes(names: &[String], grace: std::time::Duration) -> io::Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let inodes: Vec<u64> = names.iter().filter_map(|n| inode(n)).collect();
+    if !processes_in(&inodes).is_empty() {
+        for pid in processes_in(&inodes) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline && !processes_in(&inodes).is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        for pid in processes_in(&inodes) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    let mut first_error = None;
+    for name in names {
+        if let Err(e) = delete(name) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Names of all namespace handles in `/run/netns`.
+pub fn list() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
 }
 
 #[cfg(test)]

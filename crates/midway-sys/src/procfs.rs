@@ -189,6 +189,15 @@ fn parse_sockstat_tcp_pages(text: &str) -> Option<u64> {
     None
 }
 
+/// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); with the pid
+/// it identifies a process even after pid reuse.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
