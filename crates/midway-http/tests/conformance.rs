@@ -280,6 +280,27 @@ async fn revalidation_with_etag_and_last_modified() {
     assert_eq!(client.read_response(&Method::GET).await.body.len(), 4);
 }
 
+/// Issue 17, defect 3: an origin whose 304 carries no validator (Python's http.server) made the
+/// cache answer a plain GET with `304 Not Modified` and no body every time the entry went stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_without_validators_never_reaches_a_plain_get() {
+    let origin = start_origin(false).await;
+    let proxy = start_proxy(config()).await;
+    let (p, o) = (proxy.addr, origin.addr);
+    let first = fetch(p, o, "/bare-304", "").await;
+    assert_eq!(first.head.status, 200);
+    assert_eq!(first.text(), "bare-304 body");
+    for round in 0..2 {
+        let again = fetch(p, o, "/bare-304", "").await;
+        assert_eq!(again.head.status, 200, "round {round}");
+        assert_eq!(again.text(), "bare-304 body", "round {round}");
+    }
+    // Each stale round asked conditionally, got the bare 304, and asked again without
+    // conditions.
+    assert_eq!(origin.state.not_modified.load(Ordering::SeqCst), 2);
+    assert_eq!(origin.state.hits("/bare-304"), 5);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_misses_make_one_upstream_fetch() {
     let origin = start_origin(false).await;

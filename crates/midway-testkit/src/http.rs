@@ -236,6 +236,19 @@ async fn serve_origin_connection(
                     content = b"etag body".to_vec();
                 }
             }
+            // Like Python's http.server: a validator in the 200, none in the 304.
+            "/bare-304" => {
+                if header("if-modified-since").as_deref() == Some(LAST_MODIFIED) {
+                    status = "304 Not Modified";
+                    state.not_modified.fetch_add(1, Ordering::SeqCst);
+                    content = Vec::new();
+                } else {
+                    extra.push_str(&format!(
+                        "Cache-Control: no-cache\r\nLast-Modified: {LAST_MODIFIED}\r\n"
+                    ));
+                    content = b"bare-304 body".to_vec();
+                }
+            }
             "/last-modified" => {
                 extra.push_str(&format!(
                     "Cache-Control: no-cache\r\nLast-Modified: {LAST_MODIFIED}\r\n"

@@ -193,6 +193,18 @@ impl HttpProxy {
                             self.metrics.cache_hits.inc();
                             self.serve_cached(head, merged, stored_body, sink).await
                         }
+                        // A 304 that selects no stored response (no validator in it, or one that
+                        // does not match; RFC 9111 §4.3.4) cannot refresh the entry, and a 304
+                        // must not reach a client that did not ask conditionally: drop the entry
+                        // and ask the origin again without conditions.
+                        http_cache_semantics::AfterResponse::Modified(..)
+                            if response.head.status == StatusCode::NOT_MODIFIED =>
+                        {
+                            self.finish_upstream(head, response);
+                            self.cache.remove(&key);
+                            self.fetch_and_store(head, &request_parts, key, sink, connect)
+                                .await
+                        }
                         http_cache_semantics::AfterResponse::NotModified(new_policy, _)
                         | http_cache_semantics::AfterResponse::Modified(new_policy, _) => {
                             self.metrics.cache_misses.inc();
@@ -208,23 +220,34 @@ impl HttpProxy {
                     }
                 }
                 Lookup::Miss => {
-                    self.metrics.cache_misses.inc();
-                    let bytes = upstream_request_bytes(&Method::GET, head, &request_parts.headers);
-                    let response = self.exchange(head, &bytes, None, connect).await?;
-                    let policy = self.cache.policy_for(
-                        &request_parts,
-                        &response_parts(&response.head),
-                        SystemTime::now(),
-                    );
-                    let plan = policy.is_storable().then(|| StorePlan {
-                        key: key.clone(),
-                        policy,
-                    });
-                    self.relay_response(head, response, sink, plan).await
+                    self.fetch_and_store(head, &request_parts, key, sink, connect)
+                        .await
                 }
             };
         }
         unreachable!("the second round never waits")
+    }
+
+    /// A cache miss: the client's GET goes to the origin as it is, and the response is relayed
+    /// and stored if its policy allows.
+    async fn fetch_and_store(
+        &self,
+        head: &RequestHead,
+        request_parts: &http::request::Parts,
+        key: String,
+        sink: &mut ClientSink,
+        connect: &ConnectUpstream,
+    ) -> Result<(), HttpError> {
+        self.metrics.cache_misses.inc();
+        let bytes = upstream_request_bytes(&Method::GET, head, &request_parts.headers);
+        let response = self.exchange(head, &bytes, None, connect).await?;
+        let policy = self.cache.policy_for(
+            request_parts,
+            &response_parts(&response.head),
+            SystemTime::now(),
+        );
+        let plan = policy.is_storable().then_some(StorePlan { key, policy });
+        self.relay_response(head, response, sink, plan).await
     }
 
     /// Sends a stored response to the client.
