@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::file::{
-    FileConfig, FileHttp, FileListener, FileMetrics, FileNftables, FileProxy, FileSpool, ModeName,
-    RelayName,
+    FileConfig, FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer, FileProxy,
+    FileSpool, ModeName, RelayName,
 };
 use crate::profile::ProfileSpec;
 
@@ -76,6 +76,24 @@ impl ConfigBuilder {
     /// A named profile, `[profiles.NAME]`.
     pub fn profile(mut self, name: impl Into<String>, spec: ProfileSpec) -> ConfigBuilder {
         self.config.profiles.insert(name.into(), spec);
+        self
+    }
+
+    /// A pre-shared key `[keys.NAME]` given inline as hexadecimal text.
+    pub fn key(mut self, name: impl Into<String>, secret_hex: impl Into<String>) -> ConfigBuilder {
+        self.config.keys.insert(
+            name.into(),
+            FileKey {
+                secret: Some(secret_hex.into()),
+                secret_file: None,
+            },
+        );
+        self
+    }
+
+    /// One more `[[peers]]`.
+    pub fn peer(mut self, peer: FilePeer) -> ConfigBuilder {
+        self.config.peers.push(peer);
         self
     }
 
@@ -162,6 +180,29 @@ impl ListenerBuilder {
     /// The profile of the server-facing segment.
     pub fn remote_profile(mut self, profile: impl Into<String>) -> ListenerBuilder {
         self.listener.remote_profile = Some(profile.into());
+        self
+    }
+
+    /// A peer listener: accepts connections from midways that authenticate with one of `keys`.
+    pub fn peer(
+        name: impl Into<String>,
+        listen: impl Display,
+        keys: impl IntoIterator<Item = String>,
+    ) -> ListenerBuilder {
+        let mut builder = ListenerBuilder::new(ModeName::Peer, name, listen);
+        builder.listener.keys = Some(keys.into_iter().collect());
+        builder
+    }
+
+    /// Sends connections through these `[[peers]]` (by name) where their destinations match.
+    pub fn via(mut self, peers: impl IntoIterator<Item = String>) -> ListenerBuilder {
+        self.listener.via = Some(peers.into_iter().collect());
+        self
+    }
+
+    /// Connects the remote segment from the client's own address.
+    pub fn spoof_client_address(mut self, spoof: bool) -> ListenerBuilder {
+        self.listener.spoof_client_address = Some(spoof);
         self
     }
 

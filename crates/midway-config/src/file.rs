@@ -26,9 +26,59 @@ pub struct FileConfig {
     /// TCP profiles by name (`[profiles.NAME]`), added to the presets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub profiles: BTreeMap<String, ProfileSpec>,
+    /// Pre-shared keys by name (`[keys.NAME]`) that midways use to authenticate each other; the
+    /// name travels in the peer header so the receiving midway knows which key to check with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub keys: BTreeMap<String, FileKey>,
+    /// Other midways this one sends connections through (`[[peers]]`), in file order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<FilePeer>,
     /// Listeners (`[[listeners]]`), in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<FileListener>,
+}
+
+/// `[keys.NAME]`: one pre-shared key, given inline or in a file (not both). `Debug` hides it.
+#[skip_serializing_none]
+#[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileKey {
+    /// The key as hexadecimal text (at least 32 digits, i.e. 16 bytes).
+    pub secret: Option<String>,
+    /// A file whose first line is the key as hexadecimal text (kept out of the config file).
+    pub secret_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for FileKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileKey")
+            .field("secret", &self.secret.as_ref().map(|_| "<hidden>"))
+            .field("secret_file", &self.secret_file)
+            .finish()
+    }
+}
+
+/// `[[peers]]`: another midway, reached over the peer segment, that connections go through.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePeer {
+    /// Unique peer name, named by listeners' `via` and used as the `peer` metric label.
+    pub name: Option<String>,
+    /// The peer's `mode = "peer"` listener (`"ip:port"` or `"host:port"`).
+    pub address: Option<String>,
+    /// Name of the `[keys.NAME]` entry shared with the peer.
+    pub key: Option<String>,
+    /// Profile name of the peer segment (this midway to the peer).
+    pub profile: Option<String>,
+    /// Destinations (CIDR text) sent through this peer; absent: every destination. When several
+    /// peers of a listener's `via` match, the most specific prefix wins.
+    pub destinations: Option<Vec<String>>,
+    /// Connections to the peer kept open and idle, ready for the next client (0: connect on demand).
+    pub warm_connections: Option<usize>,
+    /// A warm connection unused for this long is replaced by a new one (humantime text).
+    #[serde(default, with = "humantime_serde")]
+    pub warm_max_idle: Option<Duration>,
 }
 
 /// `[proxy]`
@@ -47,6 +97,13 @@ pub struct FileProxy {
     /// Time allowed to establish a remote segment (humantime text, e.g. `"10s"`).
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    /// Midways a connection may cross, this one included; a peer header that arrives with this
+    /// many hops already is refused.
+    pub max_hops: Option<u8>,
+    /// A peer header whose timestamp is further than this from this midway's clock is refused;
+    /// the nonces of this window are remembered to refuse replays (humantime text).
+    #[serde(default, with = "humantime_serde")]
+    pub peer_header_window: Option<Duration>,
     /// A split connection with no byte in either direction for this long is closed (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub idle_timeout: Option<Duration>,
@@ -109,6 +166,9 @@ pub enum ModeName {
     Transparent,
     /// Explicit HTTP proxy (`curl -x`, browsers' proxy setting), CONNECT included.
     Http,
+    /// Connections from other midways: each starts with an authenticated peer header naming
+    /// the original destination and client.
+    Peer,
 }
 
 /// What a transparent listener does with intercepted connections.
@@ -175,8 +235,14 @@ pub struct FileListener {
     pub auth: Option<AuthName>,
     /// SOCKS5 listeners with `auth = "password"`: the accepted users.
     pub users: Option<Vec<FileUser>>,
-    /// Transparent listeners: connect the remote segment from the client's own address.
+    /// Transparent and peer listeners: connect the remote segment from the client's own address
+    /// (a peer listener takes it from the peer header).
     pub spoof_client_address: Option<bool>,
+    /// Relaying listeners (any mode but `http`): names of `[[peers]]` to send connections
+    /// through; a connection whose destination none of them covers goes straight to it.
+    pub via: Option<Vec<String>>,
+    /// Peer listeners: names of the `[keys.NAME]` a connecting midway may authenticate with.
+    pub keys: Option<Vec<String>>,
     /// Transparent listeners: the interception rules and policy routing.
     pub nftables: Option<FileNftables>,
     /// Transparent listeners only: `"tcp"` (default) or `"http"`.

@@ -47,6 +47,10 @@ pub(super) fn validate_listener(
             listen,
         )?,
         ModeName::Http => Intercept::Http,
+        // Placeholder until the peer listener lands (issue 16).
+        ModeName::Peer => {
+            return Err(section.invalid("mode", "\"peer\" listeners are not implemented yet"))
+        }
     };
     let http = if speaks_http {
         Some(http_config(
@@ -107,6 +111,7 @@ fn mode_str(mode: ModeName) -> &'static str {
         ModeName::Socks5 => "socks5",
         ModeName::Transparent => "transparent",
         ModeName::Http => "http",
+        ModeName::Peer => "peer",
     }
 }
 
