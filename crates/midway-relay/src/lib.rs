@@ -10,8 +10,15 @@
 //!   backpressure; bytes are never dropped or reordered.
 //!
 //! Both models carry half-close per direction (EOF one way -> flush -> `shutdown(SHUT_WR)`),
-//! carry resets across (a reset on one side closes the other with `SO_LINGER {on, 0}`), honour an
-//! idle timeout and a cancellation token, and count bytes per direction while running.
+//! carry resets across (a reset on one side closes the other with `SO_LINGER {on, 0}`, also
+//! after that side's FIN, while the other side is silent), honour an idle timeout and a
+//! cancellation token, and count bytes per direction while running.
+//!
+//! The close rule: a connection the relay ends while it holds bytes one end has not received
+//! (in its buffers, pipes or spool, or in a socket's kernel queues) ends with a reset toward
+//! both ends, never a FIN after a truncated stream. A cancellation (the proxy's shutdown after
+//! its grace period) always resets; an idle timeout resets when anything is held and closes
+//! with FINs otherwise.
 //! Idle connections allocate no buffer and hold no pipe.
 
 mod error;

@@ -126,3 +126,40 @@ pub fn set_congestion_control(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> 
         Err(io::Error::last_os_error())
     }
 }
+
+/// Bytes a TCP socket's kernel queues hold for the two ends of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueuedBytes {
+    /// Written by this process and not yet acknowledged by the peer (`SIOCOUTQ`): the peer has
+    /// not received them.
+    pub unacked_out: u64,
+    /// Received from the peer and not yet read by this process (`SIOCINQ`): the peer believes
+    /// they are delivered.
+    pub unread_in: u64,
+}
+
+impl QueuedBytes {
+    /// Whether either queue holds a byte.
+    pub fn any(&self) -> bool {
+        self.unacked_out > 0 || self.unread_in > 0
+    }
+}
+
+/// Reads a TCP socket's send and receive queue lengths (`SIOCOUTQ`, `SIOCINQ`).
+pub fn queued_bytes(fd: BorrowedFd<'_>) -> io::Result<QueuedBytes> {
+    let ioctl_int = |request: libc::Ioctl| -> io::Result<u64> {
+        let mut value: libc::c_int = 0;
+        // SAFETY: valid fd; both requests write one `int` through the pointer.
+        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request, &mut value) };
+        if rc == 0 {
+            Ok(value.max(0) as u64)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SIOCOUTQ and SIOCINQ are TIOCOUTQ and FIONREAD on Linux.
+    Ok(QueuedBytes {
+        unacked_out: ioctl_int(libc::TIOCOUTQ)?,
+        unread_in: ioctl_int(libc::FIONREAD)?,
+    })
+}

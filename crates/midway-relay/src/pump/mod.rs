@@ -245,6 +245,20 @@ pub(crate) async fn run(
                     Ok(()) => s2c_end = Some(DirectionEnd::Fin),
                     Err(e) => break Stop::Failed(Direction::ServerToClient, e),
                 },
+                // Once a side has sent its FIN, its direction is no longer read, so nothing
+                // else would notice that side resetting while the other side stays silent: the
+                // connection (and its descriptors) would wait for the idle timeout and the
+                // silent side would never be told.
+                result = client.ready(Interest::ERROR), if c2s_end.is_some() && s2c_end.is_none() => {
+                    if let Err(e) = watch_error(result, &client, Side::Client) {
+                        break Stop::Failed(Direction::ServerToClient, e);
+                    }
+                }
+                result = server.ready(Interest::ERROR), if s2c_end.is_some() && c2s_end.is_none() => {
+                    if let Err(e) = watch_error(result, &server, Side::Server) {
+                        break Stop::Failed(Direction::ClientToServer, e);
+                    }
+                }
                 () = cancel.cancelled() => break Stop::Cancelled,
                 () = &mut idle => break Stop::Idle,
             }
@@ -253,6 +267,16 @@ pub(crate) async fn run(
             }
         }
     };
+    // Read before the gauges are cleared below: what the directions held when they stopped.
+    let held_in_relay = options
+        .counters
+        .held_client_to_server
+        .load(Ordering::Relaxed)
+        + options
+            .counters
+            .held_server_to_client
+            .load(Ordering::Relaxed)
+        + options.counters.spooled_now.load(Ordering::Relaxed);
     // The direction futures are gone: leased pipes still holding bytes were closed, buffers freed.
     options
         .counters
@@ -271,12 +295,14 @@ pub(crate) async fn run(
         Stop::Failed(_, e) if e.is_reset() => DirectionEnd::ResetByPeer,
         Stop::Failed(..) => DirectionEnd::Error,
     };
-    if let Stop::Failed(direction, e) = &stop {
-        // Carry the abort across: closing with SO_LINGER {on, 0} sends a RST instead of a FIN,
-        // so the peer learns the connection broke rather than ended.
+    if ends_with_reset(&stop, held_in_relay, &client, &server) {
+        // Closing with SO_LINGER {on, 0} sends a RST instead of a FIN, so each end learns the
+        // connection broke rather than ended, and never takes a truncated stream for a whole one.
         for stream in [&client, &server] {
             let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
         }
+    }
+    if let Stop::Failed(direction, e) = &stop {
         let failed_end = if e.is_reset() {
             DirectionEnd::ResetByPeer
         } else {
@@ -322,6 +348,47 @@ pub(crate) async fn run(
         }
         _ => Ok(report),
     }
+}
+
+/// The close rule (RFC 3135 §4: a PEP that acknowledged bytes owes their delivery): a
+/// connection that ends while midway holds bytes one end has not received ends with a reset
+/// toward both ends; otherwise each direction ends with its FIN.
+///
+/// - A failed direction (reset carried across, I/O error) always resets.
+/// - A cancellation (shutdown after the grace period) always resets: a direction still open
+///   has not seen its source's end, so a FIN would pass a truncated stream off as complete.
+/// - An idle timeout resets when bytes are held anywhere: in the relay (`held_in_relay`:
+///   buffers, pipes, spool), unacknowledged in a socket's send queue (the client stopped
+///   reading), or unread in a socket's receive queue. With nothing held it closes with FINs,
+///   as an idle end host would.
+fn ends_with_reset(
+    stop: &Stop,
+    held_in_relay: u64,
+    client: &TcpStream,
+    server: &TcpStream,
+) -> bool {
+    match stop {
+        Stop::BothDone => false,
+        Stop::Failed(..) | Stop::Cancelled => true,
+        Stop::Idle => {
+            held_in_relay > 0
+                || [client, server].into_iter().any(|stream| {
+                    // A socket whose queues cannot be read is treated as holding bytes: a
+                    // needless reset is better than a silent truncation.
+                    midway_sys::sockopt::queued_bytes(stream.as_fd()).map_or(true, |q| q.any())
+                })
+        }
+    }
+}
+
+/// One wake-up of the error watch on a side whose direction has finished reading.
+fn watch_error(
+    readiness: io::Result<tokio::io::Ready>,
+    stream: &TcpStream,
+    side: Side,
+) -> Result<(), PumpError> {
+    readiness.map_err(|e| PumpError::new(side, "waiting for an error", false, e))?;
+    check_socket_error(stream, side)
 }
 
 /// Carries the FIN across once a direction has delivered everything up to its source's EOF.
