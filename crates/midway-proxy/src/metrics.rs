@@ -65,6 +65,8 @@ pub(crate) struct Metrics {
     pub accept_backoffs: Family<ListenerLabels, Counter>,
     pub spool_bytes: Gauge,
     pub pipes_in_use: Gauge,
+    /// Connections still open when the shutdown grace period ended, reset on both sides.
+    pub shutdown_resets: Counter,
     /// Socket memory guard: the receive-buffer cap in force (0 = none), and cap changes.
     pub socket_buffer_cap: Gauge,
     pub socket_buffer_cap_changes: Counter,
@@ -84,6 +86,7 @@ impl Default for Metrics {
             accept_backoffs: Family::default(),
             spool_bytes: Gauge::default(),
             pipes_in_use: Gauge::default(),
+            shutdown_resets: Counter::default(),
             socket_buffer_cap: Gauge::default(),
             socket_buffer_cap_changes: Counter::default(),
             retransmits: Family::default(),
@@ -135,6 +138,11 @@ impl Metrics {
             "midway_splice_pipes_in_use",
             "Splice pipe pairs leased by relays",
             self.pipes_in_use.clone(),
+        );
+        registry.register(
+            "midway_shutdown_resets",
+            "Connections still open when the shutdown grace period ended, closed with a reset on both sides",
+            self.shutdown_resets.clone(),
         );
         registry.register(
             "midway_socket_buffer_cap_bytes",

@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::error::RelayError;
 
@@ -140,6 +141,16 @@ impl RelayResources {
         self.copy_buffers_in_use.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Closes the pipes that have sat idle in the pool for `max_idle` or longer at `now`;
+    /// returns how many. A burst leaves up to `max_pipes` pipes (two fds each) behind, which
+    /// would otherwise stay open for the life of the process. The pool hands out the most
+    /// recently returned pipe first, so under steady load the same few stay warm and only the
+    /// burst's surplus ages out. The caller supplies the clock (the proxy calls this
+    /// periodically).
+    pub fn close_idle_pipes(&self, now: Instant, max_idle: Duration) -> usize {
+        self.pipes.close_idle(now, max_idle)
+    }
+
     /// Lends an empty pipe sized (when the kernel allows) to `capacity` bytes, or None when the
     /// pool is exhausted or pipes cannot be created; the caller then copies through user space.
     pub(crate) fn take_pipe(self: &Arc<Self>, capacity: usize) -> Option<PipeLease> {
@@ -252,7 +263,8 @@ struct PipePool {
 
 #[derive(Debug, Default)]
 struct PoolState {
-    idle: Vec<Pipe>,
+    /// Idle pipes with the time each was given back, oldest first.
+    idle: Vec<(Pipe, Instant)>,
     created: usize,
 }
 
@@ -267,7 +279,7 @@ impl PipePool {
 
     fn take(&self) -> Option<Pipe> {
         let mut state = self.state.lock().ok()?;
-        if let Some(pipe) = state.idle.pop() {
+        if let Some((pipe, _)) = state.idle.pop() {
             return Some(pipe);
         }
         if state.created >= self.max_pipes {
@@ -281,8 +293,23 @@ impl PipePool {
 
     fn give_back(&self, pipe: Pipe) {
         if let Ok(mut state) = self.state.lock() {
-            state.idle.push(pipe);
+            state.idle.push((pipe, Instant::now()));
         }
+    }
+
+    fn close_idle(&self, now: Instant, max_idle: Duration) -> usize {
+        let Ok(mut state) = self.state.lock() else {
+            return 0;
+        };
+        // Oldest first: the pipes to close are a prefix.
+        let stale = state
+            .idle
+            .iter()
+            .take_while(|(_, since)| now.saturating_duration_since(*since) >= max_idle)
+            .count();
+        state.idle.drain(..stale);
+        state.created -= stale;
+        stale
     }
 
     fn discard(&self, pipe: Pipe) {

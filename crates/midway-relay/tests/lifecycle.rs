@@ -455,3 +455,54 @@ async fn on_close_sees_both_open_sockets_once() {
     assert!(c_state.is_some(), "client socket's tcp_info unreadable");
     assert!(s_state.is_some(), "server socket's tcp_info unreadable");
 }
+
+/// After a burst, the pipes it opened are closed once they have sat idle long enough, instead
+/// of staying open (two fds each) for the life of the process (issue 17, defect 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipes_left_by_a_burst_are_closed_when_idle() {
+    const CONNECTIONS: u64 = 8;
+    const TRANSFER: u64 = 4 << 20;
+    const MAX_IDLE: Duration = Duration::from_secs(10);
+    let res = resources(1 << 30, 64);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CONNECTIONS {
+        let relayed = relayed(buffer_model(64 * 1024, true), &res.resources, None, None).await;
+        tasks.spawn(async move {
+            let (mut client_read, mut client_write) = relayed.client.into_split();
+            let (mut server_read, mut server_write) = relayed.server.into_split();
+            let (up, got_up, down, got_down) = tokio::try_join!(
+                send_pattern(&mut client_write, TRANSFER, 80 + 2 * i),
+                receive_all(&mut server_read),
+                send_pattern(&mut server_write, TRANSFER, 81 + 2 * i),
+                receive_all(&mut client_read),
+            )
+            .unwrap();
+            assert_eq!((got_up, got_down), ((TRANSFER, up), (TRANSFER, down)));
+            relayed.relay.await.unwrap().unwrap()
+        });
+    }
+    within(TEST_TIMEOUT, async {
+        while let Some(report) = tasks.join_next().await {
+            report.unwrap();
+        }
+    })
+    .await;
+    let left = res.resources.pipes_open();
+    assert!(left > 0, "the burst spliced through pooled pipes");
+    assert_eq!(res.resources.pipes_in_use(), 0);
+    let now = std::time::Instant::now();
+    // Not yet idle long enough: nothing closed.
+    assert_eq!(res.resources.close_idle_pipes(now, MAX_IDLE), 0);
+    assert_eq!(res.resources.pipes_open(), left);
+    // Later, every one of them has been idle for MAX_IDLE.
+    assert_eq!(
+        res.resources.close_idle_pipes(now + MAX_IDLE, MAX_IDLE),
+        left
+    );
+    assert_eq!(res.resources.pipes_open(), 0);
+    // The pool still works afterwards.
+    let mut relayed = relayed(buffer_model(64 * 1024, true), &res.resources, None, None).await;
+    ping_pong(&mut relayed).await;
+    relayed.cancel.cancel();
+    let _ = within(TEST_TIMEOUT, relayed.relay).await.unwrap();
+}

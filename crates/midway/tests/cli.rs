@@ -135,6 +135,74 @@ fn proxy_serves_then_drains_on_sigterm() {
     );
 }
 
+/// A transfer still running when the grace period ends is cut: the client must see a reset,
+/// never a clean end of stream after a truncated transfer, and the server must be told too
+/// (issue 17, defect 2).
+#[test]
+fn sigterm_resets_transfers_still_running_after_the_grace_period() {
+    // A server that sends 64 KiB every 50 ms for up to 20 s: still sending when the 1 s grace
+    // period ends.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server_addr = server.local_addr().unwrap();
+    let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut conn, _) = server.accept()?;
+        let chunk = vec![7u8; 64 * 1024];
+        for _ in 0..400 {
+            conn.write_all(&chunk)?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = start_forward_proxy(
+        dir.path(),
+        "shutdown_grace = \"1s\"\n",
+        &format!("{server_addr}"),
+    );
+    let (log_tx, log_rx) = mpsc::channel();
+    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    let mut client = TcpStream::connect(addr).unwrap();
+    client.set_read_timeout(Some(LIMIT)).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    client.read_exact(&mut buf).unwrap();
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let ended = loop {
+        match client.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e.kind()),
+        }
+    };
+    assert_eq!(
+        ended,
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the client got a clean end of stream on a transfer its server had not finished"
+    );
+    let sent = sender.join().unwrap();
+    assert!(
+        sent.is_err(),
+        "the server was never told its transfer was cut"
+    );
+    let status = wait_exit(
+        &mut child,
+        LIMIT,
+        "midway did not exit after the grace period",
+    );
+    assert!(status.success(), "exit status {status}");
+    let log: Vec<String> = log_rx.try_iter().collect();
+    assert!(
+        log.iter().any(
+            |l| l.contains("resetting the connections still open") && l.contains("\"reset\":1")
+        ),
+        "no line saying how many were reset: {log:#?}"
+    );
+}
+
 /// How many threads of `pid` are the runtime's workers (tokio names them "tokio-rt-worker").
 fn runtime_workers(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))

@@ -63,6 +63,9 @@ use profiles::ListenerProfiles;
 const LISTEN_BACKLOG: i32 = 4096;
 /// Shared gauges (spool bytes, pipes) are refreshed this often besides every scrape.
 const GAUGE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// A splice pipe idle in the pool this long is closed: long enough that steady traffic keeps
+/// reusing the same pipes, short enough that a burst's surplus fds do not linger.
+const IDLE_PIPE_KEEP: Duration = Duration::from_secs(30);
 /// After the grace period, cancelled relays get this long to close their sockets.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
@@ -434,12 +437,17 @@ impl Proxy {
         }
         {
             let cancel = cancel.clone();
+            let resources = self.shared.resources.clone();
             helpers.spawn(async move {
                 let mut tick = tokio::time::interval(GAUGE_REFRESH_INTERVAL);
                 loop {
                     tokio::select! {
                         _ = cancel.cancelled() => return,
-                        _ = tick.tick() => refresh(),
+                        _ = tick.tick() => {
+                            // Pipes a burst left in the pool go once idle (two fds each).
+                            resources.close_idle_pipes(Instant::now(), IDLE_PIPE_KEEP);
+                            refresh();
+                        }
                     }
                 }
             });
@@ -509,9 +517,15 @@ impl Proxy {
             .is_err()
         {
             cancelled_after_grace = tracker.len();
+            self.shared
+                .metrics
+                .shutdown_resets
+                .inc_by(cancelled_after_grace as u64);
+            // A connection that had not finished may hold bytes one end has not received:
+            // the relay closes it with a reset on both sides, never a FIN on a cut stream.
             tracing::warn!(
-                cancelled = cancelled_after_grace,
-                "grace period over; cancelling open connections"
+                reset = cancelled_after_grace,
+                "grace period over; resetting the connections still open"
             );
             connections_cancel.cancel();
             if tokio::time::timeout(CANCEL_WAIT, tracker.wait())
