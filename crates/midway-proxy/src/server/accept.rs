@@ -2,7 +2,6 @@
 //! `accept`, then the access list and the per-client limit; admitted clients get their own
 //! task and span, everything slow happens there.
 
-use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{field, Instrument};
 
 use super::connection::Connection;
+use super::log_limit::{admit_out_of_resources, is_resource_exhaustion};
 use super::{BoundListener, Shared};
 use crate::access::canonical;
 use crate::metrics::Metrics;
@@ -21,14 +21,6 @@ use crate::metrics::Metrics;
 /// failure in a row up to [`ACCEPT_BACKOFF_MAX`].
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// Accept ran out of a resource that frees up by itself (another connection closing).
-fn is_resource_exhaustion(err: &io::Error) -> bool {
-    matches!(
-        err.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
-}
 
 /// Accepts on `bound` until `shutdown`, spawning each admitted connection on `tracker`.
 pub(super) async fn accept_loop(
@@ -56,7 +48,9 @@ pub(super) async fn accept_loop(
         let (stream, peer) = match accepted {
             Ok(pair) => {
                 if backoff.take().is_some() {
-                    tracing::info!(listener = %name, "accept recovered");
+                    if let Some(left_out) = admit_out_of_resources() {
+                        tracing::info!(listener = %name, left_out, "accept recovered");
+                    }
                 }
                 pair
             }
@@ -65,8 +59,11 @@ pub(super) async fn accept_loop(
                 shared.metrics.accept_backoffs.get_or_create(&labels).inc();
                 let pause = match backoff {
                     None => {
-                        // Once per burst: the next log line is "accept recovered".
-                        tracing::warn!(listener = %name, error = %err, "accept out of resources; backing off");
+                        // Once per burst, and bursts are rate-limited: under churn accept
+                        // fails and recovers many times a second.
+                        if let Some(left_out) = admit_out_of_resources() {
+                            tracing::warn!(listener = %name, error = %err, left_out, "accept out of resources; backing off");
+                        }
                         ACCEPT_BACKOFF_MIN
                     }
                     Some(previous) => (previous * 2).min(ACCEPT_BACKOFF_MAX),

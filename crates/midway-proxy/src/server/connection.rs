@@ -13,6 +13,7 @@ use tracing::field;
 use super::connect::{apply_established, connect};
 use super::error::{ErrorChain, SetupError};
 use super::intercept::Accepted;
+use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
 use super::profiles::ListenerProfiles;
 use super::relay::ByteReporter;
@@ -87,6 +88,14 @@ impl Connection {
         self.shared
             .metrics
             .refuse(&self.listener.name, err.reason());
+        if err.is_resource_exhaustion() {
+            // One line per refused connection would flood the log exactly when the process
+            // is out of descriptors; the metric above still counts each.
+            if let Some(left_out) = admit_out_of_resources() {
+                tracing::warn!(error = %ErrorChain(err), reason = err.reason(), left_out, "{message} (out of resources)");
+            }
+            return;
+        }
         tracing::info!(error = %ErrorChain(err), reason = err.reason(), "{message}");
     }
 

@@ -142,6 +142,21 @@ pub(super) enum SetupError {
 }
 
 impl SetupError {
+    /// Whether the process ran out of descriptors or memory: the connection failed for a
+    /// reason that floods (every connection fails alike until resources free up).
+    pub(super) fn is_resource_exhaustion(&self) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(err) = source {
+            if let Some(io_err) = err.downcast_ref::<io::Error>() {
+                if super::log_limit::is_resource_exhaustion(io_err) {
+                    return true;
+                }
+            }
+            source = err.source();
+        }
+        false
+    }
+
     /// The `reason` label of the refused-connections metric.
     pub(super) fn reason(&self) -> &'static str {
         match self {

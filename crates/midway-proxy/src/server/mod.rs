@@ -26,6 +26,7 @@ mod connect;
 mod connection;
 mod error;
 mod intercept;
+mod log_limit;
 mod memory;
 mod profiles;
 mod relay;
