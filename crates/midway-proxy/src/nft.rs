@@ -25,11 +25,24 @@
 //! The mark `M` leads to local delivery through `ip rule add fwmark M lookup T` and
 //! `ip route add local 0.0.0.0/0 dev lo table T` (and the IPv6 twins). midway removes exactly what
 //! it added: the table by name, and the rules / routes whose `add` succeeded.
+//!
+//! After a crash (`kill -9`, a panic with abort, power loss of a container) nothing ran the
+//! removal, so every step that installs something is first written to an install record
+//! (`midway-installed.toml` in the spool directory, with the installer's pid and process start
+//! time). The next start finds the record of a process that is gone, removes exactly what it
+//! lists, and only then installs its own: no second fwmark rule per crash, no routes mistaken
+//! for someone else's, and never anything midway did not add. A record whose process still
+//! runs belongs to another live midway sharing the spool directory: a start that would install
+//! interception refuses, naming it. While midway is dead, intercepted ports fail open: with no
+//! TPROXY listener, nothing diverts new connections, which are routed to the server unsplit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Intercept, NftConfig, RuntimeConfig};
 
@@ -224,6 +237,101 @@ pub enum NftError {
     },
     #[error("`{command}` failed: {stderr}")]
     Failed { command: String, stderr: String },
+    #[error("install record {path}: {message}")]
+    Record { path: PathBuf, message: String },
+    #[error("interception is installed by another running midway (pid {pid}, record {path}); give each midway its own spool directory")]
+    OwnedByRunning { pid: u32, path: PathBuf },
+}
+
+/// File name of the install record, in the spool directory.
+pub(crate) const INSTALL_RECORD: &str = "midway-installed.toml";
+
+/// What one midway process installed, written as it goes so that a later start can remove it
+/// after a crash. Routes are kept as their delete commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct InstallRecord {
+    pid: u32,
+    /// The process's start time (clock ticks after boot), so a reused pid is not taken for it.
+    start_time: u64,
+    tables: Vec<String>,
+    route_deletes: Vec<Vec<String>>,
+}
+
+impl InstallRecord {
+    fn for_this_process() -> InstallRecord {
+        let pid = std::process::id();
+        InstallRecord {
+            pid,
+            start_time: midway_sys::procfs::process_start_time(pid as i32).unwrap_or(0),
+            ..InstallRecord::default()
+        }
+    }
+
+    /// Whether the process that wrote the record still runs.
+    fn owner_alive(&self) -> bool {
+        midway_sys::procfs::process_start_time(self.pid as i32)
+            .is_some_and(|start| start == self.start_time)
+    }
+
+    fn read(path: &Path) -> Result<Option<InstallRecord>, NftError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(record_error(path, e)),
+        };
+        toml::from_str(&text)
+            .map(Some)
+            .map_err(|e| record_error(path, e))
+    }
+
+    /// Replaces the file at once (write to a temporary name, rename), so a crash leaves the old
+    /// record or the new one, never half of one.
+    fn write(&self, path: &Path) -> Result<(), NftError> {
+        let text = toml::to_string(self).map_err(|e| record_error(path, e))?;
+        let temporary = path.with_extension("toml.new");
+        std::fs::write(&temporary, text)
+            .and_then(|()| std::fs::rename(&temporary, path))
+            .map_err(|e| record_error(path, e))
+    }
+}
+
+fn record_error(path: &Path, err: impl std::fmt::Display) -> NftError {
+    NftError::Record {
+        path: path.to_path_buf(),
+        message: err.to_string(),
+    }
+}
+
+/// Removes what the record at `path` lists if the midway that wrote it is gone. Returns whether
+/// a live midway owns it (then nothing was touched).
+fn recover(path: &Path) -> Result<bool, NftError> {
+    let Some(record) = InstallRecord::read(path)? else {
+        return Ok(false);
+    };
+    if record.pid != std::process::id() && record.owner_alive() {
+        return Ok(true);
+    }
+    let mut left = Installed {
+        tables: record.tables.clone(),
+        routes: record
+            .route_deletes
+            .iter()
+            .map(|delete| RouteCommand {
+                add: Vec::new(),
+                delete: delete.clone(),
+            })
+            .collect(),
+        record: None,
+    };
+    tracing::warn!(
+        pid = record.pid,
+        tables = ?record.tables,
+        rules_and_routes = record.route_deletes.len(),
+        "removing the interception a midway that did not stop cleanly left behind"
+    );
+    left.remove_quietly();
+    std::fs::remove_file(path).map_err(|e| record_error(path, e))?;
+    Ok(false)
 }
 
 fn run(program: &'static str, args: &[String], stdin: Option<&str>) -> Result<(), NftError> {
@@ -261,12 +369,34 @@ fn run(program: &'static str, args: &[String], stdin: Option<&str>) -> Result<()
 pub(crate) struct Installed {
     tables: Vec<String>,
     routes: Vec<RouteCommand>,
+    /// Where the install record is kept (None: nothing recorded, e.g. a crash's leftovers
+    /// being removed).
+    record: Option<(PathBuf, InstallRecord)>,
 }
 
 impl Installed {
-    /// Installs the managed parts of `plan`. On error, removes what it already added.
-    pub(crate) fn install(plan: &InterceptPlan) -> Result<Installed, NftError> {
-        let mut installed = Installed::default();
+    /// First removes what a crashed midway recorded in `record_dir`, then installs the managed
+    /// parts of `plan`, recording each step there. On error, removes what it already added.
+    pub(crate) fn install(plan: &InterceptPlan, record_dir: &Path) -> Result<Installed, NftError> {
+        let record_path = record_dir.join(INSTALL_RECORD);
+        let owned_by_running = recover(&record_path)?;
+        let managed = plan.tables.iter().any(|(_, _, manage)| *manage)
+            || plan.routes.iter().any(|(_, manage)| *manage);
+        if !managed {
+            return Ok(Installed::default());
+        }
+        if owned_by_running {
+            let pid = InstallRecord::read(&record_path)?.map_or(0, |r| r.pid);
+            return Err(NftError::OwnedByRunning {
+                pid,
+                path: record_path,
+            });
+        }
+        let mut installed = Installed {
+            tables: Vec::new(),
+            routes: Vec::new(),
+            record: Some((record_path, InstallRecord::for_this_process())),
+        };
         for (name, script, manage) in &plan.tables {
             if !manage {
                 continue;
@@ -276,13 +406,23 @@ impl Installed {
                 return Err(err);
             }
             installed.tables.push(name.clone());
+            if let Err(err) = installed.write_record() {
+                installed.remove();
+                return Err(err);
+            }
         }
         for (cmd, manage) in &plan.routes {
             if !manage {
                 continue;
             }
             match run("ip", &cmd.add, None) {
-                Ok(()) => installed.routes.push(cmd.clone()),
+                Ok(()) => {
+                    installed.routes.push(cmd.clone());
+                    if let Err(err) = installed.write_record() {
+                        installed.remove();
+                        return Err(err);
+                    }
+                }
                 // Someone else's identical rule or route: use it, and leave it in place at stop.
                 Err(NftError::Failed { stderr, .. }) if stderr.contains("File exists") => {
                     tracing::info!(command = %cmd.add.join(" "), "policy routing already present; not owned by midway");
@@ -300,17 +440,43 @@ impl Installed {
         self.tables.is_empty() && self.routes.is_empty()
     }
 
-    /// Removes what was installed; failures are logged (this runs during shutdown).
+    /// Writes what is installed so far to the install record, before anything else happens.
+    fn write_record(&mut self) -> Result<(), NftError> {
+        let Some((path, record)) = &mut self.record else {
+            return Ok(());
+        };
+        record.tables = self.tables.clone();
+        record.route_deletes = self.routes.iter().map(|r| r.delete.clone()).collect();
+        record.write(path)
+    }
+
+    /// Removes what was installed, then the install record; failures are logged (this runs
+    /// during shutdown).
     pub(crate) fn remove(&mut self) {
+        self.remove_with(|what, err| tracing::warn!(error = %err, "could not remove {what}"));
+        if let Some((path, _)) = self.record.take() {
+            if let Err(err) = std::fs::remove_file(&path) {
+                tracing::warn!(error = %err, path = %path.display(), "could not remove the install record");
+            }
+        }
+    }
+
+    /// Removes a crash's leftovers: some may already be gone (removed by hand, or the crash came
+    /// between an add and its record), which is not worth a warning each.
+    fn remove_quietly(&mut self) {
+        self.remove_with(|what, err| tracing::debug!(error = %err, "{what} already gone"));
+    }
+
+    fn remove_with(&mut self, on_error: impl Fn(&str, NftError)) {
         for cmd in self.routes.drain(..).rev() {
             if let Err(err) = run("ip", &cmd.delete, None) {
-                tracing::warn!(error = %err, "could not remove policy routing");
+                on_error("policy routing", err);
             }
         }
         for table in self.tables.drain(..).rev() {
             let args = ["delete", "table", "inet", table.as_str()].map(String::from);
             if let Err(err) = run("nft", &args, None) {
-                tracing::warn!(error = %err, "could not remove nftables table");
+                on_error("nftables table", err);
             }
         }
     }

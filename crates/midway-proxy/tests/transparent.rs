@@ -21,58 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use midway_testkit::data::bulk_bytes;
 use midway_testkit::net::PageOrigin;
-use midway_testkit::netns::{in_netns, output, run_words, Netns};
+use midway_testkit::netns::{in_netns, output, Routed};
 use midway_testkit::proxy::init_logging;
 
 const SERVER_PORT: u16 = 5201;
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Three namespaces wired client -- router -- server; each deleted on drop, also when building
-/// the rest fails.
-struct Topology {
-    client: Netns,
-    router: Netns,
-    server: Netns,
-}
-
-impl Topology {
-    fn new() -> Topology {
-        let topo = Topology {
-            client: Netns::unique("mwt-c"),
-            router: Netns::unique("mwt-r"),
-            server: Netns::unique("mwt-s"),
-        };
-        let (c, r, s) = (topo.client.name(), topo.router.name(), topo.server.name());
-        // veth pairs created directly inside the namespaces: no names in the root namespace.
-        run_words(&format!(
-            "ip -n {c} link add veth-c type veth peer name veth-rc netns {r}"
-        ));
-        run_words(&format!(
-            "ip -n {s} link add veth-s type veth peer name veth-rs netns {r}"
-        ));
-        for (ns, dev, v4, v6) in [
-            (c, "veth-c", "10.77.1.1/24", "fd77:1::1/64"),
-            (r, "veth-rc", "10.77.1.2/24", "fd77:1::2/64"),
-            (r, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
-            (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
-        ] {
-            run_words(&format!("ip -n {ns} addr add {v4} dev {dev}"));
-            run_words(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
-            run_words(&format!("ip -n {ns} link set {dev} up"));
-        }
-        run_words(&format!("ip -n {c} route add default via 10.77.1.2"));
-        run_words(&format!("ip -n {s} route add default via 10.77.2.1"));
-        run_words(&format!(
-            "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
-        ));
-        run_words(&format!("ip -n {c} -6 route add default via fd77:1::2"));
-        run_words(&format!("ip -n {s} -6 route add default via fd77:2::1"));
-        run_words(&format!(
-            "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
-        ));
-        topo
-    }
-}
 
 /// Echo server in the server namespace; reports each client's address as the server saw it.
 fn start_server(
@@ -227,7 +180,7 @@ ports = [{SERVER_PORT}]
 }
 
 fn run_case(spoof: bool, knobs: bool) {
-    let topo = Topology::new();
+    let topo = Routed::new();
     let r = topo.router.name();
     let targets = [
         SocketAddr::from(([10, 77, 2, 2], SERVER_PORT)),
@@ -354,7 +307,7 @@ fn start_http_origin(ns: &str) -> PageOrigin {
 /// fetch (a new client connection) is answered from the cache.
 #[test]
 fn transparent_http_application_serves_port_80_from_cache() {
-    let topo = Topology::new();
+    let topo = Routed::new();
     let origin = start_http_origin(topo.server.name());
     let config = r#"
 [proxy]
@@ -414,7 +367,7 @@ ports = [80]
 fn reused_client_port_connects_on_the_first_syn() {
     const CONNECTIONS: usize = 2;
     const CLIENT_PORT: u16 = 40123;
-    let topo = Topology::new();
+    let topo = Routed::new();
     let spool = tempfile::tempdir().unwrap();
     // Server: one byte per connection, then it closes first.
     let (ready_tx, ready_rx) = mpsc::channel();

@@ -171,3 +171,55 @@ pub fn namespaces_tagged(tag: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// Three namespaces wired client -- router -- server (IPv4 and IPv6), the layout of a
+/// transparent proxy's tests; each deleted on drop, also when building the rest fails.
+pub struct Routed {
+    /// The client host: 10.77.1.1, fd77:1::1, default route via the router.
+    pub client: Netns,
+    /// The router between them (IP forwarding on): 10.77.1.2 / 10.77.2.1, fd77:1::2 / fd77:2::1.
+    pub router: Netns,
+    /// The server host: 10.77.2.2, fd77:2::2, default route via the router.
+    pub server: Netns,
+}
+
+impl Routed {
+    /// Builds the three namespaces and their links and routes.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Routed {
+        let topo = Routed {
+            client: Netns::unique("mwt-c"),
+            router: Netns::unique("mwt-r"),
+            server: Netns::unique("mwt-s"),
+        };
+        let (c, r, s) = (topo.client.name(), topo.router.name(), topo.server.name());
+        // veth pairs created directly inside the namespaces: no names in the root namespace.
+        run_words(&format!(
+            "ip -n {c} link add veth-c type veth peer name veth-rc netns {r}"
+        ));
+        run_words(&format!(
+            "ip -n {s} link add veth-s type veth peer name veth-rs netns {r}"
+        ));
+        for (ns, dev, v4, v6) in [
+            (c, "veth-c", "10.77.1.1/24", "fd77:1::1/64"),
+            (r, "veth-rc", "10.77.1.2/24", "fd77:1::2/64"),
+            (r, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
+            (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
+        ] {
+            run_words(&format!("ip -n {ns} addr add {v4} dev {dev}"));
+            run_words(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
+            run_words(&format!("ip -n {ns} link set {dev} up"));
+        }
+        run_words(&format!("ip -n {c} route add default via 10.77.1.2"));
+        run_words(&format!("ip -n {s} route add default via 10.77.2.1"));
+        run_words(&format!(
+            "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
+        ));
+        run_words(&format!("ip -n {c} -6 route add default via fd77:1::2"));
+        run_words(&format!("ip -n {s} -6 route add default via fd77:2::1"));
+        run_words(&format!(
+            "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
+        ));
+        topo
+    }
+}

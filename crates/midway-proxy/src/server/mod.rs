@@ -321,7 +321,15 @@ impl Proxy {
                 tracing::info!(table = %name, "nftables.manage = false; install these rules yourself:\n{script}");
             }
         }
-        let intercept = nft::Installed::install(&plan).map_err(ProxyError::Intercept)?;
+        let intercept =
+            nft::Installed::install(&plan, &config.spool_dir).map_err(ProxyError::Intercept)?;
+        // Until here a transparent listener may be bound without its rules: connections are
+        // not diverted yet. Tests and operators wait for this line.
+        tracing::info!(
+            listeners = listeners.len(),
+            intercepting = !intercept.is_empty(),
+            "ready: listeners bound, interception installed"
+        );
 
         let shared = Arc::new(Shared {
             access: AccessList::new(config.allowed_clients.clone()),

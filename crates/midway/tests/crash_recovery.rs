@@ -1,0 +1,236 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+//! A transparent midway killed with SIGKILL: its nftables table, fwmark rules and local routes
+//! stay behind, new connections fail open (routed to the server unsplit, intact), and the next
+//! start removes exactly what the dead one installed, nothing else, installs its own once, and
+//! a clean stop leaves the router as it found it (issue 17, defect 5).
+//!
+//!   client (10.77.1.1) -- router (runs the real binary) -- server (10.77.2.2)
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use midway_testkit::host::listening_addr;
+use midway_testkit::netns::{in_netns, output, Routed};
+use midway_testkit::wait::wait_exit;
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
+const LIMIT: Duration = Duration::from_secs(20);
+const SERVER_PORT: u16 = 5201;
+const TABLE: &str = "midway-crash";
+
+/// Starts the real binary in the router namespace; returns it and its log lines.
+fn start_midway(router: &str, config: &std::path::Path) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            router,
+            MIDWAY,
+            "--log-format",
+            "json",
+            "proxy",
+            "--config",
+        ])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log_tx, log_rx) = mpsc::channel();
+    listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    // The listener is bound before the rules exist: wait for the line that says both are.
+    let mut lines = Vec::new();
+    loop {
+        let line = log_rx
+            .recv_timeout(LIMIT)
+            .unwrap_or_else(|_| panic!("midway never said it was ready: {lines:#?}"));
+        let ready = line.contains("interception installed");
+        lines.push(line);
+        if ready {
+            break;
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    for line in lines.into_iter().chain(log_rx.try_iter()) {
+        tx.send(line).unwrap();
+    }
+    // Later lines keep arriving on the original receiver; forward them.
+    std::thread::spawn(move || {
+        while let Ok(line) = log_rx.recv() {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Lines of `ip -n NS ARGS` that contain `needle`.
+fn count_lines(ns: &str, args: &str, needle: &str) -> usize {
+    let mut command = vec!["ip", "-n", ns];
+    command.extend(args.split_whitespace());
+    output(&command)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+fn nft_table_exists(ns: &str, table: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "table", "inet", table])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// One echo round trip of 1 MiB from the client namespace to the server's address.
+fn echo_round_trip(client_ns: &str) -> bool {
+    in_netns(client_ns, || {
+        let attempt = || -> std::io::Result<bool> {
+            let target = ("10.77.2.2", SERVER_PORT);
+            let mut stream = TcpStream::connect(target)?;
+            stream.set_read_timeout(Some(LIMIT))?;
+            let payload: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+            let mut reader = stream.try_clone()?;
+            let expected = payload.clone();
+            let receiver = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                reader.read_to_end(&mut got).map(|_| got == expected)
+            });
+            stream.write_all(&payload)?;
+            stream.shutdown(Shutdown::Write)?;
+            receiver.join().unwrap_or(Ok(false))
+        };
+        attempt().unwrap_or_else(|e| {
+            eprintln!("round trip failed: {e}");
+            false
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
+    let topo = Routed::new();
+    let (client, router, server) = (topo.client.name(), topo.router.name(), topo.server.name());
+    // Echo server: a thread per connection, for the life of the test.
+    // It reports each client address it sees: the router's when midway split the connection,
+    // the client's own when the connection was routed unsplit.
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (seen_tx, seen_rx) = mpsc::channel();
+    in_netns(server, move || {
+        let listener = TcpListener::bind(("10.77.2.2", SERVER_PORT)).unwrap();
+        ready_tx.send(()).unwrap();
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { continue };
+            if let Ok(peer) = stream.peer_addr() {
+                let _ = seen_tx.send(peer.ip().to_string());
+            }
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(LIMIT));
+                let mut copy = stream.try_clone().unwrap();
+                let _ = std::io::copy(&mut stream, &mut copy);
+                let _ = copy.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    ready_rx.recv_timeout(LIMIT).unwrap();
+    // Someone else's policy rule and table on the router: midway must never touch them.
+    output(&[
+        "ip", "-n", router, "rule", "add", "fwmark", "0x2", "lookup", "200",
+    ]);
+    output(&[
+        "ip",
+        "netns",
+        "exec",
+        router,
+        "nft",
+        "add",
+        "table",
+        "inet",
+        "not-midway",
+    ]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("transparent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"10.77.1.0/24\"]\n[spool]\ndir = \"{}\"\n\n\
+             [[listeners]]\nname = \"tp\"\nmode = \"transparent\"\nlisten = \"0.0.0.0:7000\"\n\
+             [listeners.nftables]\nmanage = true\ntable = \"{TABLE}\"\n\
+             interfaces = [\"veth-rc\"]\nports = [{SERVER_PORT}]\n",
+            dir.path().join("spool").display()
+        ),
+    )
+    .unwrap();
+    let marked_rule = "fwmark 0x1 lookup 100";
+    let seen_by_server = || seen_rx.recv_timeout(LIMIT).unwrap();
+    const SPLIT: &str = "10.77.2.1";
+    const UNSPLIT: &str = "10.77.1.1";
+
+    let (mut first, first_log) = start_midway(router, &config);
+    assert!(
+        echo_round_trip(client),
+        "a split connection failed: {:#?}",
+        first_log.try_iter().collect::<Vec<_>>()
+    );
+    assert_eq!(seen_by_server(), SPLIT);
+    first.kill().unwrap();
+    wait_exit(&mut first, LIMIT, "midway did not die");
+    // What a crash leaves: the table, one rule per family, the local routes.
+    assert!(nft_table_exists(router, TABLE));
+    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
+    // New connections fail open: nothing listens for the TPROXY rule, so it does not match
+    // and the connection is routed to the server unsplit.
+    assert!(
+        echo_round_trip(client),
+        "a connection failed while midway was dead"
+    );
+    assert_eq!(seen_by_server(), UNSPLIT);
+
+    let (mut second, second_log) = start_midway(router, &config);
+    let log: Vec<String> = second_log.try_iter().collect();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("did not stop cleanly") && l.contains(TABLE)),
+        "the restart did not say what it removed: {log:#?}"
+    );
+    // Installed once, not once more per crash.
+    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
+    assert_eq!(count_lines(router, "-4 route show table 100", "local"), 1);
+    assert!(
+        echo_round_trip(client),
+        "a split connection failed after the restart"
+    );
+    assert_eq!(seen_by_server(), SPLIT);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_exit(&mut second, LIMIT, "midway did not stop");
+    assert!(status.success(), "exit status {status}");
+
+    // Clean stop: nothing of midway's is left, and the neighbour's rule and table are intact.
+    assert!(!nft_table_exists(router, TABLE));
+    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
+    assert_eq!(count_lines(router, "-4 route show table 100", "local"), 0);
+    assert_eq!(
+        count_lines(router, "-4 rule show", "fwmark 0x2 lookup 200"),
+        1
+    );
+    assert!(nft_table_exists(router, "not-midway"));
+    assert!(!dir
+        .path()
+        .join("spool")
+        .join("midway-installed.toml")
+        .exists());
+}
