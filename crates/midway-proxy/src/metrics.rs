@@ -67,6 +67,9 @@ pub(crate) struct Metrics {
     pub pipes_in_use: Gauge,
     /// Connections still open when the shutdown grace period ended, reset on both sides.
     pub shutdown_resets: Counter,
+    /// 1 while new intercepted connections bypass midway because it is at its limit.
+    pub bypass_active: Gauge,
+    pub bypass_switches: Counter,
     /// Socket memory guard: the receive-buffer cap in force (0 = none), and cap changes.
     pub socket_buffer_cap: Gauge,
     pub socket_buffer_cap_changes: Counter,
@@ -87,6 +90,8 @@ impl Default for Metrics {
             spool_bytes: Gauge::default(),
             pipes_in_use: Gauge::default(),
             shutdown_resets: Counter::default(),
+            bypass_active: Gauge::default(),
+            bypass_switches: Counter::default(),
             socket_buffer_cap: Gauge::default(),
             socket_buffer_cap_changes: Counter::default(),
             retransmits: Family::default(),
@@ -143,6 +148,16 @@ impl Metrics {
             "midway_shutdown_resets",
             "Connections still open when the shutdown grace period ended, closed with a reset on both sides",
             self.shutdown_resets.clone(),
+        );
+        registry.register(
+            "midway_overload_bypass_active",
+            "1 while new intercepted connections bypass midway (routed unsplit) because it serves nearly max_connections",
+            self.bypass_active.clone(),
+        );
+        registry.register(
+            "midway_overload_bypass_switches",
+            "Times the overload bypass was switched on or off",
+            self.bypass_switches.clone(),
         );
         registry.register(
             "midway_socket_buffer_cap_bytes",

@@ -94,10 +94,33 @@ fn set_of<T: ToString>(items: &[T], quote: bool) -> String {
     format!("{{ {} }}", parts.join(", "))
 }
 
+/// The set that, while it holds `tcp`, makes new connections bypass midway (overload).
+pub(crate) const OVERLOAD_SET: &str = "overload";
+/// A bypassed flow is forgotten after this long without a packet.
+const BYPASS_TIMEOUT: &str = "2h";
+/// Bypassed flows remembered at once per family; when full, new connections are split again.
+const BYPASS_SET_SIZE: u32 = 65536;
+const BYPASSED_KEY_V4: &str = "ip saddr . tcp sport . ip daddr . tcp dport";
+const BYPASSED_KEY_V6: &str = "ip6 saddr . tcp sport . ip6 daddr . tcp dport";
+const BYPASSED_FLOW_V4: &str = "@bypassed4 { ip saddr . tcp sport . ip daddr . tcp dport }";
+const BYPASSED_FLOW_V6: &str = "@bypassed6 { ip6 saddr . tcp sport . ip6 daddr . tcp dport }";
+
+/// The per-listener rules of one table, by chain.
+#[derive(Debug, Default)]
+struct ListenerRules {
+    /// raw prerouting: no connection tracking for what the listener intercepts.
+    notrack: Vec<String>,
+    /// mangle prerouting, first: while overloaded, a new connection is remembered as bypassed
+    /// and routed unsplit.
+    bypass: Vec<String>,
+    /// mangle prerouting, then: divert to the listener.
+    divert: Vec<String>,
+}
+
 /// Builds the plan for every transparent listener (managed and not).
 pub(crate) fn plan(config: &RuntimeConfig) -> InterceptPlan {
-    // table -> (managed, marks, rule lines)
-    let mut tables: BTreeMap<&str, (bool, BTreeSet<u32>, Vec<String>)> = BTreeMap::new();
+    // table -> (managed, marks, rules)
+    let mut tables: BTreeMap<&str, (bool, BTreeSet<u32>, ListenerRules)> = BTreeMap::new();
     let mut routes: BTreeMap<(u32, u32), (bool, bool, bool)> = BTreeMap::new();
     for listener in &config.listeners {
         let Intercept::Transparent { nftables, .. } = &listener.intercept else {
@@ -113,23 +136,31 @@ pub(crate) fn plan(config: &RuntimeConfig) -> InterceptPlan {
         } = nftables;
         let entry = tables
             .entry(table.as_str())
-            .or_insert_with(|| (*manage, BTreeSet::new(), Vec::new()));
+            .or_insert_with(|| (*manage, BTreeSet::new(), ListenerRules::default()));
         entry.1.insert(*mark);
-        let mut rule = String::new();
+        // What the listener intercepts: its interfaces and destination ports.
+        let mut matches = String::new();
         if !interfaces.is_empty() {
-            let _ = write!(rule, "iifname {} ", set_of(interfaces, true));
+            let _ = write!(matches, "iifname {} ", set_of(interfaces, true));
         }
-        rule.push_str("meta l4proto tcp ");
+        matches.push_str("meta l4proto tcp ");
         if !ports.is_empty() {
-            let _ = write!(rule, "tcp dport {} ", set_of(ports, false));
+            let _ = write!(matches, "tcp dport {} ", set_of(ports, false));
         }
-        let _ = write!(
-            rule,
-            "{} meta mark set {mark:#x} accept comment \"listener {}\"",
+        let comment = format!("comment \"listener {}\"", listener.name.replace('"', "'"));
+        let flow = if listener.listen.is_ipv4() {
+            BYPASSED_FLOW_V4
+        } else {
+            BYPASSED_FLOW_V6
+        };
+        entry.2.notrack.push(format!("{matches}notrack {comment}"));
+        entry.2.bypass.push(format!(
+            "{matches}tcp flags & (syn | ack) == syn meta l4proto @{OVERLOAD_SET} add {flow} accept {comment}"
+        ));
+        entry.2.divert.push(format!(
+            "{matches}{} meta mark set {mark:#x} accept {comment}",
             tproxy_target(listener.listen),
-            listener.name.replace('"', "'")
-        );
-        entry.2.push(rule);
+        ));
         // Policy routing only for the address families that have a listener: an IPv4-only
         // host (IPv6 disabled) must not need IPv6 routes.
         let (managed, v4, v6) = routes
@@ -148,6 +179,41 @@ pub(crate) fn plan(config: &RuntimeConfig) -> InterceptPlan {
             let _ = writeln!(script, "table inet {name}");
             let _ = writeln!(script, "delete table inet {name}");
             let _ = writeln!(script, "table inet {name} {{");
+            let _ = writeln!(script, "  set {OVERLOAD_SET} {{ type inet_proto; }}");
+            for (set, key) in [
+                ("bypassed4", "ipv4_addr . inet_service . ipv4_addr . inet_service"),
+                ("bypassed6", "ipv6_addr . inet_service . ipv6_addr . inet_service"),
+            ] {
+                let _ = writeln!(
+                    script,
+                    "  set {set} {{ type {key}; flags dynamic, timeout; timeout {BYPASS_TIMEOUT}; size {BYPASS_SET_SIZE}; }}"
+                );
+            }
+            // Before connection tracking (priority raw): diverted flows end in midway's
+            // sockets, so tracking them would only fill the conntrack table.
+            let _ = writeln!(script, "  chain raw_prerouting {{");
+            let _ = writeln!(
+                script,
+                "    type filter hook prerouting priority raw; policy accept;"
+            );
+            let _ = writeln!(
+                script,
+                "    meta l4proto tcp socket transparent 1 notrack"
+            );
+            for rule in &rules.notrack {
+                let _ = writeln!(script, "    {rule}");
+            }
+            let _ = writeln!(script, "  }}");
+            let _ = writeln!(script, "  chain raw_output {{");
+            let _ = writeln!(
+                script,
+                "    type filter hook output priority raw; policy accept;"
+            );
+            let _ = writeln!(
+                script,
+                "    meta l4proto tcp socket transparent 1 notrack"
+            );
+            let _ = writeln!(script, "  }}");
             let _ = writeln!(script, "  chain prerouting {{");
             let _ = writeln!(
                 script,
@@ -159,7 +225,18 @@ pub(crate) fn plan(config: &RuntimeConfig) -> InterceptPlan {
                     "    meta l4proto tcp tcp flags & (syn | ack) != syn socket transparent 1 meta mark set {mark:#x} accept"
                 );
             }
-            for rule in rules {
+            // Flows that started while midway was overloaded stay unsplit to their end.
+            let _ = writeln!(
+                script,
+                "    {} @bypassed4 update {BYPASSED_FLOW_V4} accept",
+                BYPASSED_KEY_V4
+            );
+            let _ = writeln!(
+                script,
+                "    {} @bypassed6 update {BYPASSED_FLOW_V6} accept",
+                BYPASSED_KEY_V6
+            );
+            for rule in rules.bypass.iter().chain(&rules.divert) {
                 let _ = writeln!(script, "    {rule}");
             }
             let _ = writeln!(script, "  }}");
@@ -365,6 +442,17 @@ fn run(program: &'static str, args: &[String], stdin: Option<&str>) -> Result<()
     }
 }
 
+/// Makes new connections of `tables` bypass midway (`bypass`) or be diverted again, through
+/// the overload set the rules read.
+pub(crate) fn set_overload_bypass(tables: &[String], bypass: bool) -> Result<(), NftError> {
+    let verb = if bypass { "add" } else { "delete" };
+    for table in tables {
+        let args = [verb, "element", "inet", table, OVERLOAD_SET, "{ tcp }"].map(String::from);
+        run("nft", &args, None)?;
+    }
+    Ok(())
+}
+
 /// What midway installed and must remove at stop.
 #[derive(Debug, Default)]
 pub(crate) struct Installed {
@@ -439,6 +527,11 @@ impl Installed {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty() && self.routes.is_empty()
+    }
+
+    /// The nftables tables midway installed.
+    pub(crate) fn tables(&self) -> &[String] {
+        &self.tables
     }
 
     /// Writes what is installed so far to the install record, before anything else happens.
@@ -526,7 +619,30 @@ listen = "[::1]:7001"
             script.contains("meta l4proto tcp tproxy ip6 to [::1]:7001 meta mark set 0x1"),
             "{script}"
         );
-        assert_eq!(script.matches("socket transparent 1").count(), 1);
+        // Marked for local delivery once; exempt from connection tracking both ways.
+        assert_eq!(
+            script
+                .matches("socket transparent 1 meta mark set 0x1")
+                .count(),
+            1
+        );
+        assert_eq!(script.matches("socket transparent 1 notrack").count(), 2);
+        assert!(
+            script
+                .contains("iifname { \"veth-c\" } meta l4proto tcp tcp dport { 80, 443 } notrack"),
+            "{script}"
+        );
+        // While overloaded, new connections are remembered and routed unsplit, before the
+        // divert rules.
+        let bypass = script
+            .find("meta l4proto @overload add @bypassed4")
+            .unwrap();
+        let divert = script.find("tproxy ip to :7000").unwrap();
+        assert!(bypass < divert, "{script}");
+        assert!(
+            script.contains("meta l4proto @overload add @bypassed6"),
+            "{script}"
+        );
         // New connections' SYNs skip the shortcut (a TIME_WAIT socket would swallow them).
         assert!(
             script.contains("tcp flags & (syn | ack) != syn socket transparent 1"),

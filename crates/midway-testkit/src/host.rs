@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -107,4 +107,60 @@ pub fn listening_addr(
     });
     rx.recv_timeout(limit)
         .expect("midway never logged its listening address")
+}
+
+/// Starts the midway binary at `binary` as `midway --log-format json proxy --config CONFIG` in
+/// namespace `netns` and waits (up to `limit`) for its line saying its listeners are bound and
+/// its interception installed. Returns the child and every log line, those already read
+/// included.
+pub fn start_ready_in(
+    binary: &str,
+    netns: &str,
+    config: &Path,
+    limit: Duration,
+) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            netns,
+            binary,
+            "--log-format",
+            "json",
+            "proxy",
+            "--config",
+        ])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log_tx, log_rx) = mpsc::channel();
+    listening_addr(child.stderr.take().unwrap(), log_tx, limit);
+    // The listener is bound before the rules exist: wait for the line that says both are.
+    let mut lines = Vec::new();
+    loop {
+        let line = log_rx
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("midway never said it was ready: {lines:#?}"));
+        let ready = line.contains("interception installed");
+        lines.push(line);
+        if ready {
+            break;
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    for line in lines.into_iter().chain(log_rx.try_iter()) {
+        tx.send(line).unwrap();
+    }
+    // Later lines keep arriving on the original receiver; forward them.
+    std::thread::spawn(move || {
+        while let Ok(line) = log_rx.recv() {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
 }

@@ -9,11 +9,11 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::listening_addr;
+use midway_testkit::host::start_ready_in;
 use midway_testkit::netns::{in_netns, output, Routed};
 use midway_testkit::wait::wait_exit;
 
@@ -22,52 +22,9 @@ const LIMIT: Duration = Duration::from_secs(20);
 const SERVER_PORT: u16 = 5201;
 const TABLE: &str = "midway-crash";
 
-/// Starts the real binary in the router namespace; returns it and its log lines.
+/// Starts the real binary in the router namespace, ready; returns it and its log lines.
 fn start_midway(router: &str, config: &std::path::Path) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            router,
-            MIDWAY,
-            "--log-format",
-            "json",
-            "proxy",
-            "--config",
-        ])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (log_tx, log_rx) = mpsc::channel();
-    listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
-    // The listener is bound before the rules exist: wait for the line that says both are.
-    let mut lines = Vec::new();
-    loop {
-        let line = log_rx
-            .recv_timeout(LIMIT)
-            .unwrap_or_else(|_| panic!("midway never said it was ready: {lines:#?}"));
-        let ready = line.contains("interception installed");
-        lines.push(line);
-        if ready {
-            break;
-        }
-    }
-    let (tx, rx) = mpsc::channel();
-    for line in lines.into_iter().chain(log_rx.try_iter()) {
-        tx.send(line).unwrap();
-    }
-    // Later lines keep arriving on the original receiver; forward them.
-    std::thread::spawn(move || {
-        while let Ok(line) = log_rx.recv() {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, rx)
+    start_ready_in(MIDWAY, router, config, LIMIT)
 }
 
 /// Lines of `ip -n NS ARGS` that contain `needle`.

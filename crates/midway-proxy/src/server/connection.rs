@@ -2,6 +2,7 @@
 //! (HTTP-speaking listeners) or find the target, connect and relay (split connections).
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -37,21 +38,29 @@ pub(super) struct Connection {
     pub(super) _permits: (tokio::sync::OwnedSemaphorePermit, ClientPermit),
 }
 
-/// Decrements the active gauge however the task ends.
-struct ActiveGuard(Metrics, ListenerLabels);
+/// Counts the connection as open (the listener's active gauge, the proxy's total) until the
+/// task ends, however it ends.
+struct ActiveGuard(Arc<Shared>, ListenerLabels);
+
+impl ActiveGuard {
+    fn new(shared: Arc<Shared>, labels: ListenerLabels) -> ActiveGuard {
+        shared.metrics.active.get_or_create(&labels).inc();
+        shared.connections_open.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(shared, labels)
+    }
+}
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.active.get_or_create(&self.1).dec();
+        self.0.metrics.active.get_or_create(&self.1).dec();
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 impl Connection {
     /// Serves the connection to its end; every outcome is logged and counted.
     pub(super) async fn serve(self, mut client: TcpStream) {
-        let labels = Metrics::listener(&self.listener.name);
-        self.shared.metrics.active.get_or_create(&labels).inc();
-        let _active = ActiveGuard(self.shared.metrics.clone(), labels);
+        let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
         let started = Instant::now();
         if let Some(http) = self.http.clone() {
             self.serve_http(client, http, started).await;

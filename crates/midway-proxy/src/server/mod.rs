@@ -28,13 +28,14 @@ mod error;
 mod intercept;
 mod log_limit;
 mod memory;
+mod overload;
 mod profiles;
 mod relay;
 mod socket_id;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -110,6 +111,8 @@ struct Shared {
     client_limits: Arc<ClientLimits>,
     total_limit: Arc<Semaphore>,
     served: AtomicU64,
+    /// Connections being served now, all listeners together (the overload bypass reads it).
+    connections_open: AtomicUsize,
     /// The socket memory guard, unless `socket_memory = "off"`.
     socket_memory: Option<Arc<SocketMemory>>,
 }
@@ -339,6 +342,7 @@ impl Proxy {
             metrics,
             resources,
             served: Default::default(),
+            connections_open: Default::default(),
             socket_memory,
         });
         Ok(Proxy {
@@ -446,7 +450,11 @@ impl Proxy {
         }
         {
             let cancel = cancel.clone();
-            let resources = self.shared.resources.clone();
+            let shared = self.shared.clone();
+            let mut overload = overload::OverloadBypass::new(
+                self.intercept.tables().to_vec(),
+                self.shared.metrics.clone(),
+            );
             helpers.spawn(async move {
                 let mut tick = tokio::time::interval(GAUGE_REFRESH_INTERVAL);
                 loop {
@@ -454,7 +462,11 @@ impl Proxy {
                         _ = cancel.cancelled() => return,
                         _ = tick.tick() => {
                             // Pipes a burst left in the pool go once idle (two fds each).
-                            resources.close_idle_pipes(Instant::now(), IDLE_PIPE_KEEP);
+                            shared.resources.close_idle_pipes(Instant::now(), IDLE_PIPE_KEEP);
+                            if let Some(overload) = &mut overload {
+                                let in_use = shared.connections_open.load(Ordering::Relaxed);
+                                overload.observe(in_use, shared.config.max_connections).await;
+                            }
                             refresh();
                         }
                     }

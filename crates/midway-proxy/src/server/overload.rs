@@ -1,0 +1,114 @@
+//! Overload fails open: when midway serves nearly as many connections as it may, new
+//! connections of transparent listeners bypass it (routed unsplit by the kernel) instead of
+//! waiting in the accept queue or being refused. The switch has hysteresis so that a load near
+//! the limit does not flip it on every connection; the nftables side (a set the rules read, and
+//! the bypassed flows remembered so they stay unsplit to their end) is in `nft.rs`.
+
+use std::sync::Arc;
+
+use crate::metrics::Metrics;
+use crate::nft;
+
+/// Bypass once this share of `max_connections` (in percent) is in use...
+const BYPASS_AT_PERCENT: usize = 99;
+/// ...and split again once use falls below this share.
+const RESUME_BELOW_PERCENT: usize = 95;
+
+/// The bypass decision, without I/O: fed the connections in use, it says when to switch.
+#[derive(Debug, Default)]
+pub(super) struct OverloadSwitch {
+    bypassing: bool,
+}
+
+impl OverloadSwitch {
+    /// `Some(true)`: start bypassing; `Some(false)`: stop; `None`: no change.
+    pub(super) fn update(&mut self, in_use: usize, limit: usize) -> Option<bool> {
+        let percent_scaled = in_use.saturating_mul(100);
+        let next = if self.bypassing {
+            percent_scaled >= limit.saturating_mul(RESUME_BELOW_PERCENT)
+        } else {
+            percent_scaled >= limit.saturating_mul(BYPASS_AT_PERCENT)
+        };
+        (next != self.bypassing).then(|| {
+            self.bypassing = next;
+            next
+        })
+    }
+}
+
+/// Follows the connections in use and flips the bypass of `tables` (midway's managed nftables
+/// tables) when the switch says so; logs and counts each flip.
+pub(super) struct OverloadBypass {
+    switch: OverloadSwitch,
+    tables: Arc<[String]>,
+    metrics: Metrics,
+}
+
+impl OverloadBypass {
+    /// `None` when there is nothing to bypass (no managed transparent table).
+    pub(super) fn new(tables: Vec<String>, metrics: Metrics) -> Option<OverloadBypass> {
+        (!tables.is_empty()).then(|| OverloadBypass {
+            switch: OverloadSwitch::default(),
+            tables: tables.into(),
+            metrics,
+        })
+    }
+
+    /// Called periodically with the connections in use and the limit.
+    pub(super) async fn observe(&mut self, in_use: usize, limit: usize) {
+        let Some(bypass) = self.switch.update(in_use, limit) else {
+            return;
+        };
+        let tables = self.tables.clone();
+        let result =
+            tokio::task::spawn_blocking(move || nft::set_overload_bypass(&tables, bypass)).await;
+        match result {
+            Ok(Ok(())) => {
+                self.metrics.bypass_active.set(i64::from(bypass));
+                self.metrics.bypass_switches.inc();
+                if bypass {
+                    tracing::warn!(
+                        in_use,
+                        limit,
+                        "overloaded: new intercepted connections now bypass midway (routed unsplit)"
+                    );
+                } else {
+                    tracing::info!(
+                        in_use,
+                        limit,
+                        "load back below the limit: new intercepted connections are split again"
+                    );
+                }
+            }
+            Ok(Err(err)) => {
+                // Try again on the next observation.
+                self.switch = OverloadSwitch { bypassing: !bypass };
+                tracing::warn!(error = %err, bypass, "could not switch the overload bypass");
+            }
+            Err(err) => tracing::warn!(error = %err, "overload bypass task failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bypasses_at_the_limit_and_resumes_below_95_percent() {
+        let mut switch = OverloadSwitch::default();
+        assert_eq!(switch.update(9, 10), None);
+        assert_eq!(switch.update(10, 10), Some(true));
+        assert_eq!(switch.update(10, 10), None);
+        // 9 of 10 is 90 %: below 95 %.
+        assert_eq!(switch.update(9, 10), Some(false));
+        let mut switch = OverloadSwitch::default();
+        assert_eq!(switch.update(989, 1000), None);
+        assert_eq!(switch.update(990, 1000), Some(true));
+        // Hysteresis: between 95 % and 99 % nothing changes.
+        assert_eq!(switch.update(960, 1000), None);
+        assert_eq!(switch.update(950, 1000), None);
+        assert_eq!(switch.update(949, 1000), Some(false));
+        assert_eq!(switch.update(980, 1000), None);
+    }
+}
