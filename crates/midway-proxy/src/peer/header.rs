@@ -424,7 +424,10 @@ mod tests {
         );
         let parsed = UnverifiedHeader::decode(&bytes).unwrap();
         assert_eq!(parsed.verify(b"short"), Err(HeaderError::KeyTooShort));
-        assert_eq!(sample(false).encode(b"short"), Err(HeaderError::KeyTooShort));
+        assert_eq!(
+            sample(false).encode(b"short"),
+            Err(HeaderError::KeyTooShort)
+        );
     }
 
     #[test]

@@ -74,8 +74,8 @@ impl ReplayGuard {
     ) -> Result<(), ReplayError> {
         self.expire(now_ms);
         if timestamp_ms.abs_diff(now_ms) > self.window_ms {
-            let skew_ms = i64::try_from(i128::from(timestamp_ms) - i128::from(now_ms))
-                .unwrap_or(i64::MAX);
+            let skew_ms =
+                i64::try_from(i128::from(timestamp_ms) - i128::from(now_ms)).unwrap_or(i64::MAX);
             return Err(ReplayError::OutsideWindow {
                 skew_ms,
                 window_ms: self.window_ms,
@@ -141,7 +141,10 @@ mod tests {
         ));
         assert!(matches!(
             guard.check([1; 16], NOW + 30_001, NOW),
-            Err(ReplayError::OutsideWindow { skew_ms: 30_001, .. })
+            Err(ReplayError::OutsideWindow {
+                skew_ms: 30_001,
+                ..
+            })
         ));
         assert!(guard.is_empty(), "refused headers are not remembered");
     }
