@@ -256,7 +256,8 @@ impl Peering {
 
     /// The edge's side: a connection to `destination` through peer `index` (a warm one if the
     /// pool has one alive), the header sent and the peer's status read, all within `timeout`.
-    /// A warm connection that turns out closed is replaced by a fresh one, once.
+    /// A warm connection the peer turns out to have closed (EOF) is replaced by a fresh one,
+    /// once; a reset (the peer refused the header) is not retried.
     pub(super) async fn connect_through(
         &self,
         index: usize,
@@ -284,8 +285,15 @@ impl Peering {
                             status,
                         })
                     }
-                    // The peer may have closed an idle warm connection just now.
-                    Err(_) if origin == PoolOrigin::Warm && !fresh_only => fresh_only = true,
+                    // The peer closed an idle warm connection (a FIN, not the reset that refuses a
+                    // header) just after the liveness check: try once more on a fresh one.
+                    Err(err)
+                        if origin == PoolOrigin::Warm
+                            && !fresh_only
+                            && err.kind() == std::io::ErrorKind::UnexpectedEof =>
+                    {
+                        fresh_only = true
+                    }
                     Err(source) => {
                         return Err(SetupError::PeerHandshake {
                             peer: peer.name.clone(),
