@@ -29,7 +29,15 @@ fn examples_load() {
     }
     assert_eq!(
         modes,
-        ["forward", "socks5", "transparent", "http", "transparent", "socks5", "peer"]
+        [
+            "forward",
+            "socks5",
+            "transparent",
+            "http",
+            "transparent",
+            "socks5",
+            "peer"
+        ]
     );
     // A test loads every file in examples/: a new one must join the list above.
     let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
