@@ -7,8 +7,8 @@
 //!   prefix) moves `$MIDWAY_TEST_BYTES` (default 1 GiB) intact both ways, carries a half-close
 //!   and a reset end to end, and exports the peer metrics;
 //! - a loop (A via B, B via A) is refused with a log line and a metric;
-//! - a wrong key, an unknown key and a replayed header are refused with a reset, counted, and
-//!   the destination is never contacted.
+//! - a wrong key, an unknown key, garbage, a replayed or stale header and one at the hop cap are
+//!   refused with a reset, counted, and the destination is never contacted.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -601,6 +601,9 @@ fn wrong_keys_and_replays_are_reset_counted_and_never_connect() {
                     reset,
                     "a replayed header was accepted"
                 );
+                let mut too_far = header("k", destination);
+                too_far.hops = 8;
+                assert_eq!(send_header(&too_far.encode(&KEY).unwrap()).await, reset);
                 let mut stale = header("k", destination);
                 stale.timestamp_ms -= 120_000;
                 assert_eq!(send_header(&stale.encode(&KEY).unwrap()).await, reset);
@@ -608,6 +611,14 @@ fn wrong_keys_and_replays_are_reset_counted_and_never_connect() {
                 assert_eq!(contacted.load(Ordering::SeqCst), 1);
 
                 let text = scrape(gateway.metrics).await;
+                assert_eq!(
+                    metric(
+                        &text,
+                        "midway_peer_hop_limit_refused_total{listener=\"gw\"}"
+                    ),
+                    Some(1.0),
+                    "{text}"
+                );
                 for (reason, count) in [
                     ("peer_bad_mac", 1.0),
                     ("peer_unknown_key", 1.0),
