@@ -97,7 +97,7 @@ pub(super) struct GatewayContext<'a> {
 }
 
 impl Peering {
-    /// The peers of `config`, their pools made with `profiles` (resolved, marks filled in).
+    /// The keys and limits of `config`, with one warm pool per `[[peers]]` entry (in order).
     pub(super) fn new(config: &RuntimeConfig, pools: Vec<Arc<WarmPool>>) -> Peering {
         Peering {
             keys: config.keys.clone(),
