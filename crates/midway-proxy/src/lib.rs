@@ -8,6 +8,7 @@
 //!   ([`nft_ruleset`] prints them).
 //! - `metrics` (private): Prometheus metrics and the `/metrics` endpoint.
 //! - `sockmem` (private): the socket memory guard ([`SocketMemorySetting`]).
+//! - [`peer`]: the peer header between midways (pure, fuzzed) and its replay guard.
 //! - `server` (private): [`Proxy::bind`] / [`Proxy::run`]: listeners, accept loops, connections,
 //!   shutdown.
 //!
@@ -47,6 +48,7 @@ mod access;
 pub mod config;
 mod metrics;
 mod nft;
+pub mod peer;
 mod server;
 mod sockmem;
 mod socks5;

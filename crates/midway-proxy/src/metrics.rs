@@ -42,6 +42,25 @@ pub(crate) struct SegmentLabels {
     pub segment: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PeerLabels {
+    pub peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PeerOriginLabels {
+    pub peer: String,
+    /// `warm` (taken from the pool) or `fresh` (connected for the connection).
+    pub origin: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CongestionLabels {
+    pub listener: String,
+    pub segment: &'static str,
+    pub congestion_control: String,
+}
+
 fn srtt_histogram() -> Histogram {
     // 100 us .. ~3.3 s, doubling: LAN to GEO satellite with queueing.
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
@@ -76,6 +95,20 @@ pub(crate) struct Metrics {
     pub retransmits: Family<SegmentLabels, Counter>,
     pub srtt: HistogramFamily,
     pub cwnd: HistogramFamily,
+    /// Segments relayed, by the congestion control in force on them.
+    pub segment_congestion_control: Family<CongestionLabels, Counter>,
+    /// Edge: connections through each peer, warm (from the pool) or fresh.
+    pub peer_connections: Family<PeerOriginLabels, Counter>,
+    /// Edge: idle warm connections per peer.
+    pub peer_warm_idle: Family<PeerLabels, Gauge>,
+    /// Edge: connects to a peer that failed (pool refills and fresh ones).
+    pub peer_connect_failures: Family<PeerLabels, Counter>,
+    /// Gateway: headers that failed authentication, by reason.
+    pub peer_auth_failures: Family<RefusedLabels, Counter>,
+    /// Gateway: headers refused because their chain is already relayed here.
+    pub peer_loops_refused: Family<ListenerLabels, Counter>,
+    /// Gateway: headers refused because their hop count reached max_hops.
+    pub peer_hop_limit_refused: Family<ListenerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -97,6 +130,13 @@ impl Default for Metrics {
             retransmits: Family::default(),
             srtt: Family::new_with_constructor(srtt_histogram as fn() -> Histogram),
             cwnd: Family::new_with_constructor(cwnd_histogram as fn() -> Histogram),
+            segment_congestion_control: Family::default(),
+            peer_connections: Family::default(),
+            peer_warm_idle: Family::default(),
+            peer_connect_failures: Family::default(),
+            peer_auth_failures: Family::default(),
+            peer_loops_refused: Family::default(),
+            peer_hop_limit_refused: Family::default(),
         }
     }
 }
@@ -184,6 +224,83 @@ impl Metrics {
             "Congestion window per segment in MSS from tcp_info: every 2 s of a busy connection and at its end",
             self.cwnd.clone(),
         );
+        registry.register(
+            "midway_segment_congestion_control",
+            "Segments relayed, by the congestion control in force on them (segment local, remote or peer)",
+            self.segment_congestion_control.clone(),
+        );
+        registry.register(
+            "midway_peer_connections",
+            "Connections sent through a peer, by origin: warm (taken from the pool) or fresh",
+            self.peer_connections.clone(),
+        );
+        registry.register(
+            "midway_peer_warm_idle",
+            "Idle warm connections to a peer",
+            self.peer_warm_idle.clone(),
+        );
+        registry.register(
+            "midway_peer_connect_failures",
+            "Connects to a peer that failed (pool refills and fresh connections)",
+            self.peer_connect_failures.clone(),
+        );
+        registry.register(
+            "midway_peer_auth_failures",
+            "Peer headers refused by a peer listener for failing authentication, by reason",
+            self.peer_auth_failures.clone(),
+        );
+        registry.register(
+            "midway_peer_loops_refused",
+            "Peer headers refused because their chain id is already relayed here (a loop)",
+            self.peer_loops_refused.clone(),
+        );
+        registry.register(
+            "midway_peer_hop_limit_refused",
+            "Peer headers refused because their hop count reached max_hops",
+            self.peer_hop_limit_refused.clone(),
+        );
+    }
+
+    /// Creates a peer's series at zero (edge side).
+    pub(crate) fn init_peer(&self, name: &str) {
+        let labels = PeerLabels {
+            peer: name.to_string(),
+        };
+        drop(self.peer_warm_idle.get_or_create(&labels));
+        drop(self.peer_connect_failures.get_or_create(&labels));
+        for origin in ["warm", "fresh"] {
+            drop(self.peer_connections.get_or_create(&PeerOriginLabels {
+                peer: name.to_string(),
+                origin,
+            }));
+        }
+    }
+
+    /// Creates a peer listener's series at zero (gateway side).
+    pub(crate) fn init_peer_listener(&self, name: &str) {
+        let labels = Metrics::listener(name);
+        drop(self.peer_loops_refused.get_or_create(&labels));
+        drop(self.peer_hop_limit_refused.get_or_create(&labels));
+    }
+
+    /// Counts a connection through `peer` (`origin` warm or fresh).
+    pub(crate) fn peer_connection(&self, peer: &str, origin: &'static str) {
+        self.peer_connections
+            .get_or_create(&PeerOriginLabels {
+                peer: peer.to_string(),
+                origin,
+            })
+            .inc();
+    }
+
+    /// Counts a peer header that failed authentication.
+    pub(crate) fn peer_auth_failure(&self, listener: &str, reason: &str) {
+        self.peer_auth_failures
+            .get_or_create(&RefusedLabels {
+                listener: listener.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Creates a listener's series at zero, so a scrape before its first connection already

@@ -19,6 +19,8 @@ fn examples_load() {
         "socks5.toml",
         "transparent.toml",
         "http.toml",
+        "edge.toml",
+        "gateway.toml",
     ] {
         let config = load_config(&dir.join(name))
             .unwrap_or_else(|e| panic!("{name}: {}", midway_testkit::chain(&e)));
@@ -27,8 +29,53 @@ fn examples_load() {
     }
     assert_eq!(
         modes,
-        ["forward", "socks5", "transparent", "http", "transparent"]
+        [
+            "forward",
+            "socks5",
+            "transparent",
+            "http",
+            "transparent",
+            "socks5",
+            "peer"
+        ]
     );
+    // A test loads every file in examples/: a new one must join the list above.
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    on_disk.sort();
+    assert_eq!(
+        on_disk,
+        [
+            "edge.toml",
+            "forward.toml",
+            "gateway.toml",
+            "http.toml",
+            "socks5.toml",
+            "transparent.toml"
+        ]
+    );
+}
+
+#[test]
+fn edge_and_gateway_examples_map_onto_peers() {
+    let edge = load_config(&repo_root().join("examples/edge.toml")).unwrap();
+    assert_eq!(edge.peers.len(), 1);
+    let peer = &edge.peers[0];
+    assert_eq!(peer.name, "gateway");
+    assert_eq!(peer.profile, "long-path");
+    assert_eq!(peer.warm_connections, 4);
+    assert_eq!(peer.destinations[0].to_string(), "10.2.0.0/16");
+    assert_eq!(edge.listeners[0].via, [0]);
+    assert_eq!(edge.keys["edge-a"].bytes().len(), 33);
+    let gateway = load_config(&repo_root().join("examples/gateway.toml")).unwrap();
+    assert!(matches!(
+        &gateway.listeners[0].intercept,
+        Intercept::Peer { keys, spoof_client_address: false } if keys == &["edge-a"]
+    ));
+    assert_eq!(gateway.max_hops, 8);
 }
 
 #[test]

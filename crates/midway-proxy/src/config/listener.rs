@@ -12,10 +12,17 @@ use super::http::http_config;
 use super::validate::{Section, Validator};
 use super::{
     ApplicationName, AuthName, ClientProfileOverride, ConfigError, FileClientProfile, FileListener,
-    FileNftables, FileUser, Intercept, ListenerConfig, ModeName, NftConfig, RelayName, Socks5Auth,
-    TargetAddr, DEFAULT_BUFFER_BYTES, DEFAULT_NFT_MARK, DEFAULT_NFT_ROUTE_TABLE, DEFAULT_NFT_TABLE,
-    DEFAULT_PROFILE, DEFAULT_SPOOL_MAX_BYTES, DEFAULT_SPOOL_MEMORY_BYTES,
+    FileNftables, FileUser, Intercept, ListenerConfig, ModeName, NftConfig, PeerConfig, PeerKey,
+    RelayName, Socks5Auth, TargetAddr, DEFAULT_BUFFER_BYTES, DEFAULT_NFT_MARK,
+    DEFAULT_NFT_ROUTE_TABLE, DEFAULT_NFT_TABLE, DEFAULT_PROFILE, DEFAULT_SPOOL_MAX_BYTES,
+    DEFAULT_SPOOL_MEMORY_BYTES,
 };
+
+/// The peers and keys a listener's `via` and `keys` may name.
+pub(super) struct PeerNames<'a> {
+    pub(super) peers: &'a [PeerConfig],
+    pub(super) keys: &'a BTreeMap<String, PeerKey>,
+}
 
 /// `listeners[index]` -> [`ListenerConfig`], with `profiles` the names it may use.
 pub(super) fn validate_listener(
@@ -23,13 +30,14 @@ pub(super) fn validate_listener(
     index: usize,
     mut file: FileListener,
     profiles: &BTreeMap<String, TcpProfile>,
+    names: &PeerNames<'_>,
 ) -> Result<ListenerConfig, ConfigError> {
     let section = Section::new(v, format!("listeners[{index}]"));
     let name = required_name(&section, file.name.as_deref())?;
     let mode = file.mode.ok_or_else(|| {
         section.invalid(
             "mode",
-            "required: \"forward\", \"socks5\", \"transparent\" or \"http\"",
+            "required: \"forward\", \"socks5\", \"transparent\", \"http\" or \"peer\"",
         )
     })?;
     let listen = listen_address(&section, file.listen.as_deref())?;
@@ -47,11 +55,11 @@ pub(super) fn validate_listener(
             listen,
         )?,
         ModeName::Http => Intercept::Http,
-        // Placeholder until the peer listener lands (issue 16).
         ModeName::Peer => {
-            return Err(section.invalid("mode", "\"peer\" listeners are not implemented yet"))
+            peer_intercept(&section, file.keys.take(), file.spoof_client_address, names)?
         }
     };
+    let via = via(&section, speaks_http, file.via.take(), names)?;
     let http = if speaks_http {
         Some(http_config(
             v,
@@ -84,7 +92,91 @@ pub(super) fn validate_listener(
         local_profile,
         remote_profile,
         client_profiles,
+        via,
     })
+}
+
+/// A peer listener: at least one key, each defined. Without a key it would be an open proxy
+/// for anyone who can reach it, so it refuses to start.
+fn peer_intercept(
+    section: &Section<'_>,
+    keys: Option<Vec<String>>,
+    spoof_client_address: Option<bool>,
+    names: &PeerNames<'_>,
+) -> Result<Intercept, ConfigError> {
+    let keys = keys.unwrap_or_default();
+    if keys.is_empty() {
+        return Err(section.invalid(
+            "keys",
+            "a peer listener without a key refuses to start (it would relay for anyone):              name the [keys.NAME] connecting midways sign with, e.g. keys = [\"edge-a\"]",
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, key) in keys.iter().enumerate() {
+        if !names.keys.contains_key(key) {
+            return Err(section.invalid(
+                &format!("keys[{i}]"),
+                format!("unknown key {key:?}; define [keys.{key}]"),
+            ));
+        }
+        if !seen.insert(key) {
+            return Err(section.invalid(&format!("keys[{i}]"), format!("{key:?} is listed twice")));
+        }
+    }
+    Ok(Intercept::Peer {
+        keys,
+        spoof_client_address: spoof_client_address.unwrap_or(false),
+    })
+}
+
+/// `via`: peers (by name) that exist, on a listener that relays bytes. HTTP-speaking listeners
+/// pool their upstream connections per origin and are not wired to peers yet.
+fn via(
+    section: &Section<'_>,
+    speaks_http: bool,
+    via: Option<Vec<String>>,
+    names: &PeerNames<'_>,
+) -> Result<Vec<usize>, ConfigError> {
+    let Some(via) = via else {
+        return Ok(Vec::new());
+    };
+    if speaks_http {
+        return Err(section.invalid(
+            "via",
+            "listeners that speak HTTP (mode = \"http\", application = \"http\") cannot send \
+             their upstream connections through peers yet; use a socks5, forward or \
+             transparent listener with via, or remove it",
+        ));
+    }
+    if via.is_empty() {
+        return Err(section.invalid(
+            "via",
+            "an empty list sends nothing through a peer; remove it or name [[peers]]",
+        ));
+    }
+    let mut indices = Vec::with_capacity(via.len());
+    for (i, name) in via.iter().enumerate() {
+        let Some(index) = names.peers.iter().position(|p| &p.name == name) else {
+            let known: Vec<&str> = names.peers.iter().map(|p| p.name.as_str()).collect();
+            return Err(section.invalid(
+                &format!("via[{i}]"),
+                format!(
+                    "unknown peer {name:?}; define a [[peers]] table with name = {name:?} \
+                     (known: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        if indices.contains(&index) {
+            return Err(section.invalid(&format!("via[{i}]"), format!("{name:?} is listed twice")));
+        }
+        indices.push(index);
+    }
+    Ok(indices)
 }
 
 fn required_name(section: &Section<'_>, name: Option<&str>) -> Result<String, ConfigError> {
@@ -125,12 +217,8 @@ fn check_mode_keys(
         ("target", file.target.is_some(), ModeName::Forward),
         ("auth", file.auth.is_some(), ModeName::Socks5),
         ("users", file.users.is_some(), ModeName::Socks5),
-        (
-            "spoof_client_address",
-            file.spoof_client_address.is_some(),
-            ModeName::Transparent,
-        ),
         ("nftables", file.nftables.is_some(), ModeName::Transparent),
+        ("keys", file.keys.is_some(), ModeName::Peer),
     ];
     for (field, set, wanted) in mode_keys {
         if set && mode != wanted {
@@ -143,6 +231,18 @@ fn check_mode_keys(
                 ),
             ));
         }
+    }
+    if file.spoof_client_address.is_some()
+        && !matches!(mode, ModeName::Transparent | ModeName::Peer)
+    {
+        return Err(section.invalid(
+            "spoof_client_address",
+            format!(
+                "only allowed when mode = \"transparent\" or \"peer\" (this listener has \
+                 mode = \"{}\"); remove it",
+                mode_str(mode)
+            ),
+        ));
     }
     if mode != ModeName::Transparent && file.application.is_some() {
         return Err(section.invalid(

@@ -7,13 +7,14 @@
 //! 3. Cross-field validation produces a [`RuntimeConfig`] (`runtime.rs`): prefixes parsed,
 //!    profile names resolved against the presets and `[profiles.*]`, mode-specific keys
 //!    checked (`validate.rs` for the file and `[proxy]`, `listener.rs` per listener, `http.rs`
-//!    for `[listeners.http]`). Every error names the origin (file), the key path
+//!    for `[listeners.http]`, `peers.rs` for `[keys.*]` and `[[peers]]`). Every error names the origin (file), the key path
 //!    (`listeners[0].target`) and how to fix it.
 //!
 //! Secrets (SOCKS5 passwords) never appear in an error message or in `Debug` output.
 
 mod http;
 mod listener;
+mod peers;
 mod runtime;
 mod validate;
 
@@ -25,8 +26,9 @@ use midway_tcp::ProfileError;
 /// Stage 1, the file as written, is midway-config's: the proxy reads it, the lab and the
 /// benchmark write it.
 pub use midway_config::{
-    ApplicationName, AuthName, FileClientProfile, FileConfig, FileHttp, FileListener, FileMetrics,
-    FileNftables, FileProxy, FileSocketMemory, FileSpool, FileUser, ModeName, RelayName,
+    ApplicationName, AuthName, FileClientProfile, FileConfig, FileHttp, FileKey, FileListener,
+    FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool, FileUser,
+    ModeName, RelayName,
 };
 pub use runtime::*;
 
@@ -68,6 +70,23 @@ pub const DEFAULT_SPOOL_MAX_TOTAL_BYTES: u64 = 1 << 30;
 /// Per-direction relay buffer. 256 KiB covers the bandwidth-delay product of a 20 Mbit/s,
 /// 100 ms path in one buffer; the lab measures the effect of other sizes.
 pub const DEFAULT_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Midways a connection may cross, this one included, unless `[proxy] max_hops` says otherwise.
+pub const DEFAULT_MAX_HOPS: u8 = 8;
+/// Largest `max_hops` accepted: a longer chain is a configuration mistake, not a network.
+pub const MAX_MAX_HOPS: u8 = 32;
+/// A peer header's timestamp may be this far from the receiver's clock (either way); the
+/// midways' clocks must agree to well within it (NTP does).
+pub const DEFAULT_PEER_HEADER_WINDOW: Duration = Duration::from_secs(30);
+/// Idle connections an edge keeps open to each peer.
+pub const DEFAULT_WARM_CONNECTIONS: usize = 4;
+/// Most warm connections per peer accepted.
+pub const MAX_WARM_CONNECTIONS: usize = 1024;
+/// A warm connection unused for this long is replaced by a new one. Shorter than the default
+/// `idle_timeout`, after which the receiving midway would close it.
+pub const DEFAULT_WARM_MAX_IDLE: Duration = Duration::from_secs(60);
+/// Destinations a peer without `destinations` takes: all.
+pub const ALL_DESTINATIONS: [&str; 2] = ["0.0.0.0/0", "::/0"];
 
 /// Upper bound on `[proxy] worker_threads`: far more threads than any gateway has CPUs only adds
 /// contention, and a typo such as 40000 should be an error rather than a thread storm.

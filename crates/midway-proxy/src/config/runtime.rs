@@ -53,6 +53,16 @@ pub struct RuntimeConfig {
     pub spool_max_total_bytes: u64,
     /// Every profile by name: the presets plus `[profiles.*]`.
     pub profiles: BTreeMap<String, TcpProfile>,
+    /// Pre-shared keys by name (`[keys.NAME]`), read and checked at load.
+    pub keys: BTreeMap<String, PeerKey>,
+    /// Other midways connections may go through (`[[peers]]`), in file order.
+    pub peers: Vec<PeerConfig>,
+    /// Midways a connection may cross, this one included: a peer header that arrives with this
+    /// many hops already is refused.
+    pub max_hops: u8,
+    /// A peer header whose timestamp is further than this from this midway's clock is refused;
+    /// nonces seen inside it are refused as replays.
+    pub peer_header_window: Duration,
     /// Every listener, in file order.
     pub listeners: Vec<ListenerConfig>,
 }
@@ -69,6 +79,63 @@ impl RuntimeConfig {
 pub fn denied(prefixes: &[IpNet], addr: IpAddr) -> bool {
     let addr = addr.to_canonical();
     prefixes.iter().any(|net| net.contains(&addr))
+}
+
+/// A pre-shared key (at least 16 bytes). `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerKey(Vec<u8>);
+
+impl PeerKey {
+    /// The key from its bytes (validation checks the length).
+    pub fn new(bytes: Vec<u8>) -> PeerKey {
+        PeerKey(bytes)
+    }
+
+    /// The key's bytes, for the HMAC.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for PeerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PeerKey(<{} bytes hidden>)", self.0.len())
+    }
+}
+
+/// Another midway connections go through (`[[peers]]`).
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// Unique name: listeners' `via` names it; the `peer` metric label.
+    pub name: String,
+    /// The peer's `mode = "peer"` listener.
+    pub address: TargetAddr,
+    /// Name of the key (in [`RuntimeConfig::keys`]) shared with the peer.
+    pub key: String,
+    /// Profile name of the peer segment.
+    pub profile: String,
+    /// Destinations sent through this peer (every destination by default).
+    pub destinations: Vec<IpNet>,
+    /// Idle connections kept open to the peer (0: connect on demand).
+    pub warm_connections: usize,
+    /// A warm connection unused for this long is replaced.
+    pub warm_max_idle: Duration,
+}
+
+/// The peer (an index into `peers`) whose destinations hold `destination` most specifically,
+/// among those a listener names in `via` (indices into `peers`); ties go to the first in `via`.
+pub fn peer_for<'a>(
+    peers: &'a [PeerConfig],
+    via: &'a [usize],
+    destination: IpAddr,
+) -> Option<&'a usize> {
+    let routes = via.iter().flat_map(|index| {
+        peers
+            .get(*index)
+            .into_iter()
+            .flat_map(move |peer| peer.destinations.iter().map(move |net| (net, index)))
+    });
+    longest_prefix_match(destination, routes)
 }
 
 /// One validated listener.
@@ -92,6 +159,9 @@ pub struct ListenerConfig {
     pub remote_profile: String,
     /// Overrides per client prefix, longest prefix first.
     pub client_profiles: Vec<ClientProfileOverride>,
+    /// Peers (indices into [`RuntimeConfig::peers`]) this listener sends connections through
+    /// where their destinations match; empty: always straight to the destination.
+    pub via: Vec<usize>,
 }
 
 impl ListenerConfig {
@@ -111,25 +181,45 @@ impl ListenerConfig {
     }
 }
 
-/// The (local, remote) choice for `client`: per segment, the first override whose prefix
-/// contains the client and that sets that segment, else the default. Overrides come longest
-/// prefix first (validation sorts them), so the first match is the most specific one. The one
-/// rule for profile names and for the proxy's resolved profiles alike.
+/// The (local, remote) choice for `client`: per segment, the override with the longest prefix
+/// that contains the client and sets that segment, else the default. The one rule for profile
+/// names and for the proxy's resolved profiles alike.
 pub fn most_specific<'a, T: ?Sized>(
     client: IpAddr,
-    overrides: impl IntoIterator<Item = (&'a IpNet, Option<&'a T>, Option<&'a T>)>,
+    overrides: impl IntoIterator<Item = (&'a IpNet, Option<&'a T>, Option<&'a T>)> + Clone,
     default: (&'a T, &'a T),
 ) -> (&'a T, &'a T) {
-    let mut local = None;
-    let mut remote = None;
-    for (prefix, over_local, over_remote) in overrides {
-        if !prefix.contains(&client) {
-            continue;
-        }
-        local = local.or(over_local);
-        remote = remote.or(over_remote);
-    }
+    let local = longest_prefix_match(
+        client,
+        overrides
+            .clone()
+            .into_iter()
+            .filter_map(|(prefix, local, _)| local.map(|l| (prefix, l))),
+    );
+    let remote = longest_prefix_match(
+        client,
+        overrides
+            .into_iter()
+            .filter_map(|(prefix, _, remote)| remote.map(|r| (prefix, r))),
+    );
     (local.unwrap_or(default.0), remote.unwrap_or(default.1))
+}
+
+/// The value of the longest prefix in `entries` that contains `addr` (IPv4-mapped IPv6 taken
+/// as its IPv4 address); among equally long ones the first. The one most-specific-prefix rule:
+/// profile overrides per client, peers per destination.
+pub fn longest_prefix_match<'a, T: ?Sized>(
+    addr: IpAddr,
+    entries: impl IntoIterator<Item = (&'a IpNet, &'a T)>,
+) -> Option<&'a T> {
+    let addr = addr.to_canonical();
+    let mut best: Option<(u8, &'a T)> = None;
+    for (prefix, value) in entries {
+        if prefix.contains(&addr) && best.is_none_or(|(len, _)| prefix.prefix_len() > len) {
+            best = Some((prefix.prefix_len(), value));
+        }
+    }
+    best.map(|(_, value)| value)
 }
 
 /// Profile override for clients in `prefix`.
@@ -165,6 +255,13 @@ pub enum Intercept {
     },
     /// Explicit HTTP proxy: each request names its origin (absolute URI, CONNECT authority).
     Http,
+    /// Connections from other midways, each starting with an authenticated peer header.
+    Peer {
+        /// Names of the keys (in [`RuntimeConfig::keys`]) a connecting midway may use.
+        keys: Vec<String>,
+        /// Connect to the destination from the client's address the header carries.
+        spoof_client_address: bool,
+    },
 }
 
 impl Intercept {
@@ -175,6 +272,7 @@ impl Intercept {
             Intercept::Socks5 { .. } => "socks5",
             Intercept::Transparent { .. } => "transparent",
             Intercept::Http => "http",
+            Intercept::Peer { .. } => "peer",
         }
     }
 }

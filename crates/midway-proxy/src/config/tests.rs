@@ -204,3 +204,148 @@ fn line_column_counts_from_one() {
     assert_eq!(line_column("ab\ncd", 0), (1, 1));
     assert_eq!(line_column("ab\ncd", 4), (2, 2));
 }
+
+const TWO_ENDED: &str = r#"
+[proxy]
+allowed_clients = ["10.1.0.0/24"]
+[keys.k]
+secret = "00112233445566778899aabbccddeeff"
+[[peers]]
+name = "wide"
+address = "10.9.0.2:7400"
+key = "k"
+[[peers]]
+name = "narrow"
+address = "gw.example:7400"
+key = "k"
+destinations = ["10.2.0.0/16"]
+warm_connections = 0
+warm_max_idle = "10s"
+[[listeners]]
+name = "socks"
+mode = "socks5"
+listen = "127.0.0.1:0"
+via = ["wide", "narrow"]
+[[listeners]]
+name = "gw"
+mode = "peer"
+listen = "127.0.0.1:0"
+keys = ["k"]
+spoof_client_address = true
+"#;
+
+#[test]
+fn peers_get_defaults_and_the_most_specific_one_wins() {
+    let config = parse_config(TWO_ENDED, "<test>").unwrap();
+    assert_eq!(config.max_hops, DEFAULT_MAX_HOPS);
+    assert_eq!(config.peer_header_window, DEFAULT_PEER_HEADER_WINDOW);
+    let wide = &config.peers[0];
+    assert_eq!(wide.warm_connections, DEFAULT_WARM_CONNECTIONS);
+    assert_eq!(wide.warm_max_idle, DEFAULT_WARM_MAX_IDLE);
+    assert_eq!(wide.destinations.len(), 2, "every destination, v4 and v6");
+    assert_eq!(wide.profile, DEFAULT_PROFILE);
+    assert_eq!(config.peers[1].warm_connections, 0);
+    let via = &config.listeners[0].via;
+    let pick = |addr: &str| peer_for(&config.peers, via, addr.parse().unwrap()).copied();
+    assert_eq!(pick("10.2.3.4"), Some(1));
+    assert_eq!(pick("::ffff:10.2.3.4"), Some(1));
+    assert_eq!(pick("192.0.2.1"), Some(0));
+    assert_eq!(pick("2001:db8::1"), Some(0));
+    assert!(peer_for(&config.peers, &[1], "192.0.2.1".parse().unwrap()).is_none());
+    assert!(matches!(
+        &config.listeners[1].intercept,
+        Intercept::Peer { keys, spoof_client_address: true } if keys == &["k"]
+    ));
+    assert!(
+        !format!("{:?}", config.keys).contains("0011"),
+        "keys stay out of Debug"
+    );
+}
+
+#[test]
+fn keys_come_from_files_and_one_source_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("k.key");
+    std::fs::write(&file, "ffeeddccbbaa99887766554433221100\n").unwrap();
+    let with_file = TWO_ENDED.replace(
+        "secret = \"00112233445566778899aabbccddeeff\"",
+        &format!("secret_file = \"{}\"", file.display()),
+    );
+    let config = parse_config(&with_file, "<test>").unwrap();
+    assert_eq!(config.keys["k"].bytes()[0], 0xff);
+
+    let both = TWO_ENDED.replace(
+        "secret = \"00112233445566778899aabbccddeeff\"",
+        &format!(
+            "secret = \"00112233445566778899aabbccddeeff\"\nsecret_file = \"{}\"",
+            file.display()
+        ),
+    );
+    let err = parse_config(&both, "<test>").unwrap_err().to_string();
+    assert!(
+        err.contains("keys.k: set one of secret and secret_file"),
+        "{err}"
+    );
+    let missing = with_file.replace("k.key", "absent.key");
+    let err = parse_config(&missing, "<test>").unwrap_err().to_string();
+    assert!(err.contains("keys.k.secret_file: cannot read"), "{err}");
+    let not_hex = TWO_ENDED.replace("00112233445566778899aabbccddeeff", "zz");
+    let err = parse_config(&not_hex, "<test>").unwrap_err().to_string();
+    assert!(err.contains("keys.k.secret: is not hexadecimal"), "{err}");
+    let err = parse_config(&TWO_ENDED.replace("[keys.k]", "[keys.\"a b\"]"), "<test>")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("keys.a b: a key name travels"), "{err}");
+}
+
+#[test]
+fn peer_tables_name_what_is_wrong() {
+    for (from, to, expected) in [
+        (
+            "name = \"narrow\"",
+            "name = \"wide\"",
+            "peers[1].name: duplicate peer name",
+        ),
+        (
+            "address = \"10.9.0.2:7400\"",
+            "address = \"10.9.0.2\"",
+            "peers[0].address",
+        ),
+        (
+            "destinations = [\"10.2.0.0/16\"]",
+            "destinations = []",
+            "peers[1].destinations",
+        ),
+        (
+            "destinations = [\"10.2.0.0/16\"]",
+            "destinations = [\"x\"]",
+            "peers[1].destinations[0]",
+        ),
+        (
+            "warm_max_idle = \"10s\"",
+            "profile = \"nope\"",
+            "peers[1].profile: unknown profile",
+        ),
+        (
+            "via = [\"wide\", \"narrow\"]",
+            "via = [\"wide\", \"wide\"]",
+            "listeners[0].via[1]",
+        ),
+        (
+            "keys = [\"k\"]",
+            "keys = [\"k\", \"other\"]",
+            "listeners[1].keys[1]: unknown key",
+        ),
+        (
+            "name = \"gw\"\nmode = \"peer\"",
+            "name = \"gw\"\nmode = \"forward\"\ntarget = \"10.2.0.2:1\"",
+            "listeners[1].keys: only allowed when mode = \"peer\"",
+        ),
+    ] {
+        assert!(TWO_ENDED.contains(from), "{from}");
+        let err = parse_config(&TWO_ENDED.replace(from, to), "<test>")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{expected}: {err}");
+    }
+}

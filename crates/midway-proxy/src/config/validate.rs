@@ -11,14 +11,15 @@ use std::time::Duration;
 use ipnet::IpNet;
 use midway_tcp::TcpProfile;
 
-use super::listener::validate_listener;
+use super::listener::{validate_listener, PeerNames};
+use super::peers::{keys, peers};
 use super::{
     ConfigError, FileConfig, FileListener, FileSocketMemory, FileSpool, Intercept, ListenerConfig,
     RuntimeConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DENIED_DESTINATIONS, DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_PIPES, DEFAULT_ROUTE_KNOBS_MARK_BASE, DEFAULT_ROUTE_KNOBS_TABLE_BASE,
-    DEFAULT_SHUTDOWN_GRACE, DEFAULT_SPOOL_DIR, DEFAULT_SPOOL_MAX_TOTAL_BYTES, MAX_WORKER_THREADS,
-    MIN_SOCKET_MEMORY_BUDGET,
+    DEFAULT_MAX_HOPS, DEFAULT_MAX_PIPES, DEFAULT_PEER_HEADER_WINDOW, DEFAULT_ROUTE_KNOBS_MARK_BASE,
+    DEFAULT_ROUTE_KNOBS_TABLE_BASE, DEFAULT_SHUTDOWN_GRACE, DEFAULT_SPOOL_DIR,
+    DEFAULT_SPOOL_MAX_TOTAL_BYTES, MAX_MAX_HOPS, MAX_WORKER_THREADS, MIN_SOCKET_MEMORY_BUDGET,
 };
 use crate::sockmem::SocketMemorySetting;
 
@@ -214,7 +215,30 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
             origin: origin.to_string(),
             source,
         })?;
-    let listeners = listeners(&v, file.listeners, &profiles)?;
+    let max_hops = match proxy.max_hops {
+        None => DEFAULT_MAX_HOPS,
+        Some(hops) if (2..=MAX_MAX_HOPS).contains(&hops) => hops,
+        Some(hops) => {
+            return Err(v.invalid(
+                "proxy.max_hops",
+                format!(
+                    "{hops} is outside 2..={MAX_MAX_HOPS} (an edge and a gateway are 2 hops);                      leave it out for {DEFAULT_MAX_HOPS}"
+                ),
+            ))
+        }
+    };
+    let peer_header_window = v.duration(
+        "proxy.peer_header_window",
+        proxy.peer_header_window,
+        DEFAULT_PEER_HEADER_WINDOW,
+    )?;
+    let keys = keys(&v, file.keys)?;
+    let peers = peers(&v, file.peers, &keys, &profiles)?;
+    let names = PeerNames {
+        peers: &peers,
+        keys: &keys,
+    };
+    let listeners = listeners(&v, file.listeners, &profiles, &names)?;
 
     Ok(RuntimeConfig {
         origin: origin.to_string(),
@@ -239,6 +263,10 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
         spool_dir,
         spool_max_total_bytes,
         profiles,
+        keys,
+        peers,
+        max_hops,
+        peer_header_window,
         listeners,
     })
 }
@@ -346,6 +374,7 @@ fn listeners(
     v: &Validator<'_>,
     files: Vec<FileListener>,
     profiles: &BTreeMap<String, TcpProfile>,
+    peer_names: &PeerNames<'_>,
 ) -> Result<Vec<ListenerConfig>, ConfigError> {
     if files.is_empty() {
         return Err(v.invalid(
@@ -357,7 +386,7 @@ fn listeners(
     let mut addrs = BTreeMap::new();
     let mut listeners = Vec::with_capacity(files.len());
     for (index, listener) in files.into_iter().enumerate() {
-        let config = validate_listener(v, index, listener, profiles)?;
+        let config = validate_listener(v, index, listener, profiles, peer_names)?;
         if !names.insert(config.name.clone()) {
             return Err(v.invalid(
                 format!("listeners[{index}].name"),

@@ -15,6 +15,7 @@ use super::connection::Connection;
 use super::log_limit::{admit_out_of_resources, is_resource_exhaustion};
 use super::{BoundListener, Shared};
 use crate::access::canonical;
+use crate::config::Intercept;
 use crate::metrics::Metrics;
 
 /// First pause after accept ran out of a resource (file descriptors, memory); doubles per
@@ -87,11 +88,18 @@ pub(super) async fn accept_loop(
             close_now(stream);
             continue;
         }
-        let Some(client_permit) = shared.client_limits.try_acquire(peer.ip()) else {
-            shared.metrics.refuse(&name, "client_limit");
-            tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
-            close_now(stream);
-            continue;
+        // A peer listener's connections all come from a few midways: the per-client limit
+        // applies to the client each header names instead (`peering.rs`).
+        let client_permit = if matches!(bound.config.intercept, Intercept::Peer { .. }) {
+            None
+        } else {
+            let Some(permit) = shared.client_limits.try_acquire(peer.ip()) else {
+                shared.metrics.refuse(&name, "client_limit");
+                tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
+                close_now(stream);
+                continue;
+            };
+            Some(permit)
         };
         shared.metrics.accepted.get_or_create(&labels).inc();
         shared.served.fetch_add(1, Ordering::Relaxed);
@@ -114,6 +122,7 @@ pub(super) async fn accept_loop(
             listener_addr: bound.addr,
             peer,
             cancel: connections_cancel.clone(),
+            shutdown: shutdown.clone(),
             _permits: (permit, client_permit),
         };
         tracker.spawn(conn.serve(stream).instrument(span));

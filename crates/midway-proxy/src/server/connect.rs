@@ -89,6 +89,50 @@ pub(super) fn upstream_connector(
     })
 }
 
+/// The addresses of `target` outside `denied`, in the resolver's order; an error when it
+/// resolves to none or only to denied ones.
+async fn resolve(target: &TargetAddr, denied: &[IpNet]) -> Result<Vec<SocketAddr>, SetupError> {
+    let addrs: Vec<SocketAddr> = match target {
+        TargetAddr::Ip(addr) => vec![*addr],
+        TargetAddr::Domain(host, port) => tokio::net::lookup_host((host.as_str(), *port))
+            .await
+            .map_err(|source| SetupError::Resolve {
+                target: target.to_string(),
+                source,
+            })?
+            .collect(),
+    };
+    let resolved_any = !addrs.is_empty();
+    let addrs: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|addr| !config::denied(denied, addr.ip()))
+        .collect();
+    if resolved_any && addrs.is_empty() {
+        return Err(SetupError::DestinationDenied {
+            target: target.to_string(),
+        });
+    }
+    Ok(addrs)
+}
+
+/// The one address a connection through a peer goes to: the first of `target`'s outside
+/// `denied` (the header carries an address, and the peer is chosen by it), within `timeout`.
+pub(super) async fn resolve_first(
+    target: &TargetAddr,
+    denied: &[IpNet],
+    timeout: Duration,
+) -> Result<SocketAddr, SetupError> {
+    let target_text = target.to_string();
+    match tokio::time::timeout(timeout, resolve(target, denied)).await {
+        Ok(addrs) => addrs?.first().copied().ok_or(SetupError::NoAddress {
+            target: target_text,
+        }),
+        Err(_) => Err(SetupError::ConnectTimeout {
+            target: target_text,
+        }),
+    }
+}
+
 /// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,
 /// to the first of its addresses that is not in `denied` and accepts.
 pub(super) async fn connect(
@@ -100,26 +144,7 @@ pub(super) async fn connect(
 ) -> Result<TcpStream, SetupError> {
     let target_text = target.to_string();
     let attempt = async {
-        let addrs: Vec<SocketAddr> = match target {
-            TargetAddr::Ip(addr) => vec![*addr],
-            TargetAddr::Domain(host, port) => tokio::net::lookup_host((host.as_str(), *port))
-                .await
-                .map_err(|source| SetupError::Resolve {
-                    target: target_text.clone(),
-                    source,
-                })?
-                .collect(),
-        };
-        let resolved_any = !addrs.is_empty();
-        let addrs: Vec<SocketAddr> = addrs
-            .into_iter()
-            .filter(|addr| !config::denied(denied, addr.ip()))
-            .collect();
-        if resolved_any && addrs.is_empty() {
-            return Err(SetupError::DestinationDenied {
-                target: target_text.clone(),
-            });
-        }
+        let addrs = resolve(target, denied).await?;
         let mut last_err = None;
         for addr in addrs {
             match connect_one(addr, profile, spoof_from).await {

@@ -11,16 +11,17 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::field;
 
-use super::connect::{apply_established, connect};
+use super::connect::{apply_established, connect, resolve_first};
 use super::error::{ErrorChain, SetupError};
-use super::intercept::Accepted;
+use super::intercept::{Accepted, Target};
 use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
+use super::peering::{self, Chain};
 use super::profiles::ListenerProfiles;
 use super::relay::ByteReporter;
 use super::{HttpListener, Shared};
 use crate::access::{canonical, ClientPermit};
-use crate::config::ListenerConfig;
+use crate::config::{peer_for, Intercept, ListenerConfig, TargetAddr};
 use crate::metrics::{ListenerLabels, Metrics};
 
 /// An admitted connection, owned by its task.
@@ -34,8 +35,21 @@ pub(super) struct Connection {
     pub(super) listener_addr: SocketAddr,
     pub(super) peer: SocketAddr,
     pub(super) cancel: CancellationToken,
-    /// Returned when the connection ends: a slot of the total limit and of the client's.
-    pub(super) _permits: (tokio::sync::OwnedSemaphorePermit, ClientPermit),
+    /// Fires when shutdown begins (before the grace period).
+    pub(super) shutdown: CancellationToken,
+    /// Returned when the connection ends: a slot of the total limit and of the client's (a peer
+    /// listener takes the client's slot once the header names the client).
+    pub(super) _permits: (tokio::sync::OwnedSemaphorePermit, Option<ClientPermit>),
+}
+
+/// The onward segment of a split connection.
+pub(super) struct Onward {
+    stream: TcpStream,
+    /// `remote` (to the destination) or `peer` (to the next midway): the metric label.
+    segment: &'static str,
+    /// Set when the connection is part of a chain of midways: its id stays registered here
+    /// (loop detection) while this is held.
+    chain: Option<Chain>,
 }
 
 /// Counts the connection as open (the listener's active gauge, the proxy's total) until the
@@ -75,16 +89,31 @@ impl Connection {
             }
             setup = self.setup(&mut client, local, remote) => setup,
         };
-        let server = match setup {
-            Ok(server) => server,
+        let onward = match setup {
+            Ok(onward) => onward,
+            Err(SetupError::PeerIdleClosed) => {
+                tracing::debug!("warm connection from a peer closed unused");
+                return;
+            }
             Err(err) => {
                 self.refuse(&err, "connection not relayed");
+                if let SetupError::PeerRefused { refusal, .. } = &err {
+                    peering::count_refusal(&self.shared.metrics, &self.listener.name, refusal);
+                }
                 self.listener.intercept.report_failure(client, &err).await;
                 return;
             }
         };
         let adjustable = (leaves_buffers(local), leaves_buffers(remote));
-        self.relay(client, server, started, adjustable).await;
+        // A peer listener's accepted socket is the peer segment (with the local profile).
+        let local_segment = match self.listener.intercept {
+            Intercept::Peer { .. } => "peer",
+            _ => "local",
+        };
+        let segments = (local_segment, onward.segment);
+        let _chain = onward.chain;
+        self.relay(client, onward.stream, started, adjustable, segments)
+            .await;
     }
 
     /// The (local, remote) profile for this client.
@@ -108,13 +137,14 @@ impl Connection {
         tracing::info!(error = %ErrorChain(err), reason = err.reason(), "{message}");
     }
 
-    /// Applies the local profile, finds the target, connects. Returns the remote segment.
+    /// Applies the local profile, finds the target, connects onward. Returns the onward
+    /// segment.
     async fn setup(
         &self,
         client: &mut TcpStream,
         local: &TcpProfile,
         remote: &TcpProfile,
-    ) -> Result<TcpStream, SetupError> {
+    ) -> Result<Onward, SetupError> {
         apply_established(client, local, Role::Accepted)?;
         let config = &self.shared.config;
         let intercept = &self.listener.intercept;
@@ -122,20 +152,62 @@ impl Connection {
             peer: self.peer,
             listener_addr: self.listener_addr,
             config,
+            shared: &self.shared,
+            shutdown: &self.shutdown,
         };
         let target = intercept.find_target(client, &accepted).await?;
         tracing::Span::current().record("dst", field::display(&target.addr));
-        let server = connect(
-            &target.addr,
+        let onward = self.connect_onward(target, remote).await?;
+        intercept.report_connected(client, &onward.stream).await?;
+        Ok(onward)
+    }
+
+    /// The onward segment: through the peer of the listener's `via` whose destinations hold
+    /// the target most specifically, else straight to the target with the remote profile.
+    async fn connect_onward(
+        &self,
+        target: Target<'_>,
+        remote: &TcpProfile,
+    ) -> Result<Onward, SetupError> {
+        let config = &self.shared.config;
+        let mut addr = target.addr;
+        if !self.listener.via.is_empty() {
+            // The header carries an address, and the peer is chosen by it: a name is resolved
+            // here, once.
+            let destination = resolve_first(&addr, target.denied, config.connect_timeout).await?;
+            if let Some(&index) = peer_for(&config.peers, &self.listener.via, destination.ip()) {
+                let chain = match target.chain {
+                    Some(chain) => chain,
+                    None => self.shared.peering.start_chain(self.peer),
+                };
+                let stream = self
+                    .shared
+                    .peering
+                    .connect_through(index, &chain, destination, config.connect_timeout)
+                    .await?;
+                tracing::debug!(peer = %config.peers[index].name, "connected through peer");
+                return Ok(Onward {
+                    stream,
+                    segment: "peer",
+                    chain: Some(chain),
+                });
+            }
+            addr = TargetAddr::Ip(destination);
+        }
+        let stream = connect(
+            &addr,
             remote,
             target.spoof_from,
             target.denied,
             config.connect_timeout,
         )
         .await?;
-        apply_established(&server, remote, Role::Outgoing)?;
-        intercept.report_connected(client, &server).await?;
-        Ok(server)
+        apply_established(&stream, remote, Role::Outgoing)?;
+        Ok(Onward {
+            stream,
+            segment: "remote",
+            chain: target.chain,
+        })
     }
 
     /// An HTTP listener's connection: the engine reads requests and answers them (from the

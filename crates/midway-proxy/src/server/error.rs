@@ -9,6 +9,8 @@ use midway_http::HttpError;
 use midway_tcp::{KnobError, RouteKnobsError};
 
 use crate::nft::NftError;
+use crate::peer::header::{HeaderError, PeerStatus};
+use crate::peer::replay::ReplayError;
 use crate::socks5::{self, ReplyCode};
 
 /// Why the proxy could not start or stop cleanly.
@@ -139,6 +141,111 @@ pub(super) enum SetupError {
     DestinationDenied { target: String },
     #[error("cannot set TCP_NODELAY")]
     Nodelay(#[source] io::Error),
+    /// A peer listener refused what a connecting midway sent: reset, counted, never relayed.
+    #[error("peer header from midway {from} refused")]
+    PeerRefused {
+        from: SocketAddr,
+        #[source]
+        refusal: PeerRefusal,
+    },
+    /// A warm connection from another midway ended (or shutdown began) before its header:
+    /// normal, not a refusal.
+    #[error("warm connection closed before a header came")]
+    PeerIdleClosed,
+    /// The next midway answered a header with a failure status.
+    #[error("peer {peer:?} could not connect onward: {status:?}")]
+    PeerStatus { peer: String, status: PeerStatus },
+    /// The next midway closed or reset the connection instead of answering the header (it
+    /// refused the header, or it is going away).
+    #[error("peer {peer:?} did not answer the header")]
+    PeerHandshake {
+        peer: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The header exchange with the next midway took longer than connect_timeout.
+    #[error("peer {peer:?} did not answer the header in time")]
+    PeerTimeout { peer: String },
+    /// A header could not be made (a key shorter than validation allows: never).
+    #[error("cannot make a peer header")]
+    PeerHeader(#[source] HeaderError),
+}
+
+/// Why a peer listener refused a connecting midway's header.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PeerRefusal {
+    #[error("header not complete within handshake_timeout")]
+    HeaderTimeout,
+    #[error("cannot read the header")]
+    Read(#[source] io::Error),
+    #[error("malformed header")]
+    Malformed(#[source] HeaderError),
+    #[error("key {0:?} is not one of this listener's keys")]
+    UnknownKey(String),
+    #[error("key {key:?}: authentication failed")]
+    BadMac {
+        key: String,
+        #[source]
+        source: HeaderError,
+    },
+    #[error("key {key:?}: not fresh")]
+    NotFresh {
+        key: String,
+        #[source]
+        source: ReplayError,
+    },
+    #[error("hop count {hops} reaches max_hops {max}")]
+    HopLimit { hops: u8, max: u8 },
+    #[error("loop: chain {chain} is already relayed by this midway")]
+    Loop { chain: String },
+    #[error("client {0} (from the header) is not in allowed_clients")]
+    ClientNotAllowed(IpAddr),
+    #[error("destination {0} (from the header) is in denied_destinations")]
+    DestinationDenied(SocketAddr),
+    #[error("client {0} (from the header) holds max_connections_per_client connections")]
+    ClientLimit(IpAddr),
+}
+
+impl PeerRefusal {
+    /// The `reason` label of the refusal metrics.
+    pub(super) fn reason(&self) -> &'static str {
+        match self {
+            PeerRefusal::HeaderTimeout => "peer_header_timeout",
+            PeerRefusal::Read(_) | PeerRefusal::Malformed(_) => "peer_bad_header",
+            PeerRefusal::UnknownKey(_) => "peer_unknown_key",
+            PeerRefusal::BadMac { .. } => "peer_bad_mac",
+            PeerRefusal::NotFresh {
+                source: ReplayError::Replayed,
+                ..
+            } => "peer_replay",
+            PeerRefusal::NotFresh {
+                source: ReplayError::OutsideWindow { .. },
+                ..
+            } => "peer_stale",
+            PeerRefusal::NotFresh {
+                source: ReplayError::Full(_),
+                ..
+            } => "peer_replay_guard_full",
+            PeerRefusal::HopLimit { .. } => "peer_hop_limit",
+            PeerRefusal::Loop { .. } => "peer_loop",
+            PeerRefusal::ClientNotAllowed(_) => "peer_client_not_allowed",
+            PeerRefusal::DestinationDenied(_) => "peer_denied_destination",
+            PeerRefusal::ClientLimit(_) => "client_limit",
+        }
+    }
+
+    /// Whether the header failed authentication (as opposed to a policy refusal).
+    pub(super) fn is_auth_failure(&self) -> bool {
+        matches!(
+            self,
+            PeerRefusal::HeaderTimeout
+                | PeerRefusal::Read(_)
+                | PeerRefusal::Malformed(_)
+                | PeerRefusal::UnknownKey(_)
+                | PeerRefusal::BadMac { .. }
+                | PeerRefusal::NotFresh { .. }
+        )
+    }
 }
 
 impl SetupError {
@@ -176,6 +283,16 @@ impl SetupError {
             SetupError::NotARelayListener => "internal",
             SetupError::DestinationDenied { .. } => "denied_destination",
             SetupError::Nodelay(_) => "socket_option",
+            SetupError::PeerRefused { refusal, .. } => refusal.reason(),
+            SetupError::PeerIdleClosed => "peer_idle_closed",
+            SetupError::PeerStatus { status, .. } => match status {
+                PeerStatus::Refused => "connect_refused",
+                PeerStatus::TimedOut => "connect_timeout",
+                _ => "connect_error",
+            },
+            SetupError::PeerHandshake { .. } => "peer_handshake",
+            SetupError::PeerTimeout { .. } => "connect_timeout",
+            SetupError::PeerHeader(_) => "internal",
         }
     }
 
@@ -187,7 +304,29 @@ impl SetupError {
                 | SetupError::NoAddress { .. }
                 | SetupError::ConnectTimeout { .. }
                 | SetupError::Connect { .. }
+                | SetupError::PeerStatus { .. }
+                | SetupError::PeerHandshake { .. }
+                | SetupError::PeerTimeout { .. }
         )
+    }
+
+    /// The status a peer listener answers a header with when this error ends its onward
+    /// connection (a refused header gets a reset instead).
+    pub(super) fn peer_status(&self) -> PeerStatus {
+        match self {
+            SetupError::Connect { source, .. } => match source.raw_os_error() {
+                Some(libc::ECONNREFUSED) => PeerStatus::Refused,
+                Some(libc::ENETUNREACH | libc::EHOSTUNREACH) => PeerStatus::Unreachable,
+                _ => PeerStatus::Failed,
+            },
+            SetupError::Resolve { .. } | SetupError::NoAddress { .. } => PeerStatus::Unreachable,
+            SetupError::ConnectTimeout { .. } | SetupError::PeerTimeout { .. } => {
+                PeerStatus::TimedOut
+            }
+            // A later midway's answer travels back unchanged.
+            SetupError::PeerStatus { status, .. } => *status,
+            _ => PeerStatus::Failed,
+        }
     }
 
     /// The SOCKS5 reply that tells a client this failure, if the protocol has one for it.
@@ -201,6 +340,16 @@ impl SetupError {
             SetupError::SpoofFamily { .. } => Some(ReplyCode::AddressTypeNotSupported),
             SetupError::Profile(_) => Some(ReplyCode::GeneralFailure),
             SetupError::DestinationDenied { .. } => Some(ReplyCode::NotAllowed),
+            SetupError::PeerStatus { status, .. } => Some(match status {
+                PeerStatus::Refused => ReplyCode::ConnectionRefused,
+                PeerStatus::Unreachable => ReplyCode::HostUnreachable,
+                PeerStatus::TimedOut => ReplyCode::TtlExpired,
+                PeerStatus::Connected | PeerStatus::Failed => ReplyCode::GeneralFailure,
+            }),
+            SetupError::PeerTimeout { .. } => Some(ReplyCode::TtlExpired),
+            SetupError::PeerHandshake { .. } | SetupError::PeerHeader(_) => {
+                Some(ReplyCode::GeneralFailure)
+            }
             _ => None,
         }
     }

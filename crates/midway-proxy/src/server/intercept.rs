@@ -5,11 +5,15 @@ use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
 use super::accept::close_now;
 use super::error::SetupError;
+use super::peering::{self, Chain, GatewayContext};
+use super::Shared;
 use crate::access::canonical;
 use crate::config::{Intercept, RuntimeConfig, TargetAddr};
+use crate::peer::header::PeerStatus;
 use crate::socks5::{self, ReplyCode};
 
 /// Where a split connection's remote segment goes, and how.
@@ -20,6 +24,8 @@ pub(super) struct Target<'c> {
     /// Addresses the target may not resolve to. Only a client-chosen target (SOCKS5) is
     /// checked against `denied_destinations`.
     pub(super) denied: &'c [IpNet],
+    /// A peer listener's connection: its place in the chain of midways, from the header.
+    pub(super) chain: Option<Chain>,
 }
 
 /// What an intercept needs to know about the accepted connection.
@@ -28,6 +34,9 @@ pub(super) struct Accepted<'c> {
     /// The address the listener really bound.
     pub(super) listener_addr: SocketAddr,
     pub(super) config: &'c RuntimeConfig,
+    pub(super) shared: &'c Shared,
+    /// Fires when shutdown begins (a warm connection waiting for its header then ends).
+    pub(super) shutdown: &'c CancellationToken,
 }
 
 impl Intercept {
@@ -49,6 +58,7 @@ impl Intercept {
                 addr: target.clone(),
                 spoof_from: None,
                 denied: &[],
+                chain: None,
             }),
             Intercept::Socks5 { auth } => {
                 let addr =
@@ -59,6 +69,7 @@ impl Intercept {
                     addr,
                     spoof_from: None,
                     denied: &config.denied_destinations,
+                    chain: None,
                 })
             }
             Intercept::Transparent {
@@ -70,6 +81,29 @@ impl Intercept {
                     addr: TargetAddr::Ip(original),
                     spoof_from: spoof_client_address.then_some(canonical(accepted.peer.ip())),
                     denied: &[],
+                    chain: None,
+                })
+            }
+            Intercept::Peer {
+                keys,
+                spoof_client_address,
+            } => {
+                let shared = accepted.shared;
+                let cx = GatewayContext {
+                    from: accepted.peer,
+                    keys,
+                    config,
+                    access: &shared.access,
+                    client_limits: &shared.client_limits,
+                    shutdown: accepted.shutdown,
+                };
+                let (destination, chain) = shared.peering.accept_header(client, &cx).await?;
+                Ok(Target {
+                    addr: TargetAddr::Ip(destination),
+                    spoof_from: spoof_client_address.then_some(chain.client().ip()),
+                    // Checked against the header already (a refusal); checked again by connect.
+                    denied: &config.denied_destinations,
+                    chain: Some(chain),
                 })
             }
             // Served by the HTTP engine; never reaches the byte relay.
@@ -77,24 +111,43 @@ impl Intercept {
         }
     }
 
-    /// Tells the client its target is connected, where the protocol says so (SOCKS5).
+    /// Tells the client its target is connected, where the protocol says so (SOCKS5, and the
+    /// status byte a peer listener answers a header with).
     pub(super) async fn report_connected(
         &self,
         client: &mut TcpStream,
         server: &TcpStream,
     ) -> Result<(), SetupError> {
-        if let Intercept::Socks5 { .. } = self {
-            let bound = server.local_addr().ok();
-            socks5::send_reply(client, ReplyCode::Succeeded, bound)
+        match self {
+            Intercept::Socks5 { .. } => {
+                let bound = server.local_addr().ok();
+                socks5::send_reply(client, ReplyCode::Succeeded, bound)
+                    .await
+                    .map_err(|e| SetupError::Handshake(e.into()))?;
+            }
+            Intercept::Peer { .. } => peering::send_status(client, PeerStatus::Connected)
                 .await
-                .map_err(|e| SetupError::Handshake(e.into()))?;
+                .map_err(|source| SetupError::PeerHandshake {
+                    peer: "(the connecting midway)".into(),
+                    source,
+                })?,
+            _ => {}
         }
         Ok(())
     }
 
     /// Tells the client the connection will not be relayed, then closes it.
     pub(super) async fn report_failure(&self, mut client: TcpStream, err: &SetupError) {
-        if let Intercept::Socks5 { .. } = self {
+        if let Intercept::Peer { .. } = self {
+            if matches!(err, SetupError::PeerRefused { .. }) {
+                // A refused header learns nothing but a reset.
+                close_now(client);
+            } else {
+                // An accepted header whose onward connection failed: the previous midway
+                // tells its client as if it had connected itself.
+                let _ = peering::send_status(&mut client, err.peer_status()).await;
+            }
+        } else if let Intercept::Socks5 { .. } = self {
             if let Some(code) = err.socks_reply() {
                 let _ = socks5::send_reply(&mut client, code, None).await;
             }

@@ -16,6 +16,9 @@
 //! - `intercept.rs`: find the target, per intercept mode;
 //! - `profiles.rs`: which profiles are used, route knobs, the kernel check;
 //! - `connect.rs`: the remote segment's socket and the profile steps of every proxy socket;
+//! - `peering.rs`: two-ended operation: a peer listener's header check (gateway) and a
+//!   connection through the next midway (edge);
+//! - `pool.rs`: the warm connections kept open to each peer;
 //! - `relay.rs`: relay supervision, tcp_info sampling, metrics and the end-of-connection log;
 //! - `memory.rs`: the socket memory guard's caps on a connection's sockets;
 //! - `socket_id.rs`: a socket owned elsewhere, known by fd and inode;
@@ -29,6 +32,8 @@ mod intercept;
 mod log_limit;
 mod memory;
 mod overload;
+mod peering;
+mod pool;
 mod profiles;
 mod relay;
 mod socket_id;
@@ -115,6 +120,8 @@ struct Shared {
     connections_open: AtomicUsize,
     /// The socket memory guard, unless `socket_memory = "off"`.
     socket_memory: Option<Arc<SocketMemory>>,
+    /// Peers, keys, warm pools and the peer header's state.
+    peering: peering::Peering,
 }
 
 /// A bound, ready proxy. [`Proxy::run`] serves it.
@@ -314,7 +321,29 @@ impl Proxy {
         let metrics = Metrics::default();
         for listener in &config.listeners {
             metrics.init_listener(&listener.name);
+            if matches!(listener.intercept, crate::config::Intercept::Peer { .. }) {
+                metrics.init_peer_listener(&listener.name);
+            }
         }
+        let mut pools = Vec::with_capacity(config.peers.len());
+        for peer in &config.peers {
+            metrics.init_peer(&peer.name);
+            let profile =
+                profiles
+                    .get(&peer.profile)
+                    .cloned()
+                    .ok_or_else(|| ProxyError::UnknownProfile {
+                        listener: format!("peer {}", peer.name),
+                        profile: peer.profile.clone(),
+                    })?;
+            pools.push(Arc::new(pool::WarmPool::new(
+                peer.clone(),
+                profile,
+                config.connect_timeout,
+                metrics.clone(),
+            )));
+        }
+        let peering = peering::Peering::new(&config, pools);
         metrics.register(registry);
         metrics.register(&mut served);
 
@@ -344,6 +373,7 @@ impl Proxy {
             served: Default::default(),
             connections_open: Default::default(),
             socket_memory,
+            peering,
         });
         Ok(Proxy {
             shared,
@@ -390,10 +420,19 @@ impl Proxy {
                 connections_cancel.clone(),
             ));
         }
+        // Warm pools fill from the start and close their idle connections as soon as shutdown
+        // begins (the peers' listeners then stop waiting for their headers).
+        let mut pools = JoinSet::new();
+        for pool in self.shared.peering.pools() {
+            if pool.config().warm_connections > 0 {
+                pools.spawn(pool.clone().maintain(shutdown.clone()));
+            }
+        }
 
         shutdown.cancelled().await;
         // Accept loops return on shutdown and drop (close) their listeners.
         while accept_loops.join_next().await.is_some() {}
+        while pools.join_next().await.is_some() {}
         let (open_at_shutdown, cancelled_after_grace, drain_time) =
             self.drain(&tracker, &connections_cancel).await;
 

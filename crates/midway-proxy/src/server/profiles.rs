@@ -82,7 +82,7 @@ impl ListenerProfiles {
     }
 }
 
-/// Every profile name a listener (or a client override) refers to.
+/// Every profile name a listener (or a client override) or a peer refers to.
 pub(super) fn referenced_profiles(config: &RuntimeConfig) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for l in &config.listeners {
@@ -93,6 +93,7 @@ pub(super) fn referenced_profiles(config: &RuntimeConfig) -> BTreeSet<String> {
             names.extend(o.remote_profile.iter().cloned());
         }
     }
+    names.extend(config.peers.iter().map(|p| p.profile.clone()));
     names
 }
 

@@ -15,7 +15,7 @@ use super::connection::Connection;
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
 use super::socket_id::SocketId;
-use crate::metrics::{DirectionLabels, Metrics, SegmentLabels};
+use crate::metrics::{CongestionLabels, DirectionLabels, Metrics, SegmentLabels};
 use crate::sockmem::Adjustable;
 
 /// tcp_info of live connections is sampled this often (metrics, and the values logged at end).
@@ -30,6 +30,7 @@ impl Connection {
         server: TcpStream,
         started: Instant,
         adjustable: (Adjustable, Adjustable),
+        segments: (&'static str, &'static str),
     ) {
         let name = &self.listener.name;
         let metrics = &self.shared.metrics;
@@ -58,8 +59,9 @@ impl Connection {
             counters: counters.clone(),
             on_close: Some(on_close),
         };
-        let mut sampler = SegmentSampler::new(name, &client, &server);
+        let mut sampler = SegmentSampler::new(name, (&client, segments.0), (&server, segments.1));
         sampler.sample(metrics);
+        let congestion_controls = sampler.count_congestion_controls(metrics);
         let mut bytes = ByteReporter::new(name);
 
         let relay = midway_relay::relay(
@@ -113,8 +115,9 @@ impl Connection {
                 log_end(
                     &report,
                     duration,
-                    local.as_ref(),
-                    remote.as_ref(),
+                    (local.as_ref(), remote.as_ref()),
+                    segments,
+                    &congestion_controls,
                     sampler.last_sample_age(),
                 );
             }
@@ -143,12 +146,18 @@ impl Connection {
 fn log_end(
     report: &RelayReport,
     duration: Duration,
-    local: Option<&TcpStats>,
-    remote: Option<&TcpStats>,
+    (local, remote): (Option<&TcpStats>, Option<&TcpStats>),
+    segments: (&str, &str),
+    congestion_controls: &(Option<String>, Option<String>),
     sample_age: Duration,
 ) {
     let get = |s: Option<&TcpStats>, f: fn(&TcpStats) -> u64| s.map(f);
     tracing::info!(
+        // What each side is: local or peer, remote or peer (the segment label of the metrics).
+        local_segment = segments.0,
+        remote_segment = segments.1,
+        local_congestion_control = congestion_controls.0.as_deref(),
+        remote_congestion_control = congestion_controls.1.as_deref(),
         bytes_client_to_server = report.client_to_server_bytes,
         bytes_server_to_client = report.server_to_client_bytes,
         client_to_server_end = ?report.client_to_server_end,
@@ -226,7 +235,7 @@ struct Segment {
 }
 
 impl Segment {
-    fn new(listener: &str, segment: &'static str, stream: &TcpStream) -> Segment {
+    fn new(listener: &str, (stream, segment): (&TcpStream, &'static str)) -> Segment {
         Segment {
             socket: SocketId::new(stream),
             labels: SegmentLabels {
@@ -289,13 +298,36 @@ struct SegmentSampler {
 }
 
 impl SegmentSampler {
-    fn new(listener: &str, client: &TcpStream, server: &TcpStream) -> SegmentSampler {
+    /// `client` and `server` with their segment labels (local or peer, remote or peer).
+    fn new(
+        listener: &str,
+        client: (&TcpStream, &'static str),
+        server: (&TcpStream, &'static str),
+    ) -> SegmentSampler {
         SegmentSampler {
-            local: Segment::new(listener, "local", client),
-            remote: Segment::new(listener, "remote", server),
+            local: Segment::new(listener, client),
+            remote: Segment::new(listener, server),
             last_sample: Instant::now(),
             last_observed: false,
         }
+    }
+
+    /// Counts both segments by the congestion control in force on them; returns their names.
+    fn count_congestion_controls(&mut self, metrics: &Metrics) -> (Option<String>, Option<String>) {
+        let count = |segment: &mut Segment| {
+            let fd = segment.socket.borrow()?;
+            let name = midway_sys::tcp_info::congestion_control_of(fd).ok()?;
+            metrics
+                .segment_congestion_control
+                .get_or_create(&CongestionLabels {
+                    listener: segment.labels.listener.clone(),
+                    segment: segment.labels.segment,
+                    congestion_control: name.clone(),
+                })
+                .inc();
+            Some(name)
+        };
+        (count(&mut self.local), count(&mut self.remote))
     }
 
     /// Reads both sockets' tcp_info (retransmit counter updated at once).

@@ -1,0 +1,360 @@
+//! Two-ended operation's I/O: the gateway side (a peer listener reads, authenticates and checks
+//! the header a connecting midway sends) and the edge side (a connection through the next
+//! midway: a pooled connection, the header, the status byte). The header itself and the
+//! replay guard are pure (`crate::peer`); the warm pools are `pool.rs`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::RngCore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::error::{PeerRefusal, SetupError};
+use super::pool::{PoolOrigin, WarmPool};
+use crate::access::{AccessList, ClientLimits, ClientPermit};
+use crate::config::{self, PeerConfig, PeerKey, RuntimeConfig};
+use crate::metrics::Metrics;
+use crate::peer::header::{
+    header_len, ChainId, PeerHeader, PeerStatus, UnverifiedHeader, PREFIX_LEN,
+};
+use crate::peer::replay::ReplayGuard;
+
+/// Most nonces the replay guard remembers (about 48 bytes each): a million is some 50 MB and
+/// 33,000 new peer connections a second over a 30 s window.
+const REPLAY_GUARD_CAPACITY: usize = 1 << 20;
+
+/// This midway's peers, keys and the state the peer header needs.
+pub(super) struct Peering {
+    keys: BTreeMap<String, PeerKey>,
+    /// One per `[[peers]]`, in file order (listeners' `via` holds indices into it).
+    links: Vec<Arc<WarmPool>>,
+    replay: Mutex<ReplayGuard>,
+    /// Chain ids of the connections this midway relays now: a header with one of them is a
+    /// loop.
+    chains: Arc<Mutex<HashSet<ChainId>>>,
+    max_hops: u8,
+}
+
+/// A connection's place in a chain of midways, held while it is relayed here.
+pub(super) struct Chain {
+    id: ChainId,
+    /// Midways crossed before this one (0 at the edge).
+    hops: u8,
+    /// The client as the edge saw it.
+    client: SocketAddr,
+    _registered: ChainRegistration,
+    /// At a gateway: the header's client's slot of max_connections_per_client.
+    _client_permit: Option<ClientPermit>,
+}
+
+impl Chain {
+    /// The client as the edge saw it.
+    pub(super) fn client(&self) -> SocketAddr {
+        self.client
+    }
+}
+
+/// Removes a chain id from the set of those in flight when the connection ends.
+struct ChainRegistration {
+    chains: Arc<Mutex<HashSet<ChainId>>>,
+    id: ChainId,
+}
+
+impl Drop for ChainRegistration {
+    fn drop(&mut self) {
+        lock(&self.chains).remove(&self.id);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a peer listener needs to check a header.
+pub(super) struct GatewayContext<'a> {
+    /// The connecting midway.
+    pub(super) from: SocketAddr,
+    /// The listener's `keys`.
+    pub(super) keys: &'a [String],
+    pub(super) config: &'a RuntimeConfig,
+    pub(super) access: &'a AccessList,
+    pub(super) client_limits: &'a Arc<ClientLimits>,
+    pub(super) shutdown: &'a CancellationToken,
+}
+
+impl Peering {
+    /// The keys and limits of `config`, with one warm pool per `[[peers]]` entry (in order).
+    pub(super) fn new(config: &RuntimeConfig, pools: Vec<Arc<WarmPool>>) -> Peering {
+        Peering {
+            keys: config.keys.clone(),
+            links: pools,
+            replay: Mutex::new(ReplayGuard::new(
+                u64::try_from(config.peer_header_window.as_millis()).unwrap_or(u64::MAX),
+                REPLAY_GUARD_CAPACITY,
+            )),
+            chains: Arc::default(),
+            max_hops: config.max_hops,
+        }
+    }
+
+    /// The warm pools, one per peer.
+    pub(super) fn pools(&self) -> &[Arc<WarmPool>] {
+        &self.links
+    }
+
+    /// Registers `id` as in flight; `None` when it already is (a loop).
+    fn register(&self, id: ChainId) -> Option<ChainRegistration> {
+        lock(&self.chains).insert(id).then(|| ChainRegistration {
+            chains: self.chains.clone(),
+            id,
+        })
+    }
+
+    /// A new chain for a connection this midway (an edge) sends through a peer.
+    pub(super) fn start_chain(&self, client: SocketAddr) -> Chain {
+        loop {
+            let mut id = [0; 16];
+            rand::thread_rng().fill_bytes(&mut id);
+            // 128 random bits never collide in practice; the loop only keeps the set exact.
+            if let Some(registration) = self.register(id) {
+                return Chain {
+                    id,
+                    hops: 0,
+                    client,
+                    _registered: registration,
+                    _client_permit: None,
+                };
+            }
+        }
+    }
+
+    /// The gateway's side: reads one header from a connecting midway and checks it. The first
+    /// byte may take up to `idle_timeout` (a warm connection waits for its client), the rest
+    /// `handshake_timeout`. Returns the destination and the connection's chain.
+    pub(super) async fn accept_header(
+        &self,
+        stream: &mut TcpStream,
+        cx: &GatewayContext<'_>,
+    ) -> Result<(SocketAddr, Chain), SetupError> {
+        let refused = |refusal| SetupError::PeerRefused {
+            from: cx.from,
+            refusal,
+        };
+        let mut bytes = vec![0; PREFIX_LEN];
+        let first = tokio::select! {
+            _ = cx.shutdown.cancelled() => return Err(SetupError::PeerIdleClosed),
+            first = tokio::time::timeout(cx.config.idle_timeout, stream.read(&mut bytes[..1])) => first,
+        };
+        match first {
+            Ok(Ok(1)) => {}
+            // EOF, reset or idle_timeout before the first byte: a warm connection that was
+            // never used.
+            _ => return Err(SetupError::PeerIdleClosed),
+        }
+        let rest = async {
+            stream
+                .read_exact(&mut bytes[1..])
+                .await
+                .map_err(PeerRefusal::Read)?;
+            let len = header_len(&bytes).map_err(PeerRefusal::Malformed)?;
+            bytes.resize(len, 0);
+            stream
+                .read_exact(&mut bytes[PREFIX_LEN..])
+                .await
+                .map_err(PeerRefusal::Read)?;
+            Ok(())
+        };
+        tokio::time::timeout(cx.config.handshake_timeout, rest)
+            .await
+            .map_err(|_| refused(PeerRefusal::HeaderTimeout))?
+            .map_err(refused)?;
+        self.check_header(&bytes, cx).map_err(refused)
+    }
+
+    /// Authenticates and checks a complete header (see [`Peering::accept_header`]).
+    fn check_header(
+        &self,
+        bytes: &[u8],
+        cx: &GatewayContext<'_>,
+    ) -> Result<(SocketAddr, Chain), PeerRefusal> {
+        let unverified = UnverifiedHeader::decode(bytes).map_err(PeerRefusal::Malformed)?;
+        let key_name = unverified.key_name().to_string();
+        let key = cx
+            .keys
+            .contains(&key_name)
+            .then(|| self.keys.get(&key_name))
+            .flatten()
+            .ok_or_else(|| PeerRefusal::UnknownKey(key_name.clone()))?;
+        let header = unverified
+            .verify(key.bytes())
+            .map_err(|source| PeerRefusal::BadMac {
+                key: key_name.clone(),
+                source,
+            })?;
+        lock(&self.replay)
+            .check(header.nonce, header.timestamp_ms, now_ms())
+            .map_err(|source| PeerRefusal::NotFresh {
+                key: key_name.clone(),
+                source,
+            })?;
+        if header.hops >= self.max_hops {
+            return Err(PeerRefusal::HopLimit {
+                hops: header.hops,
+                max: self.max_hops,
+            });
+        }
+        // The header's addresses meet the same rules as a client and a target named by a
+        // client of this midway would.
+        let client = header.client;
+        if !cx.access.allows(client.ip()) {
+            return Err(PeerRefusal::ClientNotAllowed(client.ip()));
+        }
+        if config::denied(&cx.config.denied_destinations, header.destination.ip()) {
+            return Err(PeerRefusal::DestinationDenied(header.destination));
+        }
+        let registration = self
+            .register(header.chain_id)
+            .ok_or_else(|| PeerRefusal::Loop {
+                chain: hex(&header.chain_id),
+            })?;
+        let permit = cx
+            .client_limits
+            .try_acquire(client.ip())
+            .ok_or(PeerRefusal::ClientLimit(client.ip()))?;
+        tracing::debug!(
+            key = %key_name,
+            hops = header.hops,
+            chain = %hex(&header.chain_id),
+            original_client = %client,
+            "peer header accepted"
+        );
+        Ok((
+            header.destination,
+            Chain {
+                id: header.chain_id,
+                hops: header.hops,
+                client,
+                _registered: registration,
+                _client_permit: Some(permit),
+            },
+        ))
+    }
+
+    /// The edge's side: a connection to `destination` through peer `index` (a warm one if the
+    /// pool has one alive), the header sent and the peer's status read, all within `timeout`.
+    /// A warm connection the peer turns out to have closed (EOF) is replaced by a fresh one,
+    /// once; a reset (the peer refused the header) is not retried.
+    pub(super) async fn connect_through(
+        &self,
+        index: usize,
+        chain: &Chain,
+        destination: SocketAddr,
+        timeout: Duration,
+    ) -> Result<TcpStream, SetupError> {
+        let pool = self.links.get(index).ok_or(SetupError::NotARelayListener)?;
+        let peer = pool.config();
+        let key = self
+            .keys
+            .get(&peer.key)
+            .ok_or(SetupError::NotARelayListener)?;
+        let attempt = async {
+            let mut fresh_only = false;
+            loop {
+                let (mut stream, origin) = pool.take(fresh_only).await?;
+                let header = self.header_for(peer, chain, destination);
+                let bytes = header.encode(key.bytes()).map_err(SetupError::PeerHeader)?;
+                match exchange(&mut stream, &bytes).await {
+                    Ok(PeerStatus::Connected) => return Ok(stream),
+                    Ok(status) => {
+                        return Err(SetupError::PeerStatus {
+                            peer: peer.name.clone(),
+                            status,
+                        })
+                    }
+                    // The peer closed an idle warm connection (a FIN, not the reset that refuses a
+                    // header) just after the liveness check: try once more on a fresh one.
+                    Err(err)
+                        if origin == PoolOrigin::Warm
+                            && !fresh_only
+                            && err.kind() == std::io::ErrorKind::UnexpectedEof =>
+                    {
+                        fresh_only = true
+                    }
+                    Err(source) => {
+                        return Err(SetupError::PeerHandshake {
+                            peer: peer.name.clone(),
+                            source,
+                        })
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(SetupError::PeerTimeout {
+                    peer: peer.name.clone(),
+                })
+            })
+    }
+
+    /// The header for the next hop: one more hop, the same chain, a new nonce and time.
+    fn header_for(&self, peer: &PeerConfig, chain: &Chain, destination: SocketAddr) -> PeerHeader {
+        let mut nonce = [0; 16];
+        rand::thread_rng().fill_bytes(&mut nonce);
+        PeerHeader {
+            hops: chain.hops.saturating_add(1),
+            chain_id: chain.id,
+            nonce,
+            timestamp_ms: now_ms(),
+            key_name: peer.key.clone(),
+            destination,
+            client: chain.client,
+        }
+    }
+}
+
+/// Sends `header` and reads the one status byte the peer answers with.
+async fn exchange(stream: &mut TcpStream, header: &[u8]) -> std::io::Result<PeerStatus> {
+    stream.write_all(header).await?;
+    let mut status = [0u8; 1];
+    stream.read_exact(&mut status).await?;
+    Ok(PeerStatus::from_byte(status[0]))
+}
+
+/// The gateway's answer to an accepted header, once the onward connection is made or failed.
+pub(super) async fn send_status(stream: &mut TcpStream, status: PeerStatus) -> std::io::Result<()> {
+    stream.write_all(&[status.to_byte()]).await
+}
+
+/// Counts a refused header in the peer metrics (besides the refused-connections counter).
+pub(super) fn count_refusal(metrics: &Metrics, listener: &str, refusal: &PeerRefusal) {
+    if refusal.is_auth_failure() {
+        metrics.peer_auth_failure(listener, refusal.reason());
+    }
+    match refusal {
+        PeerRefusal::Loop { .. } => metrics
+            .peer_loops_refused
+            .get_or_create(&Metrics::listener(listener))
+            .inc(),
+        PeerRefusal::HopLimit { .. } => metrics
+            .peer_hop_limit_refused
+            .get_or_create(&Metrics::listener(listener))
+            .inc(),
+        _ => 0,
+    };
+}

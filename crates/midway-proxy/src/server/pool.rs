@@ -1,0 +1,219 @@
+//! The warm pool of one peer: connections to it opened ahead of time, so a proxied connection
+//! pays no TCP handshake over the long segment (the umts paper's lesson about cold upstream
+//! connections). A fresh warm connection still starts with the initial window: a profile's
+//! `initcwnd` is how to skip slow start on it.
+//!
+//! One task per peer keeps `warm_connections` idle, connected sockets: it refills after every
+//! take, replaces a socket idle for `warm_max_idle` (before the peer's `idle_timeout` closes
+//! it), drops sockets the peer closed, and closes all of them at shutdown. While the peer is
+//! down it retries with a doubling pause, logging once when the peer goes down and once when
+//! it comes back, never per attempt.
+
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use midway_tcp::{Role, TcpProfile};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::connect::{apply_established, connect};
+use super::error::{ErrorChain, SetupError};
+use crate::config::PeerConfig;
+use crate::metrics::{Metrics, PeerLabels};
+
+/// First pause after a failed connect to a peer; doubles per failure up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Idle sockets are checked for a close by the peer at least this often.
+const CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Where a connection to a peer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoolOrigin {
+    /// Taken from the warm pool.
+    Warm,
+    /// Connected for this connection.
+    Fresh,
+}
+
+/// The warm connections of one peer.
+pub(super) struct WarmPool {
+    config: PeerConfig,
+    profile: Arc<TcpProfile>,
+    connect_timeout: Duration,
+    idle: Mutex<VecDeque<(TcpStream, Instant)>>,
+    /// Wakes the refill task after a take.
+    taken: Notify,
+    metrics: Metrics,
+    labels: PeerLabels,
+}
+
+/// Whether an idle socket is still connected: a non-blocking peek sees nothing to read. EOF
+/// (the peer closed it), an error (reset) or bytes (a peer never sends before the header) all
+/// mean it cannot carry a connection.
+fn is_alive(stream: &TcpStream) -> bool {
+    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+    match socket2::SockRef::from(stream).peek(&mut byte) {
+        Err(err) => err.kind() == std::io::ErrorKind::WouldBlock,
+        Ok(_) => false,
+    }
+}
+
+impl WarmPool {
+    pub(super) fn new(
+        config: PeerConfig,
+        profile: Arc<TcpProfile>,
+        connect_timeout: Duration,
+        metrics: Metrics,
+    ) -> WarmPool {
+        let labels = PeerLabels {
+            peer: config.name.clone(),
+        };
+        WarmPool {
+            config,
+            profile,
+            connect_timeout,
+            idle: Mutex::default(),
+            taken: Notify::new(),
+            metrics,
+            labels,
+        }
+    }
+
+    /// The peer this pool connects to.
+    pub(super) fn config(&self) -> &PeerConfig {
+        &self.config
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<(TcpStream, Instant)>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn update_gauge(&self, len: usize) {
+        self.metrics
+            .peer_warm_idle
+            .get_or_create(&self.labels)
+            .set(i64::try_from(len).unwrap_or(i64::MAX));
+    }
+
+    /// A connection to the peer: the oldest live warm one, or (pool empty, or `fresh_only`) a
+    /// new one.
+    pub(super) async fn take(
+        &self,
+        fresh_only: bool,
+    ) -> Result<(TcpStream, PoolOrigin), SetupError> {
+        if !fresh_only {
+            let taken = {
+                let mut idle = self.idle();
+                let mut found = None;
+                while let Some((stream, _)) = idle.pop_front() {
+                    if is_alive(&stream) {
+                        found = Some(stream);
+                        break;
+                    }
+                }
+                self.update_gauge(idle.len());
+                found
+            };
+            self.taken.notify_one();
+            if let Some(stream) = taken {
+                self.metrics.peer_connection(&self.config.name, "warm");
+                return Ok((stream, PoolOrigin::Warm));
+            }
+        }
+        let stream = self.connect().await?;
+        self.metrics.peer_connection(&self.config.name, "fresh");
+        Ok((stream, PoolOrigin::Fresh))
+    }
+
+    /// A new connection with the peer's profile, before connect and once established, as
+    /// every remote segment gets it.
+    async fn connect(&self) -> Result<TcpStream, SetupError> {
+        let result = async {
+            let stream = connect(
+                &self.config.address,
+                &self.profile,
+                None,
+                &[],
+                self.connect_timeout,
+            )
+            .await?;
+            apply_established(&stream, &self.profile, Role::Outgoing)?;
+            Ok(stream)
+        }
+        .await;
+        if result.is_err() {
+            self.metrics
+                .peer_connect_failures
+                .get_or_create(&self.labels)
+                .inc();
+        }
+        result
+    }
+
+    /// Drops idle sockets the peer closed and those idle for `warm_max_idle`; returns how many
+    /// are left and when the oldest will be too old.
+    fn prune(&self) -> (usize, Option<Instant>) {
+        let mut idle = self.idle();
+        let max_idle = self.config.warm_max_idle;
+        idle.retain(|(stream, since)| since.elapsed() < max_idle && is_alive(stream));
+        self.update_gauge(idle.len());
+        (idle.len(), idle.front().map(|(_, since)| *since + max_idle))
+    }
+
+    /// Keeps the pool full until `shutdown`, then closes every idle socket.
+    pub(super) async fn maintain(self: Arc<Self>, shutdown: CancellationToken) {
+        let name = &self.config.name;
+        let wanted = self.config.warm_connections;
+        let mut retry: Option<Duration> = None;
+        loop {
+            let (len, oldest_expires) = self.prune();
+            if len < wanted {
+                let connected = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    connected = self.connect() => connected,
+                };
+                match connected {
+                    Ok(stream) => {
+                        if retry.take().is_some() {
+                            tracing::info!(peer = %name, "peer reachable again; refilling its warm pool");
+                        }
+                        let mut idle = self.idle();
+                        idle.push_back((stream, Instant::now()));
+                        self.update_gauge(idle.len());
+                        continue;
+                    }
+                    Err(err) => {
+                        let pause = match retry {
+                            None => {
+                                tracing::warn!(peer = %name, error = %ErrorChain(&err), "peer unreachable: no warm connections; retrying with backoff");
+                                RETRY_MIN
+                            }
+                            Some(previous) => (previous * 2).min(RETRY_MAX),
+                        };
+                        retry = Some(pause);
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(pause) => continue,
+                        }
+                    }
+                }
+            }
+            let wake_at = oldest_expires.map_or(Instant::now() + CHECK_INTERVAL, |at| {
+                at.min(Instant::now() + CHECK_INTERVAL)
+            });
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.taken.notified() => {}
+                _ = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+        let mut idle = self.idle();
+        idle.clear();
+        self.update_gauge(0);
+    }
+}
