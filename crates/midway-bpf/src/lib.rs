@@ -52,7 +52,8 @@ use libbpf_rs::{ErrorKind, Link, MapCore, Object, ObjectBuilder, PrintLevel};
 
 /// Where the kernel lists every congestion control registered on it (host-wide, whatever the
 /// network namespace of the reader).
-pub const AVAILABLE_CONGESTION_CONTROL: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+pub const AVAILABLE_CONGESTION_CONTROL: &str =
+    "/proc/sys/net/ipv4/tcp_available_congestion_control";
 
 /// The kernel's BTF, without which neither `struct_ops` nor CO-RE can work.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -327,13 +328,11 @@ fn register_one(algorithm: Algorithm) -> Result<Held, RegisterError> {
         let log = libbpf_log_tail();
         match source.kind() {
             ErrorKind::PermissionDenied => RegisterError::PermissionDenied { algorithm, source },
-            ErrorKind::Unsupported | ErrorKind::NotFound => {
-                RegisterError::StructOpsUnsupported {
-                    algorithm,
-                    source,
-                    log,
-                }
-            }
+            ErrorKind::Unsupported | ErrorKind::NotFound => RegisterError::StructOpsUnsupported {
+                algorithm,
+                source,
+                log,
+            },
             _ => RegisterError::Load {
                 algorithm,
                 source,
@@ -437,12 +436,21 @@ mod tests {
     #[test]
     fn names_map_both_ways() {
         for algorithm in Algorithm::ALL {
-            assert_eq!(Algorithm::from_name(algorithm.profile_name()), Some(algorithm));
-            assert_eq!(Algorithm::from_name(algorithm.kernel_name()), Some(algorithm));
+            assert_eq!(
+                Algorithm::from_name(algorithm.profile_name()),
+                Some(algorithm)
+            );
+            assert_eq!(
+                Algorithm::from_name(algorithm.kernel_name()),
+                Some(algorithm)
+            );
             // The kernel's TCP_CA_NAME_MAX is 16 with the terminating NUL.
             assert!(algorithm.kernel_name().len() <= 15);
         }
-        assert_eq!(Algorithm::from_name("highspeed"), Some(Algorithm::HighSpeed));
+        assert_eq!(
+            Algorithm::from_name("highspeed"),
+            Some(Algorithm::HighSpeed)
+        );
         assert_eq!(
             Algorithm::from_name("mw_gentle_hs"),
             Some(Algorithm::GentleHighSpeed)
