@@ -137,11 +137,12 @@ impl Bpf {
             .progs_mut()
             .find(|program| program.name() == "mw_check")
             .unwrap();
-        let mut input = ProgramInput::default();
-        input.context_in = Some(&mut bytes);
-        let output = program.test_run(input).unwrap();
-        assert_eq!(output.return_value, 0, "mw_check refused {state:?}");
-        drop(output);
+        let input = ProgramInput {
+            context_in: Some(&mut bytes),
+            ..ProgramInput::default()
+        };
+        let return_value = program.test_run(input).unwrap().return_value;
+        assert_eq!(return_value, 0, "mw_check refused {state:?}");
         let mut words = [0u32; 13];
         for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(4)) {
             *word = u32::from_ne_bytes(chunk.try_into().unwrap());
