@@ -334,7 +334,7 @@ impl TcpProfile {
     /// Options that any TCP socket takes at any time (listener, before connect, established).
     fn set_socket_options(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
         let tcp = libc::IPPROTO_TCP;
-        if let Some(cc) = &self.congestion_control {
+        if let Some(cc) = self.kernel_congestion_control() {
             set_congestion_control(fd, cc).map_err(self.err("congestion_control", role))?;
         }
         if let Some(ms) = self.rto_min_ms.filter(|ms| *ms <= SOCKET_RTO_MIN_MAX_MS) {
@@ -424,16 +424,23 @@ impl TcpProfile {
     /// the first connection to a destination. It fails if `tcp_no_metrics_save = 1`, where it
     /// could never apply.
     pub fn check_supported(&self) -> Result<(), KnobError> {
-        if let Some(cc) = &self.congestion_control {
+        if let Some(cc) = self.kernel_congestion_control() {
             let available = read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control")
                 .map_err(|source| KnobError::Probe {
                     knob: "congestion_control",
                     source,
                 })?;
             if !available.split_whitespace().any(|a| a == cc) {
+                let name = match self.bpf_congestion_control() {
+                    // Names the BPF program, so the message says what is missing.
+                    Some(algorithm) => {
+                        format!("{algorithm}, a BPF congestion control midway registers at start")
+                    }
+                    None => cc.to_owned(),
+                };
                 return Err(KnobError::CongestionControlUnavailable {
                     profile: self.name.clone(),
-                    name: cc.clone(),
+                    name,
                     available,
                 });
             }
