@@ -264,6 +264,22 @@ pub enum RegisterError {
     },
 }
 
+impl RegisterError {
+    /// The algorithm whose registration failed.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            RegisterError::NoBtf { algorithm }
+            | RegisterError::PermissionDenied { algorithm, .. }
+            | RegisterError::StructOpsUnsupported { algorithm, .. }
+            | RegisterError::Open { algorithm, .. }
+            | RegisterError::Load { algorithm, .. }
+            | RegisterError::MissingMap { algorithm, .. }
+            | RegisterError::Attach { algorithm, .. }
+            | RegisterError::NameTakenButUnavailable { algorithm, .. } => *algorithm,
+        }
+    }
+}
+
 /// The congestion controls registered on this kernel, as listed in
 /// [`AVAILABLE_CONGESTION_CONTROL`].
 pub fn available_congestion_controls() -> std::io::Result<Vec<String>> {

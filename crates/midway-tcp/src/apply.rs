@@ -95,6 +95,19 @@ pub enum KnobError {
         /// Value the kernel reports, in the same unit as `wanted`.
         got: u64,
     },
+    /// The profile names one of midway's BPF congestion controls and it could not be
+    /// registered (see `midway_bpf::RegisterError` for what the kernel or the process lacks).
+    #[error("profile {profile:?}: congestion_control = {name:?} is midway's BPF congestion control {kernel_name}, which cannot be registered on this kernel: {source}")]
+    BpfCongestionControl {
+        /// Name of the profile the knob belongs to.
+        profile: String,
+        /// The profile's `congestion_control`.
+        name: String,
+        /// The name the kernel would know it by.
+        kernel_name: &'static str,
+        /// Why registering failed.
+        source: midway_bpf::RegisterError,
+    },
     /// The congestion control the profile names is not loaded in this kernel.
     #[error("profile {profile:?}: congestion_control {name:?} is not available in this kernel (available: {available}); load its module or pick one of those")]
     CongestionControlUnavailable {
