@@ -178,7 +178,9 @@ impl fmt::Debug for Registration {
     }
 }
 
-/// Why [`register`] failed. Each message names what the kernel or the process lacks.
+/// Why [`register`] failed. Each message names what the kernel or the process lacks; libbpf's
+/// error is the [`std::error::Error::source`], and libbpf's log tail (the verifier's verdict)
+/// ends the message where there is one.
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
     /// The kernel exposes no BTF.
@@ -193,7 +195,7 @@ pub enum RegisterError {
     /// The process may not load BPF programs.
     #[error(
         "cannot register {algorithm}: not permitted to load BPF programs (run as root, or with \
-         CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN): {source}"
+         CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)"
     )]
     PermissionDenied {
         /// The algorithm being registered.
@@ -205,7 +207,7 @@ pub enum RegisterError {
     #[error(
         "cannot register {algorithm}: this kernel does not support BPF struct_ops congestion \
          controls (needs CONFIG_BPF_SYSCALL, CONFIG_BPF_JIT and tcp_congestion_ops in its \
-         BTF): {source}{log}"
+         BTF){log}"
     )]
     StructOpsUnsupported {
         /// The algorithm being registered.
@@ -216,7 +218,7 @@ pub enum RegisterError {
         log: String,
     },
     /// The embedded object could not be opened (a corrupt build).
-    #[error("cannot open the embedded BPF object of {algorithm}: {source}")]
+    #[error("cannot open the embedded BPF object of {algorithm}")]
     Open {
         /// The algorithm being registered.
         algorithm: Algorithm,
@@ -224,7 +226,7 @@ pub enum RegisterError {
         source: libbpf_rs::Error,
     },
     /// The kernel refused to load the programs; the verifier's log tail says why.
-    #[error("the kernel refused to load the BPF programs of {algorithm}: {source}{log}")]
+    #[error("the kernel refused to load the BPF programs of {algorithm}{log}")]
     Load {
         /// The algorithm being registered.
         algorithm: Algorithm,
@@ -242,7 +244,7 @@ pub enum RegisterError {
         map: &'static str,
     },
     /// The kernel refused the registration itself.
-    #[error("the kernel refused to register {algorithm}: {source}{log}")]
+    #[error("the kernel refused to register {algorithm}{log}")]
     Attach {
         /// The algorithm being registered.
         algorithm: Algorithm,

@@ -97,7 +97,7 @@ pub enum KnobError {
     },
     /// The profile names one of midway's BPF congestion controls and it could not be
     /// registered (see `midway_bpf::RegisterError` for what the kernel or the process lacks).
-    #[error("profile {profile:?}: congestion_control = {name:?} is midway's BPF congestion control {kernel_name}, which cannot be registered on this kernel: {source}")]
+    #[error("profile {profile:?}: congestion_control = {name:?} is midway's BPF congestion control {kernel_name}, which cannot be registered on this kernel")]
     BpfCongestionControl {
         /// Name of the profile the knob belongs to.
         profile: String,
