@@ -324,7 +324,12 @@ pub fn register(algorithms: &[Algorithm]) -> Result<Registration, RegisterError>
     let mut held = Vec::new();
     let mut result = Ok(());
     for algorithm in wanted {
-        match register_one(algorithm) {
+        // A holder that unregistered between our EEXIST and our look at the list: try once more.
+        let outcome = match register_one(algorithm) {
+            Err(RegisterError::NameTakenButUnavailable { .. }) => register_one(algorithm),
+            outcome => outcome,
+        };
+        match outcome {
             Ok(one) => held.push(one),
             Err(error) => {
                 result = Err(error);

@@ -75,6 +75,24 @@ fn registered_selectable_carrying_data_and_gone_after_drop() {
         );
     }
 
+    // A second registration while the first holds the names (another midway on this kernel,
+    // as in the lab): shared, not an error, and dropping it leaves the names registered.
+    let second = register(&Algorithm::ALL).unwrap();
+    for algorithm in Algorithm::ALL {
+        assert_eq!(
+            second.ownership(algorithm),
+            Some(Ownership::Shared),
+            "{algorithm}"
+        );
+    }
+    drop(second);
+    for algorithm in Algorithm::ALL {
+        assert!(
+            midway_bpf::is_available(algorithm.kernel_name()),
+            "{algorithm}"
+        );
+    }
+
     let netns = Netns::unique("mwbpf");
     for algorithm in Algorithm::ALL {
         let (name, max_cwnd) = netns.enter(|| transfer(algorithm.kernel_name(), 8 << 20));
