@@ -22,6 +22,22 @@
 //! `bpf/mw_cc.h`), and `tests/arithmetic.rs` runs that C with `BPF_PROG_TEST_RUN` on table
 //! boundaries, window sweeps and event traces and compares every result with `midway-cc`.
 //!
+//! # What the kernel programs add around that arithmetic
+//!
+//! The model is fed events; the `struct_ops` callbacks are where the kernel delivers them, and
+//! they do what any Linux congestion control does there, which the model leaves out:
+//!
+//! * `cong_avoid` grows the window only while the sender fills it (the kernel's
+//!   `tcp_is_cwnd_limited()`), and caps the result at the socket's `snd_cwnd_clamp`, as
+//!   `tcp_cong_avoid_ai()` does;
+//! * `ssthresh` returns the model's loss threshold; the kernel stores it and runs fast recovery
+//!   (PRR) itself, ending at `cwnd = ssthresh`; on a timeout it sets the window to the packets in
+//!   flight plus one (the model's loss window of one segment in the usual case);
+//! * `undo_cwnd` is Reno's (`max(cwnd, prior_cwnd)`) after a spurious reduction;
+//! * gentle HighSpeed's `pkts_acked` skips ACKs without an RTT sample (`rtt_us < 0`) and its
+//!   `set_state` forgets the RTT state and returns to HighSpeed mode on `TCP_CA_Loss` (a
+//!   timeout).
+//!
 //! # When, and how it goes away
 //!
 //! [`register`] loads the objects and attaches each `struct_ops` map through a BPF link
