@@ -95,6 +95,19 @@ pub enum KnobError {
         /// Value the kernel reports, in the same unit as `wanted`.
         got: u64,
     },
+    /// The profile names one of midway's BPF congestion controls and it could not be
+    /// registered (see `midway_bpf::RegisterError` for what the kernel or the process lacks).
+    #[error("profile {profile:?}: congestion_control = {name:?} is midway's BPF congestion control {kernel_name}, which cannot be registered on this kernel")]
+    BpfCongestionControl {
+        /// Name of the profile the knob belongs to.
+        profile: String,
+        /// The profile's `congestion_control`.
+        name: String,
+        /// The name the kernel would know it by.
+        kernel_name: &'static str,
+        /// Why registering failed.
+        source: midway_bpf::RegisterError,
+    },
     /// The congestion control the profile names is not loaded in this kernel.
     #[error("profile {profile:?}: congestion_control {name:?} is not available in this kernel (available: {available}); load its module or pick one of those")]
     CongestionControlUnavailable {
@@ -334,7 +347,7 @@ impl TcpProfile {
     /// Options that any TCP socket takes at any time (listener, before connect, established).
     fn set_socket_options(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
         let tcp = libc::IPPROTO_TCP;
-        if let Some(cc) = &self.congestion_control {
+        if let Some(cc) = self.kernel_congestion_control() {
             set_congestion_control(fd, cc).map_err(self.err("congestion_control", role))?;
         }
         if let Some(ms) = self.rto_min_ms.filter(|ms| *ms <= SOCKET_RTO_MIN_MAX_MS) {
@@ -424,16 +437,23 @@ impl TcpProfile {
     /// the first connection to a destination. It fails if `tcp_no_metrics_save = 1`, where it
     /// could never apply.
     pub fn check_supported(&self) -> Result<(), KnobError> {
-        if let Some(cc) = &self.congestion_control {
+        if let Some(cc) = self.kernel_congestion_control() {
             let available = read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control")
                 .map_err(|source| KnobError::Probe {
                     knob: "congestion_control",
                     source,
                 })?;
             if !available.split_whitespace().any(|a| a == cc) {
+                let name = match self.bpf_congestion_control() {
+                    // Names the BPF program, so the message says what is missing.
+                    Some(algorithm) => {
+                        format!("{algorithm}, a BPF congestion control midway registers at start")
+                    }
+                    None => cc.to_owned(),
+                };
                 return Err(KnobError::CongestionControlUnavailable {
                     profile: self.name.clone(),
-                    name: cc.clone(),
+                    name,
                     available,
                 });
             }

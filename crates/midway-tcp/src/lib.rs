@@ -7,7 +7,7 @@
 //!
 //! | knob | mechanism | module |
 //! |---|---|---|
-//! | congestion control | `TCP_CONGESTION` | `apply` |
+//! | congestion control | `TCP_CONGESTION` (midway's BPF `highspeed` / `gentle-highspeed` by their kernel names `mw_highspeed` / `mw_gentle_hs`, registered by the proxy via `midway-bpf`) | `apply` |
 //! | delayed ACK off | route metric `quickack 1` + `TCP_DELACK_MAX_US` at its floor + `TCP_QUICKACK` | `routes`, `apply` |
 //! | minimum RTO <= 200 ms | `TCP_RTO_MIN_US` | `apply` |
 //! | minimum RTO > 200 ms | route metric `rto_min` | `routes` |

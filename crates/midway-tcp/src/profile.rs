@@ -15,7 +15,11 @@ use crate::bufrule::{auto_buffer_bytes, BufRuleError};
 pub struct TcpProfile {
     /// The profile's name: a preset's or a key of `[profiles.*]`.
     pub name: String,
-    /// Congestion control set with `TCP_CONGESTION` (`cubic`, `bbr`, ...).
+    /// Congestion control set with `TCP_CONGESTION` (`cubic`, `bbr`, ...). `highspeed` and
+    /// `gentle-highspeed` are midway's own BPF congestion controls (`midway-bpf`), which the
+    /// kernel knows as `mw_highspeed` and `mw_gentle_hs` (see
+    /// [`TcpProfile::kernel_congestion_control`]); they name midway's, never the kernel's
+    /// `tcp_highspeed` module.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub congestion_control: Option<String>,
     /// Initial congestion window in segments (route metric `initcwnd`).
@@ -82,6 +86,24 @@ impl TcpProfile {
             user_timeout_ms: None,
             max_pacing_rate_bps: None,
             route_mark: None,
+        }
+    }
+
+    /// The BPF congestion control this profile names, if any: it must be registered
+    /// (`midway_bpf::register`) before a socket can take it.
+    pub fn bpf_congestion_control(&self) -> Option<midway_bpf::Algorithm> {
+        self.congestion_control
+            .as_deref()
+            .and_then(midway_bpf::Algorithm::from_name)
+    }
+
+    /// The congestion control's name as the kernel knows it (`TCP_CONGESTION`, the available
+    /// list): the profile's name, except for midway's BPF ones (`highspeed` is `mw_highspeed`,
+    /// `gentle-highspeed` is `mw_gentle_hs`).
+    pub fn kernel_congestion_control(&self) -> Option<&str> {
+        match self.bpf_congestion_control() {
+            Some(algorithm) => Some(algorithm.kernel_name()),
+            None => self.congestion_control.as_deref(),
         }
     }
 }
@@ -336,6 +358,11 @@ fn valid_profile_name(name: &str) -> bool {
 }
 
 fn valid_cc_name(name: &str) -> bool {
+    // midway's BPF congestion controls: `gentle-highspeed` is longer than a kernel name may be,
+    // and is applied as its kernel name.
+    if midway_bpf::Algorithm::from_name(name).is_some() {
+        return true;
+    }
     // TCP_CA_NAME_MAX is 16 including the NUL.
     (1..=15).contains(&name.len())
         && name
@@ -772,6 +799,11 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+        let specs = parse("[profiles.x]\ncongestion_control = \"gentle-highspeed-x\"\n").unwrap();
+        assert!(matches!(
+            resolve_profiles(&specs),
+            Err(ProfileError::BadCongestionControlName { .. })
+        ));
         let specs = parse("[profiles.x]\ncongestion_control = \"Not A CC!\"\n").unwrap();
         assert!(matches!(
             resolve_profiles(&specs),
@@ -790,5 +822,34 @@ mod tests {
             resolve_profiles(&specs),
             Err(ProfileError::BadName { .. })
         ));
+    }
+
+    #[test]
+    fn midways_bpf_congestion_controls_are_named_by_profile_and_applied_by_kernel_name() {
+        let specs = parse(
+            "[profiles.hs]\ncongestion_control = \"highspeed\"\n\
+             [profiles.ghs]\ncongestion_control = \"gentle-highspeed\"\n\
+             [profiles.k]\ncongestion_control = \"mw_gentle_hs\"\n\
+             [profiles.c]\ncongestion_control = \"cubic\"\n",
+        )
+        .unwrap();
+        let resolved = resolve_profiles(&specs).unwrap();
+        let hs = &resolved["hs"];
+        assert_eq!(hs.congestion_control.as_deref(), Some("highspeed"));
+        assert_eq!(hs.kernel_congestion_control(), Some("mw_highspeed"));
+        assert_eq!(
+            hs.bpf_congestion_control(),
+            Some(midway_bpf::Algorithm::HighSpeed)
+        );
+        // 16 characters: longer than a kernel name, accepted because it is midway's own.
+        let ghs = &resolved["ghs"];
+        assert_eq!(ghs.congestion_control.as_deref(), Some("gentle-highspeed"));
+        assert_eq!(ghs.kernel_congestion_control(), Some("mw_gentle_hs"));
+        assert_eq!(
+            resolved["k"].bpf_congestion_control(),
+            Some(midway_bpf::Algorithm::GentleHighSpeed)
+        );
+        assert_eq!(resolved["c"].kernel_congestion_control(), Some("cubic"));
+        assert_eq!(resolved["c"].bpf_congestion_control(), None);
     }
 }

@@ -58,9 +58,18 @@ impl TcpProfile {
         };
         let tcp = libc::IPPROTO_TCP;
         let stats = tcp_stats(fd)?;
-        if let Some(cc) = &self.congestion_control {
+        if let (Some(cc), Some(kernel_name)) =
+            (&self.congestion_control, self.kernel_congestion_control())
+        {
+            // The kernel reports a BPF congestion control by its kernel name (`mw_highspeed`):
+            // compare kernel names, report in the profile's terms.
             let got = congestion_control_of(fd)?;
-            expect("congestion_control", &got == cc, cc.clone(), got);
+            let ok = got == kernel_name;
+            let got = match midway_bpf::Algorithm::from_name(&got) {
+                Some(algorithm) => algorithm.profile_name().to_owned(),
+                None => got,
+            };
+            expect("congestion_control", ok, cc.clone(), got);
         }
         if let (Some(n), true) = (self.initial_cwnd, when.before_data) {
             expect(

@@ -25,6 +25,7 @@
 //! - `error.rs`: typed errors.
 
 mod accept;
+mod congestion;
 mod connect;
 mod connection;
 mod error;
@@ -134,6 +135,8 @@ pub struct Proxy {
     route_knobs: Option<RouteKnobs>,
     /// HTTP engines, for their pool maintenance tasks.
     http_engines: Vec<Arc<HttpProxy>>,
+    /// midway's BPF congestion controls the profiles use, registered while the proxy lives.
+    _congestion_controls: Option<midway_bpf::Registration>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -272,6 +275,7 @@ impl Proxy {
         let socket_memory = memory::socket_memory_guard(config.socket_memory)?;
         let mut profiles = config.profiles.clone();
         let used = profiles::referenced_profiles(&config);
+        let congestion_controls = congestion::register_congestion_controls(&used, &profiles)?;
         let route_knobs = profiles::install_route_knobs(&config, &used, &mut profiles)?;
         profiles::check_profiles_supported(&used, &profiles)?;
         // From here on the profiles (marks filled in) are shared, never changed.
@@ -383,6 +387,7 @@ impl Proxy {
             intercept,
             route_knobs,
             http_engines,
+            _congestion_controls: congestion_controls,
         })
     }
 

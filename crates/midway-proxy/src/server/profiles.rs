@@ -118,7 +118,10 @@ pub(super) fn check_profiles_supported<'a>(
 /// Checks that the running kernel can honour every profile a listener uses (for
 /// `midway check-config`; [`super::Proxy::bind`] does the same after installing route knobs).
 pub fn check_kernel_support(config: &RuntimeConfig) -> Result<(), ProxyError> {
-    check_profiles_supported(&referenced_profiles(config), &config.profiles)
+    let used = referenced_profiles(config);
+    // midway's BPF congestion controls are registered for the check, and unregistered after it.
+    let _registered = super::congestion::register_congestion_controls(&used, &config.profiles)?;
+    check_profiles_supported(&used, &config.profiles)
 }
 
 /// The used profiles `RouteKnobs::install` must see: those with route-only knobs, and those with
