@@ -11,11 +11,12 @@ use std::time::Duration;
 use midway_config::haproxy::{HaproxyConfig, ListenSection};
 use midway_config::squid::SquidConfig;
 use midway_config::{
-    overlay, ConfigBuilder, ListenerBuilder, ModeName, OverlayConflict, RelayName,
+    overlay, ConfigBuilder, FilePeer, ListenerBuilder, ModeName, OverlayConflict, RelayName,
 };
 
 use crate::scenario::{
-    Case, CaseKind, Intercept, MidwayCase, RelayKind, RouteTuning, SquidCase, UpstreamPersistence,
+    Case, CaseKind, ChainCase, Intercept, MidwayCase, RelayKind, RouteTuning, SquidCase,
+    UpstreamPersistence,
 };
 
 /// Port the proxy listens on inside the proxy host (each topology is its own namespace set, so a
@@ -52,6 +53,8 @@ pub(crate) fn connect_target(case: &Case, placement: &Placement) -> SocketAddr {
         {
             placement.server
         }
+        // A chain's first midway intercepts transparently.
+        CaseKind::Chain => placement.server,
         CaseKind::Midway | CaseKind::Haproxy | CaseKind::Squid => {
             SocketAddr::new(placement.proxy_addr, PROXY_PORT)
         }
@@ -64,7 +67,7 @@ pub(crate) fn explicit_proxy(case: &Case, placement: &Placement) -> Option<Socke
     let explicit = match case.kind {
         CaseKind::Squid => true,
         CaseKind::Midway => case.midway.as_ref().map(|m| m.intercept) == Some(Intercept::Http),
-        CaseKind::Direct | CaseKind::Haproxy => false,
+        CaseKind::Direct | CaseKind::Haproxy | CaseKind::Chain => false,
     };
     explicit.then(|| SocketAddr::new(placement.proxy_addr, PROXY_PORT))
 }
@@ -138,11 +141,120 @@ pub(crate) fn midway_config(
         }
         overlay(listener, &case.listener, "listeners")?;
     }
-    if let Some(profiles) = extras("profiles", &case.profiles) {
-        overlay(&mut config, &profiles, "")?;
-    }
+    add_profiles(&mut config, &case.profiles)?;
     overlay(&mut config, &case.config, "")?;
     toml::to_string(&config).map_err(ConfigGenError::Serialize)
+}
+
+/// Adds a case's `[profiles.NAME]` tables as written (the proxy checks them when it reads them).
+fn add_profiles(config: &mut toml::Table, profiles: &toml::Table) -> Result<(), ConfigGenError> {
+    if !profiles.is_empty() {
+        let profiles = toml::Table::from_iter([("profiles".to_owned(), profiles.clone().into())]);
+        overlay(config, &profiles, "")?;
+    }
+    Ok(())
+}
+
+/// Idle connections each midway of a chain keeps open to the next, so a client's connection
+/// pays no handshake and no slow start on the peer segment (issue 16: the warm pool).
+pub(crate) const CHAIN_WARM_CONNECTIONS: usize = 4;
+/// Bytes of a chain's pre-shared keys (midway asks for at least 16).
+pub(crate) const CHAIN_KEY_BYTES: usize = 32;
+
+/// Name of the pre-shared key between the chain's midways on `from` and `to`.
+pub(crate) fn chain_key_name(from: &str, to: &str) -> String {
+    format!("lab-{from}-{to}")
+}
+
+/// A fresh random pre-shared key as hexadecimal text, one per pair of neighbouring midways of a
+/// run (never written anywhere but the point's configs).
+pub(crate) fn random_key_hex() -> String {
+    let bytes: [u8; CHAIN_KEY_BYTES] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The configs of a chain's midways, in the order of `chain.hosts`. `placements[i]` is host i's
+/// place on the path (its address and interface toward the client side); `keys[i]` the hex key
+/// shared by hosts i and i + 1.
+///
+/// The first midway intercepts the client's connections transparently (as a transparent `midway`
+/// case) and sends them through the next; every other one has a peer listener that accepts the
+/// previous midway's connections with their key and either sends them on through the next or,
+/// the last one, connects to the server. The peer segment's profile is set at both of its ends:
+/// as the sending midway's `[[peers]]` profile and as the accepting midway's local profile (the
+/// accepting end sends the server's data back, so its congestion control is the one that moves
+/// a download).
+pub(crate) fn chain_configs(
+    chain: &ChainCase,
+    placements: &[Placement],
+    keys: &[String],
+) -> Result<Vec<String>, ConfigGenError> {
+    let hosts = &chain.hosts;
+    assert_eq!(placements.len(), hosts.len(), "one placement per midway");
+    assert_eq!(keys.len() + 1, hosts.len(), "one key per peer segment");
+    let listen = format!("0.0.0.0:{PROXY_PORT}");
+    let mut configs = Vec::with_capacity(hosts.len());
+    for (index, placement) in placements.iter().enumerate() {
+        let first = index == 0;
+        let last = index + 1 == hosts.len();
+        // A peer listener checks the client named in the peer header as well as the connecting
+        // midway, so both prefixes are allowed.
+        let mut allowed = vec![placement.client_prefix.clone()];
+        if !first {
+            allowed.push(placement.route_prefix.clone());
+        }
+        let mut builder = ConfigBuilder::new(allowed)
+            .metrics(METRICS_LISTEN.parse().expect("a valid socket address"))
+            .spool_dir(&placement.spool_dir);
+        let mut listener = if first {
+            let mut listener = ListenerBuilder::transparent(
+                LISTENER_NAME,
+                &listen,
+                [placement.client_iface.clone()],
+                [placement.server.port()],
+            );
+            if let Some(profile) = &chain.local_profile {
+                listener = listener.local_profile(profile);
+            }
+            listener
+        } else {
+            let key_name = chain_key_name(&hosts[index - 1], &hosts[index]);
+            builder = builder.key(&key_name, &keys[index - 1]);
+            let mut listener = ListenerBuilder::peer(LISTENER_NAME, &listen, [key_name]);
+            if let Some(profile) = &chain.peer_profile {
+                listener = listener.local_profile(profile);
+            }
+            listener
+        };
+        if last {
+            if let Some(profile) = &chain.remote_profile {
+                listener = listener.remote_profile(profile);
+            }
+        } else {
+            let next = &hosts[index + 1];
+            let key_name = chain_key_name(&hosts[index], next);
+            builder = builder.key(&key_name, &keys[index]).peer(FilePeer {
+                name: Some(next.clone()),
+                address: Some(
+                    SocketAddr::new(placements[index + 1].proxy_addr, PROXY_PORT).to_string(),
+                ),
+                key: Some(key_name),
+                profile: chain.peer_profile.clone(),
+                destinations: None,
+                warm_connections: Some(CHAIN_WARM_CONNECTIONS),
+                warm_max_idle: None,
+            });
+            listener = listener.via([next.clone()]);
+        }
+        let mut config = builder
+            .listener(listener.build())
+            .build()
+            .to_table()
+            .map_err(ConfigGenError::Serialize)?;
+        add_profiles(&mut config, &chain.profiles)?;
+        configs.push(toml::to_string(&config).map_err(ConfigGenError::Serialize)?);
+    }
+    Ok(configs)
 }
 
 /// HAProxy in TCP mode, in the foreground (`haproxy -f FILE -db`), forwarding to the server.
@@ -466,6 +578,7 @@ mod tests {
             host: "proxy".into(),
             midway,
             squid: None,
+            chain: None,
             route_tuning: None,
         };
         let proxy: SocketAddr = "10.0.1.2:8080".parse().unwrap();

@@ -68,10 +68,14 @@ fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
     // 3 loss values x 3 cases x 1 repetition.
     assert_eq!(quick.len(), 9);
     let midway_bytes = match &quick[0].scenario.workload {
-        midway_lab::Workload::Bulk(bulk) => bulk.bytes,
+        midway_lab::Workload::Bulk(bulk) => bulk.amount,
         other => panic!("not bulk: {other:?}"),
     };
-    assert_eq!(midway_bytes, 300_000, "quick overrides apply");
+    assert_eq!(
+        midway_bytes,
+        midway_lab::BulkAmount::Bytes(300_000),
+        "quick overrides apply"
+    );
     let losses: Vec<f64> = quick
         .iter()
         .map(|p| {
