@@ -681,7 +681,7 @@ mod tests {
         let configs = chain_configs(
             &chain(&["edge", "gateway"]),
             &chain_placements(2),
-            &[a.clone()],
+            std::slice::from_ref(&a),
         )
         .unwrap();
         assert!(configs.iter().all(|text| text.contains(&a)));
