@@ -48,6 +48,9 @@ pub enum LabCommand {
         /// Run only this experiment (repeatable).
         #[arg(long)]
         experiment: Vec<String>,
+        /// Run only this case of each experiment (repeatable).
+        #[arg(long)]
+        case: Vec<String>,
         /// Continue an interrupted run in --out: skip points already measured successfully.
         #[arg(long)]
         resume: bool,
@@ -68,7 +71,7 @@ pub enum LabCommand {
     /// Reproduce a paper's figures: runs the shipped scenarios/repro/PAPER.toml (legacy and
     /// modern hosts) and adds the table "paper says / we measured / agrees?" from PAPER.claims.toml.
     Reproduce {
-        /// hfc-proxy or hfc-tuning.
+        /// hfc-proxy, hfc-tuning, overlay, satellite or umts.
         paper: String,
         /// Output folder (default lab-results/<paper>-<time>); must be new unless --resume.
         #[arg(long)]
@@ -82,6 +85,9 @@ pub enum LabCommand {
         /// Run only this experiment (repeatable).
         #[arg(long)]
         experiment: Vec<String>,
+        /// Run only this case of each experiment (repeatable).
+        #[arg(long)]
+        case: Vec<String>,
         /// Continue an interrupted run in --out.
         #[arg(long)]
         resume: bool,
@@ -120,6 +126,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             jobs,
             repetitions,
             experiment,
+            case,
             resume,
             seed,
             shard,
@@ -134,6 +141,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 plan: PlanOptions {
                     quick,
                     experiments: experiment,
+                    cases: case,
                     repetitions,
                     seed,
                     shard,
@@ -155,6 +163,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             quick,
             jobs,
             experiment,
+            case,
             resume,
             scenarios,
         } => {
@@ -180,6 +189,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 plan: PlanOptions {
                     quick,
                     experiments: experiment,
+                    cases: case,
                     ..PlanOptions::default()
                 },
                 jobs: jobs.unwrap_or_else(default_jobs),
@@ -627,7 +637,8 @@ fn print_report_warnings(warnings: &[String]) {
 }
 
 /// Papers `midway lab reproduce` knows (each has scenarios/repro/PAPER.toml and .claims.toml).
-pub(crate) const REPRO_PAPERS: [&str; 4] = ["hfc-proxy", "hfc-tuning", "satellite", "umts"];
+pub(crate) const REPRO_PAPERS: [&str; 5] =
+    ["hfc-proxy", "hfc-tuning", "overlay", "satellite", "umts"];
 
 /// The folder of the shipped reproduction scenarios: `MIDWAY_REPRO_DIR`, else `scenarios/repro`
 /// under the current folder, else under the source tree this binary was built from.

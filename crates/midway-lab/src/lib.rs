@@ -26,5 +26,5 @@ mod web;
 mod workload;
 
 pub use cli::{check_summary, execute, run, LabCommand, RunOptions, RunSummary};
-pub use plan::{build_plan, PlanOptions};
-pub use scenario::{LoadedScenario, Scenario, ScenarioError, Workload};
+pub use plan::{build_plan, PlanOptions, Point};
+pub use scenario::{BulkAmount, LoadedScenario, Scenario, ScenarioError, Workload};

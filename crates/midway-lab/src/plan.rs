@@ -17,6 +17,8 @@ pub struct PlanOptions {
     pub quick: bool,
     /// Run only these experiments (all when empty).
     pub experiments: Vec<String>,
+    /// Run only these cases of each experiment (all when empty).
+    pub cases: Vec<String>,
     /// Repetitions of every point, overriding the file's.
     pub repetitions: Option<u32>,
     /// Overrides the file's base seed.
@@ -49,6 +51,14 @@ pub enum PlanError {
         /// The name given.
         name: String,
         /// The scenario's experiment names, comma-separated.
+        known: String,
+    },
+    /// `--case` names a case the scenario does not have.
+    #[error("unknown case `{name}`; this scenario has: {known}")]
+    UnknownCase {
+        /// The name given.
+        name: String,
+        /// The scenario's case names, comma-separated.
         known: String,
     },
     /// `--repetitions 0`.
@@ -143,6 +153,20 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
             });
         }
     }
+    for name in &options.cases {
+        if !loaded.base.cases.contains_key(name) {
+            return Err(PlanError::UnknownCase {
+                name: name.clone(),
+                known: loaded
+                    .base
+                    .cases
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
     if options.repetitions == Some(0) {
         return Err(PlanError::ZeroRepetitions);
     }
@@ -213,7 +237,10 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
             }
             for repetition in 0..repetitions {
                 let seed = point_seed(base_seed, name, sweep_index.unwrap_or(0), repetition);
-                for case in &experiment.cases {
+                let chosen = experiment.cases.iter().filter(|case| {
+                    options.cases.is_empty() || options.cases.contains(case.get_ref())
+                });
+                for case in chosen {
                     points.push(Point {
                         index: points.len(),
                         experiment: name.clone(),

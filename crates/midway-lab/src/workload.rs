@@ -1,10 +1,10 @@
 //! Workloads at the socket level, independent of namespaces: the runner calls these on threads
 //! that live in a host's namespace, and the unit tests call them on loopback.
 //!
-//! Bulk: the server sends `bytes` as soon as a client connects (no request, as in the papers'
-//! FTP-like transfers), then waits for the client to close; the client times from the start of
-//! `connect()` to the last byte. Both read `tcp_info.tcpi_total_retrans` of their socket at the
-//! end.
+//! Bulk: the server sends a [`BulkAmount`] (a number of bytes, or for a duration as `iperf -t`
+//! does) as soon as a client connects (no request, as in the papers' FTP-like transfers), then
+//! waits for the client to close; the client times from the start of `connect()` to the last
+//! byte. Both read `tcp_info.tcpi_total_retrans` of their socket at the end.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -13,6 +13,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::scenario::BulkAmount;
 
 /// Size of the chunks the server writes and the client reads.
 const CHUNK: usize = 64 * 1024;
@@ -43,6 +45,8 @@ pub(crate) enum WorkloadError {
     },
     #[error("the connection closed after {got} of {expected} bytes")]
     Short { got: u64, expected: u64 },
+    #[error("the connection closed before its first byte")]
+    Empty,
 }
 
 fn setup(side: &'static str, what: &'static str) -> impl Fn(io::Error) -> WorkloadError {
@@ -122,12 +126,12 @@ impl BulkServer {
     /// retransmissions and when its peer had acknowledged every byte.
     pub(crate) fn serve_one(
         &self,
-        bytes: u64,
+        amount: BulkAmount,
         timeout: Duration,
     ) -> Result<ServerOutcome, WorkloadError> {
         let deadline = Instant::now() + timeout;
         let stream = self.accept(timeout)?;
-        send_and_drain(stream, bytes, deadline)
+        send_and_drain(stream, amount, deadline)
     }
 
     /// Accepts one client within `timeout`.
@@ -155,14 +159,15 @@ impl BulkServer {
     }
 }
 
-/// Sends `bytes` on an accepted stream, closes its sending side, waits for the client to close
+/// Sends `amount` on an accepted stream, closes its sending side, waits for the client to close
 /// (so every retransmission is counted), and returns the socket's total retransmissions and when
 /// its peer had acknowledged every byte.
 fn send_and_drain(
     mut stream: TcpStream,
-    bytes: u64,
+    amount: BulkAmount,
     deadline: Instant,
 ) -> Result<ServerOutcome, WorkloadError> {
+    let started = Instant::now();
     let remaining = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
@@ -174,8 +179,14 @@ fn send_and_drain(
         .map_err(setup("server", "SO_RCVTIMEO"))?;
     let chunk = vec![0x5a_u8; CHUNK];
     let mut sent = 0u64;
-    while sent < bytes {
-        let len = (bytes - sent).min(CHUNK as u64) as usize;
+    loop {
+        let len = match amount {
+            BulkAmount::Bytes(bytes) if sent < bytes => (bytes - sent).min(CHUNK as u64) as usize,
+            // A duration is checked between writes: a blocked write lasts at most until the
+            // receiver frees a chunk's room, which is short against the seconds measured.
+            BulkAmount::For(duration) if started.elapsed() < duration => CHUNK,
+            BulkAmount::Bytes(_) | BulkAmount::For(_) => break,
+        };
         stream
             .write_all(&chunk[..len])
             .map_err(|source| WorkloadError::Transfer {
@@ -226,11 +237,11 @@ impl BulkServer {
     pub(crate) fn serve_many(
         &self,
         connections: u32,
-        bytes: u64,
+        amount: BulkAmount,
         timeout: Duration,
     ) -> Result<ServerOutcome, WorkloadError> {
         if connections <= 1 {
-            return self.serve_one(bytes, timeout);
+            return self.serve_one(amount, timeout);
         }
         let deadline = Instant::now() + timeout;
         std::thread::scope(|scope| {
@@ -240,7 +251,7 @@ impl BulkServer {
                     .saturating_duration_since(Instant::now())
                     .max(Duration::from_millis(1));
                 let stream = self.accept(remaining)?;
-                senders.push(scope.spawn(move || send_and_drain(stream, bytes, deadline)));
+                senders.push(scope.spawn(move || send_and_drain(stream, amount, deadline)));
             }
             let mut total = ServerOutcome {
                 retransmits: 0,
@@ -313,13 +324,18 @@ pub(crate) struct BulkOutcome {
     pub started: Instant,
 }
 
-/// Connects to `target`, reads `bytes`, and times it.
+/// Connects to `target`, reads what the server sends (`amount`: all its bytes, or until the
+/// server closes after its duration), and times it.
 pub(crate) fn bulk_client(
     target: SocketAddr,
-    bytes: u64,
+    amount: BulkAmount,
     options: &SocketOptions,
     timeout: Duration,
 ) -> Result<BulkOutcome, WorkloadError> {
+    let expected = match amount {
+        BulkAmount::Bytes(bytes) => Some(bytes),
+        BulkAmount::For(_) => None,
+    };
     let socket = Socket::new(
         Domain::for_address(target),
         Type::STREAM,
@@ -342,7 +358,7 @@ pub(crate) fn bulk_client(
     let mut buffer = vec![0u8; CHUNK];
     let mut got = 0u64;
     let mut last_byte = start;
-    while got < bytes {
+    while expected.is_none_or(|bytes| got < bytes) {
         match stream.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => {
@@ -359,11 +375,14 @@ pub(crate) fn bulk_client(
             }
         }
     }
-    if got < bytes {
+    if let Some(bytes) = expected.filter(|&bytes| got < bytes) {
         return Err(WorkloadError::Short {
             got,
             expected: bytes,
         });
+    }
+    if got == 0 {
+        return Err(WorkloadError::Empty);
     }
     let retransmits = total_retransmits(&stream).map_err(setup("client", "TCP_INFO"))?;
     Ok(BulkOutcome {
@@ -376,23 +395,23 @@ pub(crate) fn bulk_client(
 }
 
 /// Opens `connections` connections to `target` at once (each on its own thread, in the
-/// caller's network namespace), each reading `bytes`. The outcome covers them all: bytes and
+/// caller's network namespace), each reading `amount`. The outcome covers them all: bytes and
 /// retransmissions summed, `started` the earliest `connect()`, `seconds` until the last byte of
 /// the last connection, `connect_seconds` the slowest handshake. The first error wins. One
 /// connection is exactly [`bulk_client`].
 pub(crate) fn bulk_clients(
     target: SocketAddr,
     connections: u32,
-    bytes: u64,
+    amount: BulkAmount,
     options: &SocketOptions,
     timeout: Duration,
 ) -> Result<BulkOutcome, WorkloadError> {
     if connections <= 1 {
-        return bulk_client(target, bytes, options, timeout);
+        return bulk_client(target, amount, options, timeout);
     }
     let outcomes: Vec<Result<BulkOutcome, WorkloadError>> = std::thread::scope(|scope| {
         let readers: Vec<_> = (0..connections)
-            .map(|_| scope.spawn(|| bulk_client(target, bytes, options, timeout)))
+            .map(|_| scope.spawn(|| bulk_client(target, amount, options, timeout)))
             .collect();
         readers
             .into_iter()
@@ -475,10 +494,11 @@ mod tests {
         .unwrap();
         let target = server.local_addr().unwrap();
         let timeout = Duration::from_secs(30);
-        let handle = std::thread::spawn(move || server.serve_one(1_000_003, timeout));
+        let handle =
+            std::thread::spawn(move || server.serve_one(BulkAmount::Bytes(1_000_003), timeout));
         let outcome = bulk_client(
             target,
-            1_000_003,
+            BulkAmount::Bytes(1_000_003),
             &SocketOptions {
                 recv_buffer: Some(32 * 1024),
                 ..SocketOptions::default()
@@ -492,13 +512,46 @@ mod tests {
     }
 
     #[test]
+    fn a_timed_transfer_runs_for_its_duration_and_ends_with_the_servers_close() {
+        let server =
+            BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let target = server.local_addr().unwrap();
+        let duration = Duration::from_millis(300);
+        let timeout = Duration::from_secs(30);
+        let handle =
+            std::thread::spawn(move || server.serve_one(BulkAmount::For(duration), timeout));
+        let outcome = bulk_client(
+            target,
+            BulkAmount::For(duration),
+            &SocketOptions::default(),
+            timeout,
+        )
+        .unwrap();
+        assert!(outcome.bytes > 0);
+        assert!(
+            outcome.seconds >= 0.25 && outcome.seconds < 5.0,
+            "{}",
+            outcome.seconds
+        );
+        handle.join().unwrap().unwrap();
+    }
+
+    #[test]
     fn parallel_connections_each_move_the_bytes_and_are_summed() {
         let server =
             BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
         let target = server.local_addr().unwrap();
         let timeout = Duration::from_secs(30);
-        let handle = std::thread::spawn(move || server.serve_many(3, 200_001, timeout));
-        let outcome = bulk_clients(target, 3, 200_001, &SocketOptions::default(), timeout).unwrap();
+        let handle =
+            std::thread::spawn(move || server.serve_many(3, BulkAmount::Bytes(200_001), timeout));
+        let outcome = bulk_clients(
+            target,
+            3,
+            BulkAmount::Bytes(200_001),
+            &SocketOptions::default(),
+            timeout,
+        )
+        .unwrap();
         assert_eq!(outcome.bytes, 3 * 200_001);
         assert!(outcome.seconds >= outcome.connect_seconds);
         let served = handle.join().unwrap().unwrap();
@@ -510,12 +563,13 @@ mod tests {
         let server =
             BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
         let target = server.local_addr().unwrap();
-        let handle =
-            std::thread::spawn(move || server.serve_many(2, 1000, Duration::from_millis(500)));
+        let handle = std::thread::spawn(move || {
+            server.serve_many(2, BulkAmount::Bytes(1000), Duration::from_millis(500))
+        });
         // Only one of the two expected clients comes.
         bulk_client(
             target,
-            1000,
+            BulkAmount::Bytes(1000),
             &SocketOptions::default(),
             Duration::from_secs(10),
         )
@@ -560,7 +614,7 @@ mod tests {
         });
         let error = bulk_client(
             target,
-            1000,
+            BulkAmount::Bytes(1000),
             &SocketOptions::default(),
             Duration::from_secs(10),
         )
@@ -596,7 +650,9 @@ mod tests {
     fn accept_times_out_when_nobody_connects() {
         let server =
             BulkServer::bind("127.0.0.1:0".parse().unwrap(), &SocketOptions::default()).unwrap();
-        let error = server.serve_one(10, Duration::from_millis(50)).unwrap_err();
+        let error = server
+            .serve_one(BulkAmount::Bytes(10), Duration::from_millis(50))
+            .unwrap_err();
         assert!(matches!(error, WorkloadError::AcceptTimeout(_)), "{error}");
     }
 

@@ -68,10 +68,14 @@ fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
     // 3 loss values x 3 cases x 1 repetition.
     assert_eq!(quick.len(), 9);
     let midway_bytes = match &quick[0].scenario.workload {
-        midway_lab::Workload::Bulk(bulk) => bulk.bytes,
+        midway_lab::Workload::Bulk(bulk) => bulk.amount,
         other => panic!("not bulk: {other:?}"),
     };
-    assert_eq!(midway_bytes, 300_000, "quick overrides apply");
+    assert_eq!(
+        midway_bytes,
+        midway_lab::BulkAmount::Bytes(300_000),
+        "quick overrides apply"
+    );
     let losses: Vec<f64> = quick
         .iter()
         .map(|p| {
@@ -146,4 +150,133 @@ fn the_web_example_in_the_scenarios_readme_is_valid() {
         LoadedScenario::from_text(Path::new("README.md"), text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.base.cases.len(), 4);
     assert!(matches!(loaded.base.workload, midway_lab::Workload::Web(_)));
+}
+
+/// Every reproduction scenario plans, and its claims file names only experiments and cases the
+/// scenario has (an operand's own `experiment` included), so a typo shows here, not as "no data"
+/// at the end of a run of hours.
+#[test]
+fn every_reproduction_plans_and_its_claims_name_what_it_runs() {
+    let dir = repo_root().join("scenarios/repro");
+    let claims_files = files_in(&dir, "toml")
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".claims.toml"))
+        .collect::<Vec<_>>();
+    assert!(claims_files.len() >= 5, "{claims_files:?}");
+    for claims_path in claims_files {
+        let name = claims_path.file_name().unwrap().to_string_lossy();
+        let scenario_path = dir.join(name.replace(".claims.toml", ".toml"));
+        let loaded = LoadedScenario::load(&scenario_path).unwrap_or_else(|e| panic!("{e}"));
+        build_plan(
+            &loaded,
+            &PlanOptions {
+                quick: true,
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap();
+        let claims = midway_report::claims::parse(&std::fs::read_to_string(&claims_path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", claims_path.display()));
+        let cases_of = |experiment: &str| -> Vec<String> {
+            let found = loaded
+                .file
+                .experiments
+                .iter()
+                .find(|e| e.name.get_ref() == experiment)
+                .unwrap_or_else(|| {
+                    panic!("{}: no experiment `{experiment}`", claims_path.display())
+                });
+            found.cases.iter().map(|c| c.get_ref().clone()).collect()
+        };
+        for claim in &claims.claims {
+            cases_of(&claim.experiment);
+            let Some(check) = &claim.check else { continue };
+            for operand in std::iter::once(&check.a).chain(check.b.as_ref()) {
+                let experiment = operand.experiment.as_deref().unwrap_or(&claim.experiment);
+                assert!(
+                    cases_of(experiment).contains(&operand.case),
+                    "{}: claim `{}` names case `{}`, which experiment `{experiment}` does not run",
+                    claims_path.display(),
+                    claim.says,
+                    operand.case
+                );
+            }
+        }
+        for plot in &claims.plots {
+            cases_of(&plot.experiment);
+        }
+    }
+}
+
+#[test]
+fn the_overlay_reproduction_has_the_papers_paths_and_a_competing_reno_flow() {
+    use midway_lab::{BulkAmount, Workload};
+    let loaded = LoadedScenario::load(&repo_root().join("scenarios/repro/overlay.toml")).unwrap();
+    let quick = |cases: &[&str]| {
+        build_plan(
+            &loaded,
+            &PlanOptions {
+                quick: true,
+                cases: cases.iter().map(|c| c.to_string()).collect(),
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let all = quick(&[]);
+    // Minimum RTT: 18 ms short, 43 ms long (25 ms more, taken as round trip), both layouts.
+    let rtt_ms = |point: &midway_lab::Point| -> f64 {
+        point
+            .scenario
+            .links
+            .iter()
+            .map(|l| l.a_to_b.delay.as_millis_f64() + l.b_to_a.delay.as_millis_f64())
+            .sum()
+    };
+    for point in &all {
+        let expected = if point.experiment.ends_with("-long") {
+            43.0
+        } else {
+            18.0
+        };
+        assert!(
+            (rtt_ms(point) - expected).abs() < 0.05,
+            "{}: RTT {} ms",
+            point.experiment,
+            rtt_ms(point)
+        );
+        let Workload::Bulk(bulk) = &point.scenario.workload else {
+            panic!("not bulk")
+        };
+        assert!(
+            matches!(bulk.amount, BulkAmount::For(d) if d.as_secs() <= 5),
+            "the quick form runs a few seconds"
+        );
+        let competing = bulk.competing.as_ref();
+        assert_eq!(
+            competing.is_some(),
+            point.experiment.starts_with("fig11"),
+            "{}",
+            point.experiment
+        );
+        if let Some(flow) = competing {
+            assert_eq!(flow.congestion_control, "reno");
+            assert_ne!(flow.port, bulk.port, "never intercepted by the edge");
+        }
+    }
+    // The quick form keeps the paper's 64 KB and the largest buffer.
+    let buffers: Vec<u64> = all
+        .iter()
+        .filter(|p| p.experiment == "fig8-9-short" && p.case == "direct")
+        .map(|p| match &p.scenario.workload {
+            Workload::Bulk(bulk) => bulk.client_recv_buffer.unwrap(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(buffers.first(), Some(&65536));
+    assert_eq!(buffers.last(), Some(&524288));
+    // What runs before the peer listener and the BPF congestion controls land: direct only.
+    let direct_only = quick(&["direct"]);
+    assert!(direct_only.iter().all(|p| p.case == "direct"));
+    assert_eq!(direct_only.len(), 9, "3 + 3 buffers, fig10 x 2, fig11");
 }

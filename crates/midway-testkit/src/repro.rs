@@ -20,12 +20,27 @@ pub fn reproduce_quick(
     experiments: &[&str],
     out: &Path,
 ) -> (Vec<RunRecord>, String) {
+    reproduce_quick_cases(midway, paper, experiments, &[], out)
+}
+
+/// [`reproduce_quick`] limited to `cases` as well (all when empty): the cases whose proxy can run
+/// on this tree.
+pub fn reproduce_quick_cases(
+    midway: &str,
+    paper: &str,
+    experiments: &[&str],
+    cases: &[&str],
+    out: &Path,
+) -> (Vec<RunRecord>, String) {
     let started = std::time::Instant::now();
     let mut command = Command::new(midway);
     command.args(["lab", "reproduce", paper, "--quick", "--jobs", "4", "--out"]);
     command.arg(out);
     for experiment in experiments {
         command.args(["--experiment", experiment]);
+    }
+    for case in cases {
+        command.args(["--case", case]);
     }
     let output = command
         .current_dir(crate::host::repo_root())

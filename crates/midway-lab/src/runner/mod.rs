@@ -24,7 +24,7 @@ use crate::scenario::{Case, CaseKind, RouteTuning, Scenario};
 mod proxy;
 mod workloads;
 
-use proxy::{remove_squid_segments, start_proxy, stop_proxy};
+use proxy::{remove_squid_segments, start_proxies, stop_proxies};
 use workloads::{measured, PointContext, WorkloadOutcome};
 
 /// How often and how long to poll for a proxy's listener (bounded; no blind sleeps).
@@ -152,13 +152,15 @@ struct Measurement {
 struct Addresses {
     /// Server address on its link toward the client side.
     server: SocketAddr,
-    placement: Option<Placement>,
+    /// The place of every host of the case's proxies on the path, in the path's order: one per
+    /// chain host, else the case's host's (empty when that host is not on the path).
+    placements: Vec<Placement>,
 }
 
 fn addresses(
     scenario: &Scenario,
     topology: &Topology,
-    proxy_host: &str,
+    case: &Case,
     port: u16,
     point_dir: &Path,
 ) -> anyhow::Result<Addresses> {
@@ -168,21 +170,36 @@ fn addresses(
     let server_neighbour = &path[path.len() - 2];
     let server_ip = topology.try_addr(&scenario.server, server_neighbour)?;
     let server = SocketAddr::new(server_ip, port);
-    let placement = match path.iter().position(|h| h == proxy_host) {
-        Some(position) if position > 0 => {
-            let toward_client = &path[position - 1];
-            Some(Placement {
-                server,
-                proxy_addr: topology.try_addr(proxy_host, toward_client)?,
-                client_prefix: topology.link_prefix(&path[0], &path[1]).to_string(),
-                route_prefix: topology.link_prefix(proxy_host, toward_client).to_string(),
-                client_iface: topology.iface(proxy_host, toward_client).to_string(),
-                spool_dir: point_dir.join("spool"),
-            })
-        }
-        _ => None,
+    let placement_of = |host: &str, spool_dir: PathBuf| -> anyhow::Result<Option<Placement>> {
+        let Some(position) = path.iter().position(|h| h == host).filter(|&p| p > 0) else {
+            return Ok(None);
+        };
+        let toward_client = &path[position - 1];
+        Ok(Some(Placement {
+            server,
+            proxy_addr: topology.try_addr(host, toward_client)?,
+            client_prefix: topology.link_prefix(&path[0], &path[1]).to_string(),
+            route_prefix: topology.link_prefix(host, toward_client).to_string(),
+            client_iface: topology.iface(host, toward_client).to_string(),
+            spool_dir,
+        }))
     };
-    Ok(Addresses { server, placement })
+    let placements = match &case.chain {
+        Some(chain) => {
+            let mut placements = Vec::with_capacity(chain.hosts.len());
+            for host in &chain.hosts {
+                placements.push(
+                    placement_of(host, point_dir.join(format!("spool-{host}")))?
+                        .with_context(|| format!("chain host {host} is not on the path"))?,
+                );
+            }
+            placements
+        }
+        None => placement_of(&case.host, point_dir.join("spool"))?
+            .into_iter()
+            .collect(),
+    };
+    Ok(Addresses { server, placements })
 }
 
 fn measure(context: &RunContext, point: &Point, point_dir: &Path) -> anyhow::Result<Measurement> {
@@ -221,7 +238,7 @@ fn measure_in(
     let addresses = addresses(
         scenario,
         topology,
-        &case.host,
+        case,
         scenario.workload.port(),
         point_dir,
     )?;
@@ -230,11 +247,11 @@ fn measure_in(
     if let (Some(tuning), Some(placement)) = (&case.route_tuning, &placement) {
         apply_route_tuning(topology, case, tuning, placement)?;
     }
-    let proxy = start_proxy(
+    let proxies = start_proxies(
         context,
         topology,
         case,
-        placement.as_ref(),
+        &addresses.placements,
         point_dir,
         &spawn_options,
     )?;
@@ -255,25 +272,24 @@ fn measure_in(
         point_dir,
         spawn_options: &spawn_options,
     })?;
-    if let Some(child) = proxy {
-        stop_proxy(
-            topology,
-            case,
-            child,
-            point_dir,
-            point.index,
-            &mut measurement,
-        )?;
-    }
+    stop_proxies(
+        topology,
+        case,
+        proxies,
+        point_dir,
+        point.index,
+        &mut measurement,
+    )?;
     add_netstat_deltas(topology, &netstat_before, &mut measurement);
     add_link_drops(scenario, topology, &mut measurement);
     Ok(measurement)
 }
 
-/// The proxy's place on the path, which every case but an untuned `direct` needs.
+/// The place on the path of the case's host (a chain's first midway), which every case but an
+/// untuned `direct` needs.
 fn required_placement(case: &Case, addresses: &Addresses) -> anyhow::Result<Option<Placement>> {
     let needs_placement = case.kind != CaseKind::Direct || case.route_tuning.is_some();
-    Ok(match (&addresses.placement, needs_placement) {
+    Ok(match (addresses.placements.first(), needs_placement) {
         (Some(p), _) => Some(p.clone()),
         (None, false) => None,
         (None, true) => bail!(

@@ -19,66 +19,106 @@ use crate::scenario::{Case, CaseKind, Intercept};
 /// Squid's folder inside a point's folder (owned by Squid's user).
 const SQUID_DIR: &str = "squid";
 
-/// Starts the case's proxy and waits until it accepts; None for `direct`.
-pub(super) fn start_proxy(
+/// A proxy process of a point and the host it runs in.
+pub(super) struct RunningProxy {
+    host: String,
+    child: HostChild,
+}
+
+/// Starts the case's proxies (none for `direct`, one per host for a `chain`, else one) and waits
+/// until each accepts. A chain's midways start from the server side, so each finds the next one
+/// listening when it opens its warm connections. Returned in the order of the path.
+pub(super) fn start_proxies(
     context: &RunContext,
     topology: &Topology,
     case: &Case,
-    placement: Option<&Placement>,
+    placements: &[Placement],
     point_dir: &Path,
     spawn_options: &SpawnOptions,
-) -> anyhow::Result<Option<HostChild>> {
-    let Some(placement) = placement else {
-        return Ok(None);
-    };
-    let log_path = point_dir.join("proxy.log");
-    let log =
-        File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-    let Some(ProxyCommand {
-        mut command,
-        transparent,
-        own_log,
-    }) = proxy_command(context, topology, case, placement, point_dir)?
-    else {
-        return Ok(None);
-    };
-    command
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().context("cannot duplicate the log file")?)
-        .stderr(log);
-    let child = topology
-        .spawn_with(&case.host, command, spawn_options)
-        .with_context(|| format!("cannot start the {} proxy", case.kind))?;
-    let logs = || {
-        let mut text = log_tail(&log_path);
-        if let Some(own) = &own_log {
-            text.push_str(&format!("\n{}:\n{}", own.display(), log_tail(own)));
-        }
-        text
-    };
-    wait_until_ready(topology, case, child, transparent, logs)
+) -> anyhow::Result<Vec<RunningProxy>> {
+    let launches = proxy_commands(context, topology, case, placements, point_dir)?;
+    let mut running = Vec::with_capacity(launches.len());
+    for launch in launches.into_iter().rev() {
+        let ProxyLaunch {
+            host,
+            mut command,
+            transparent,
+            log_path,
+            own_log,
+        } = launch;
+        let log = File::create(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
+        command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("cannot duplicate the log file")?)
+            .stderr(log);
+        let child = topology
+            .spawn_with(&host, command, spawn_options)
+            .with_context(|| format!("cannot start the {} proxy in {host}", case.kind))?;
+        let logs = || {
+            let mut text = log_tail(&log_path);
+            if let Some(own) = &own_log {
+                text.push_str(&format!("\n{}:\n{}", own.display(), log_tail(own)));
+            }
+            text
+        };
+        let child = wait_until_ready(topology, &host, case.kind, child, transparent, logs)?;
+        running.push(RunningProxy { host, child });
+    }
+    running.reverse();
+    Ok(running)
 }
 
-/// A proxy's command line, before its output is sent to the point's proxy.log.
-struct ProxyCommand {
+/// One proxy process to start: its host and command line, before its output is sent to its log.
+struct ProxyLaunch {
+    host: String,
     command: Command,
     /// midway intercepting with nftables TPROXY: ready only once its table is installed.
     transparent: bool,
-    /// A log of the proxy's own beside proxy.log, quoted when it fails to start.
+    /// Where its stdout and stderr go.
+    log_path: PathBuf,
+    /// A log of the proxy's own beside its log file, quoted when it fails to start.
     own_log: Option<PathBuf>,
 }
 
-/// Writes the case's proxy config into `point_dir` and builds its command; None for `direct`.
-fn proxy_command(
+/// The midway command reading `config_path`.
+fn midway_command(context: &RunContext, config_path: &Path) -> Command {
+    let mut command = Command::new(&context.midway_bin);
+    command
+        .args(["proxy", "--config"])
+        .arg(config_path)
+        .env("MIDWAY_LOG", "warn");
+    command
+}
+
+/// Writes `text` to `path`.
+fn write_config(path: &Path, text: &str) -> anyhow::Result<()> {
+    fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes the case's proxy configs into `point_dir` and builds their commands, in the order of
+/// the path; none for `direct`. `placements` holds the case's hosts' places (one per chain host).
+fn proxy_commands(
     context: &RunContext,
     topology: &Topology,
     case: &Case,
-    placement: &Placement,
+    placements: &[Placement],
     point_dir: &Path,
-) -> anyhow::Result<Option<ProxyCommand>> {
-    let mut own_log: Option<PathBuf> = None;
-    let (command, transparent) = match case.kind {
-        CaseKind::Direct => return Ok(None),
+) -> anyhow::Result<Vec<ProxyLaunch>> {
+    let single = |command: Command, transparent: bool, own_log: Option<PathBuf>| {
+        vec![ProxyLaunch {
+            host: case.host.clone(),
+            command,
+            transparent,
+            log_path: point_dir.join("proxy.log"),
+            own_log,
+        }]
+    };
+    let Some(placement) = placements.first() else {
+        return Ok(Vec::new());
+    };
+    Ok(match case.kind {
+        CaseKind::Direct => Vec::new(),
         CaseKind::Midway => {
             let midway = case
                 .midway
@@ -86,33 +126,52 @@ fn proxy_command(
                 .context("midway case without settings")?;
             fs::create_dir_all(&placement.spool_dir)
                 .with_context(|| format!("cannot create {}", placement.spool_dir.display()))?;
-            let config = cases::midway_config(midway, placement)?;
             let config_path = point_dir.join("midway.toml");
-            fs::write(&config_path, config)
-                .with_context(|| format!("cannot write {}", config_path.display()))?;
-            let mut command = Command::new(&context.midway_bin);
-            command
-                .args(["proxy", "--config"])
-                .arg(&config_path)
-                .env("MIDWAY_LOG", "warn");
-            (command, midway.intercept == Intercept::Transparent)
+            write_config(&config_path, &cases::midway_config(midway, placement)?)?;
+            single(
+                midway_command(context, &config_path),
+                midway.intercept == Intercept::Transparent,
+                None,
+            )
+        }
+        CaseKind::Chain => {
+            let chain = case.chain.as_ref().context("chain case without settings")?;
+            // A fresh key per peer segment and run: nothing outside the point's folder knows it.
+            let keys: Vec<String> = (1..chain.hosts.len())
+                .map(|_| cases::random_key_hex())
+                .collect();
+            let configs = cases::chain_configs(chain, placements, &keys)?;
+            let mut launches = Vec::with_capacity(configs.len());
+            for (index, ((host, placement), config)) in
+                chain.hosts.iter().zip(placements).zip(configs).enumerate()
+            {
+                fs::create_dir_all(&placement.spool_dir)
+                    .with_context(|| format!("cannot create {}", placement.spool_dir.display()))?;
+                let config_path = point_dir.join(format!("midway-{host}.toml"));
+                write_config(&config_path, &config)?;
+                launches.push(ProxyLaunch {
+                    host: host.clone(),
+                    command: midway_command(context, &config_path),
+                    transparent: index == 0,
+                    log_path: point_dir.join(format!("proxy-{host}.log")),
+                    own_log: None,
+                });
+            }
+            launches
         }
         CaseKind::Haproxy => {
             let config_path = point_dir.join("haproxy.cfg");
-            fs::write(&config_path, cases::haproxy_config(placement))
-                .with_context(|| format!("cannot write {}", config_path.display()))?;
+            write_config(&config_path, &cases::haproxy_config(placement))?;
             let mut command = Command::new("haproxy");
             command.arg("-f").arg(&config_path).arg("-db");
-            (command, false)
+            single(command, false, None)
         }
         CaseKind::Squid => {
             let squid = case.squid.context("squid case without settings")?;
             let dir = point_dir.join(SQUID_DIR);
             prepare_squid_dir(&dir)?;
             let config_path = point_dir.join("squid.conf");
-            fs::write(&config_path, cases::squid_config(&squid, placement, &dir))
-                .with_context(|| format!("cannot write {}", config_path.display()))?;
-            own_log = Some(dir.join("cache.log"));
+            write_config(&config_path, &cases::squid_config(&squid, placement, &dir))?;
             let mut command = Command::new("squid");
             // -N: foreground, no daemon; runs as root until it has bound its port, then as
             // cache_effective_user. -n: a service name of this topology, which names Squid's
@@ -123,44 +182,40 @@ fn proxy_command(
                 .arg(cases::squid_service_name(topology.tag()))
                 .arg("-f")
                 .arg(&config_path);
-            (command, false)
+            single(command, false, Some(dir.join("cache.log")))
         }
-    };
-    Ok(Some(ProxyCommand {
-        command,
-        transparent,
-        own_log,
-    }))
+    })
 }
 
 /// Polls (bounded) until the proxy listens on its port (and midway on its metrics port and, when
 /// transparent, has its nftables table); fails with the proxy's log if it exits or never does.
 fn wait_until_ready(
     topology: &Topology,
-    case: &Case,
+    host: &str,
+    kind: CaseKind,
     mut child: HostChild,
     transparent: bool,
     logs: impl Fn() -> String,
-) -> anyhow::Result<Option<HostChild>> {
+) -> anyhow::Result<HostChild> {
     let mut wanted = vec![PROXY_PORT];
-    if case.kind == CaseKind::Midway {
+    if matches!(kind, CaseKind::Midway | CaseKind::Chain) {
         let metrics_port: SocketAddr = METRICS_LISTEN.parse().expect("constant address");
         wanted.push(metrics_port.port());
     }
     for attempt in 0..READY_POLL_TRIES {
         if let Some(status) = child.try_wait().context("cannot poll the proxy")? {
             bail!(
-                "the {} proxy exited during start-up ({status}); its log ends with:\n{}",
-                case.kind,
+                "the {kind} proxy in {host} exited during start-up ({status}); its log ends \
+                 with:\n{}",
                 logs()
             );
         }
-        let listening = listening_ports(topology, &case.host)?;
+        let listening = listening_ports(topology, host)?;
         let mut ready = wanted.iter().all(|p| listening.contains(p));
         if ready && transparent {
             // midway installs its nftables table after binding; wait for it too.
             ready = topology
-                .command(&case.host, "nft")
+                .command(host, "nft")
                 .args(["list", "table", "inet", "midway"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -170,13 +225,13 @@ fn wait_until_ready(
         }
         if ready {
             tracing::debug!(attempt, "proxy ready");
-            return Ok(Some(child));
+            return Ok(child);
         }
         std::thread::sleep(READY_POLL_INTERVAL);
     }
     bail!(
-        "the {} proxy did not listen on port {PROXY_PORT} within {:?}; its log ends with:\n{}",
-        case.kind,
+        "the {kind} proxy in {host} did not listen on port {PROXY_PORT} within {:?}; its log \
+         ends with:\n{}",
         READY_POLL_INTERVAL * READY_POLL_TRIES,
         logs()
     )
@@ -238,33 +293,79 @@ fn untraversable_ancestor(dir: &Path, uid: u32, gid: u32) -> Option<(PathBuf, u3
     None
 }
 
-/// Stops the case's proxy and adds what it counted to `measurement`: midway's metrics
+/// Stops the case's proxies and adds what they counted to `measurement`: midway's metrics
 /// (retransmits per segment, HTTP counters), Squid's access log. Fails when the client's traffic
-/// did not pass through the proxy.
-pub(super) fn stop_proxy(
+/// did not pass through a proxy.
+pub(super) fn stop_proxies(
     topology: &Topology,
     case: &Case,
-    child: HostChild,
+    proxies: Vec<RunningProxy>,
     point_dir: &Path,
     point_index: usize,
     measurement: &mut Measurement,
 ) -> anyhow::Result<()> {
-    if case.kind == CaseKind::Midway {
-        add_midway_metrics(topology, &case.host, point_dir, point_index, measurement)?;
+    for RunningProxy { host, child } in proxies {
+        match case.kind {
+            CaseKind::Midway => add_midway_metrics(
+                topology,
+                &host,
+                MetricsLabels::single(),
+                point_dir,
+                point_index,
+                measurement,
+            )?,
+            CaseKind::Chain => add_midway_metrics(
+                topology,
+                &host,
+                MetricsLabels::chain_member(&host),
+                point_dir,
+                point_index,
+                measurement,
+            )?,
+            CaseKind::Direct | CaseKind::Haproxy | CaseKind::Squid => {}
+        }
+        let status = child.stop().context("cannot stop the proxy")?;
+        tracing::debug!(?status, host, "proxy stopped");
     }
-    let status = child.stop().context("cannot stop the proxy")?;
-    tracing::debug!(?status, "proxy stopped");
     if case.kind == CaseKind::Squid {
         add_squid_counts(point_dir, measurement)?;
     }
     Ok(())
 }
 
-/// Adds midway's retransmits per segment and HTTP counters (its metrics once its connections
-/// ended) to `measurement`; fails if midway accepted no connection.
+/// Where one midway's metrics go in a record: a lone midway's as `proxy-<segment>` and
+/// `metrics.prom`; a chain member's under its host's name, so the midways of a chain stay apart.
+struct MetricsLabels {
+    retransmits_prefix: String,
+    metrics_file: String,
+    /// The HTTP engine's counters (a lone midway only: a chain relays TCP).
+    http_counters: bool,
+}
+
+impl MetricsLabels {
+    fn single() -> Self {
+        MetricsLabels {
+            retransmits_prefix: "proxy".into(),
+            metrics_file: "metrics.prom".into(),
+            http_counters: true,
+        }
+    }
+
+    fn chain_member(host: &str) -> Self {
+        MetricsLabels {
+            retransmits_prefix: host.into(),
+            metrics_file: format!("metrics-{host}.prom"),
+            http_counters: false,
+        }
+    }
+}
+
+/// Adds a midway's retransmits per segment and HTTP counters (its metrics once its connections
+/// ended) to `measurement`; fails if that midway accepted no connection.
 fn add_midway_metrics(
     topology: &Topology,
     host: &str,
+    labels: MetricsLabels,
     point_dir: &Path,
     point_index: usize,
     measurement: &mut Measurement,
@@ -272,29 +373,33 @@ fn add_midway_metrics(
     match settled_metrics(topology, host) {
         Ok(text) => {
             // Kept with the point's folder (--keep-point-dirs) for a closer look.
-            let _ = fs::write(point_dir.join("metrics.prom"), &text);
+            let _ = fs::write(point_dir.join(&labels.metrics_file), &text);
             // A transparent listener that intercepted nothing would measure `direct`.
             if cases::metric_sum(&text, "connections_accepted_total") == Some(0.0) {
-                bail!("the client's connection did not pass through midway (it accepted none)");
+                bail!(
+                    "the client's connection did not pass through midway in {host} (it accepted \
+                     none)"
+                );
             }
             for (segment, count) in cases::parse_segment_retransmits(&text) {
                 measurement
                     .retransmits
-                    .insert(format!("proxy-{segment}"), count);
+                    .insert(format!("{}-{segment}", labels.retransmits_prefix), count);
             }
-            // The HTTP engine's counters (absent for a TCP listener).
-            for (metric, key) in [
-                ("http_requests_total", "proxy_requests"),
-                ("http_cache_hits_total", "cache_hits"),
-                ("http_upstream_connects_total", "proxy_upstream_connects"),
-                ("http_upstream_reuses_total", "proxy_upstream_reuses"),
-            ] {
-                if let Some(value) = cases::metric_sum(&text, metric) {
-                    measurement.extra.insert(key.into(), value);
+            if labels.http_counters {
+                for (metric, key) in [
+                    ("http_requests_total", "proxy_requests"),
+                    ("http_cache_hits_total", "cache_hits"),
+                    ("http_upstream_connects_total", "proxy_upstream_connects"),
+                    ("http_upstream_reuses_total", "proxy_upstream_reuses"),
+                ] {
+                    if let Some(value) = cases::metric_sum(&text, metric) {
+                        measurement.extra.insert(key.into(), value);
+                    }
                 }
             }
         }
-        Err(error) => tracing::warn!("point {}: no proxy metrics: {error:#}", point_index),
+        Err(error) => tracing::warn!("point {point_index}: no metrics of {host}: {error:#}"),
     }
     Ok(())
 }

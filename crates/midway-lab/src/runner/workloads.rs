@@ -17,9 +17,13 @@ use super::{listening_ports, log_tail, netstat_all, Measurement, NetstatCounters
 use super::{READY_POLL_INTERVAL, READY_POLL_TRIES};
 use crate::cases::{self, Placement};
 use crate::scenario::{
-    BulkWorkload, Case, CaseKind, CommandWorkload, Scenario, WebClient, WebWorkload, Workload,
+    BulkAmount, BulkWorkload, Case, CaseKind, CommandWorkload, CompetingFlow, Scenario, WebClient,
+    WebWorkload, Workload,
 };
 use crate::workload::{self, BulkServer, SocketOptions, WorkloadError};
+
+/// The `extra` measurement of a competing flow's throughput, in Mbit/s.
+pub(crate) const COMPETING_THROUGHPUT_METRIC: &str = "competing_throughput_mbps";
 
 /// What a workload needs of its point once the topology is built and the case's proxy runs.
 pub(super) struct PointContext<'a> {
@@ -98,13 +102,15 @@ impl MeasuredWorkload for BulkWorkload {
                 BulkServer::bind(bind, &server_options)
             })?
             .context("bulk server")?;
-        let (bytes, timeout) = (self.bytes, self.timeout);
+        let (amount, timeout) = (self.amount, self.timeout);
         let connections = self.connections;
         let warmup = self.warmup_bytes;
         let (warm_tx, warm_rx) = mpsc::channel();
         let server_thread = std::thread::spawn(move || {
             if let Some(warmup) = warmup {
-                let outcome = server.serve_one(warmup, timeout).map(|_| ());
+                let outcome = server
+                    .serve_one(BulkAmount::Bytes(warmup), timeout)
+                    .map(|_| ());
                 let failed = outcome.is_err();
                 // The warm-up's error goes to the client side, which stops there.
                 let _ = warm_tx.send(outcome);
@@ -112,7 +118,7 @@ impl MeasuredWorkload for BulkWorkload {
                     return Ok(None);
                 }
             }
-            server.serve_many(connections, bytes, timeout).map(Some)
+            server.serve_many(connections, amount, timeout).map(Some)
         });
         let (warmup_cached, warmup_reordering, netstat_before) = match warmup {
             Some(warmup) => {
@@ -125,11 +131,26 @@ impl MeasuredWorkload for BulkWorkload {
             }
             None => (None, None, NetstatCounters::new()),
         };
-        let client = topology
-            .try_in_host(&scenario.client, move || {
-                workload::bulk_clients(target, connections, bytes, &client_options, timeout)
-            })?
-            .context("bulk client");
+        let competing = match &self.competing {
+            Some(flow) => Some(CompetingRun::start(point, flow, amount, timeout)?),
+            None => None,
+        };
+        // The competing flow's client starts with the measured one and runs beside it.
+        let (client, competing) = std::thread::scope(|scope| {
+            let competing = competing.map(|run| scope.spawn(|| run.finish(point)));
+            let client = topology
+                .try_in_host(&scenario.client, move || {
+                    workload::bulk_clients(target, connections, amount, &client_options, timeout)
+                })
+                .map_err(anyhow::Error::from)
+                .and_then(|outcome| outcome.context("bulk client"));
+            let competing = competing.map(|thread| {
+                thread
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("the competing flow's thread panicked")))
+            });
+            (client, competing.transpose())
+        });
         let client = match client {
             Ok(client) => client,
             Err(error) => {
@@ -153,6 +174,9 @@ impl MeasuredWorkload for BulkWorkload {
             .insert("server".into(), server_outcome.retransmits);
         m.extra
             .insert("connect_seconds".into(), client.connect_seconds);
+        if let Some(competing) = competing.context("competing flow")? {
+            competing.record(&mut m);
+        }
         if let Some(cached) = warmup_cached {
             m.extra
                 .insert("warmup_metrics_cached".into(), f64::from(u8::from(cached)));
@@ -184,6 +208,105 @@ impl MeasuredWorkload for BulkWorkload {
     }
 }
 
+/// A competing flow of a point (see [`CompetingFlow`]): its server, bound and serving one
+/// connection on its own thread, and what its client needs.
+struct CompetingRun {
+    server_thread: std::thread::JoinHandle<Result<workload::ServerOutcome, WorkloadError>>,
+    target: SocketAddr,
+    client_options: SocketOptions,
+    amount: BulkAmount,
+    timeout: Duration,
+}
+
+/// What a competing flow moved.
+struct CompetingOutcome {
+    client: workload::BulkOutcome,
+    server_retransmits: u64,
+}
+
+impl CompetingRun {
+    /// Binds the competing flow's server in the server host and serves one connection: `amount`
+    /// (the measured transfer's duration) with the flow's own congestion control, set on the
+    /// socket (never as a namespace's default).
+    fn start(
+        point: &PointContext<'_>,
+        flow: &CompetingFlow,
+        amount: BulkAmount,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let server_options = SocketOptions {
+            send_buffer: flow.server_send_buffer,
+            recv_buffer: None,
+            congestion_control: Some(flow.congestion_control.clone()),
+        };
+        let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), flow.port);
+        let server = point
+            .topology
+            .try_in_host(&point.scenario.server, move || {
+                BulkServer::bind(bind, &server_options)
+            })?
+            .context("competing flow's server")?;
+        Ok(CompetingRun {
+            server_thread: std::thread::spawn(move || server.serve_one(amount, timeout)),
+            // The server's own address on a port no proxy intercepts: end to end.
+            target: SocketAddr::new(point.server.ip(), flow.port),
+            client_options: SocketOptions {
+                send_buffer: None,
+                recv_buffer: flow.client_recv_buffer,
+                congestion_control: Some(flow.congestion_control.clone()),
+            },
+            amount,
+            timeout,
+        })
+    }
+
+    /// Runs the competing flow's client in the client host until the server closes.
+    fn finish(self, point: &PointContext<'_>) -> anyhow::Result<CompetingOutcome> {
+        let CompetingRun {
+            server_thread,
+            target,
+            client_options,
+            amount,
+            timeout,
+        } = self;
+        let client = point
+            .topology
+            .try_in_host(&point.scenario.client, move || {
+                workload::bulk_client(target, amount, &client_options, timeout)
+            })?
+            .context("competing flow's client")?;
+        let server = server_thread
+            .join()
+            .map_err(|_| anyhow!("the competing flow's server thread panicked"))?
+            .context("competing flow's server")?;
+        Ok(CompetingOutcome {
+            client,
+            server_retransmits: server.retransmits,
+        })
+    }
+}
+
+impl CompetingOutcome {
+    /// Adds the competing flow's throughput (Mbit/s, the unit the report plots the measured
+    /// throughput in, so both share a plot) and retransmissions to `measurement`.
+    fn record(&self, measurement: &mut Measurement) {
+        let mbps = if self.client.seconds > 0.0 {
+            self.client.bytes as f64 * 8.0 / self.client.seconds / 1e6
+        } else {
+            0.0
+        };
+        measurement
+            .extra
+            .insert(COMPETING_THROUGHPUT_METRIC.into(), mbps);
+        measurement
+            .retransmits
+            .insert("competing-client".into(), self.client.retransmits);
+        measurement
+            .retransmits
+            .insert("competing-server".into(), self.server_retransmits);
+    }
+}
+
 /// What an unmeasured warm-up transfer left for the measured one.
 struct Warmup {
     /// The local segment's sender cached the client in its tcp_metrics.
@@ -207,7 +330,7 @@ fn warm_up(
     let client_options = client_options.clone();
     topology
         .try_in_host(&scenario.client, move || {
-            workload::bulk_client(target, bytes, &client_options, timeout)
+            workload::bulk_client(target, BulkAmount::Bytes(bytes), &client_options, timeout)
         })?
         .context("warm-up transfer (client)")?;
     server_done

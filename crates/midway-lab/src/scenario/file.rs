@@ -125,9 +125,17 @@ pub enum WorkloadKind {
 pub struct WorkloadFile {
     /// What the client and the server do: `bulk`, `command` or `web`.
     pub kind: Spanned<WorkloadKind>,
-    /// Bulk: bytes the server sends. Command: bytes the command moves (for throughput), optional.
+    /// Bulk: bytes the server sends (or `duration`). Command: bytes the command moves (for
+    /// throughput), optional.
     #[serde(default)]
     pub bytes: Option<ByteSize>,
+    /// Bulk: the server sends for this long instead of a number of bytes (as `iperf -t`).
+    #[serde(default)]
+    pub duration: Option<HumanDuration>,
+    /// Bulk: an end-to-end transfer competing with the measured one for as long (needs
+    /// `duration`), on another port so no proxy intercepts it.
+    #[serde(default)]
+    pub competing: Option<Spanned<CompetingFile>>,
     /// Bulk: SO_RCVBUF of the client socket (Linux doubles it and advertises part of it);
     /// 0 leaves it to the kernel.
     #[serde(default)]
@@ -196,6 +204,24 @@ pub struct WorkloadFile {
     /// Web: pause between consecutive pages.
     #[serde(default)]
     pub think_time: Option<HumanDuration>,
+}
+
+/// `[workload.competing]`: the competing flow's settings; every field has a default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompetingFile {
+    /// TCP_CONGESTION of its sockets (default "reno", the overlay paper's competing flow).
+    #[serde(default)]
+    pub congestion_control: Option<String>,
+    /// Port of its server (default: the workload's port + 1).
+    #[serde(default)]
+    pub port: Option<Spanned<u16>>,
+    /// SO_RCVBUF of its client socket (default: the kernel's autotuning).
+    #[serde(default)]
+    pub client_recv_buffer: Option<ByteSize>,
+    /// SO_SNDBUF of its server socket (default: the kernel's autotuning).
+    #[serde(default)]
+    pub server_send_buffer: Option<ByteSize>,
 }
 
 /// `workload.client`: a command table (command workloads) or a web client's name.
@@ -308,6 +334,8 @@ pub enum CaseKind {
     Haproxy,
     /// Squid (Debian's package) as an explicit HTTP proxy on the proxy host.
     Squid,
+    /// midways on several hosts (`hosts`), each sending its connections through the next.
+    Chain,
 }
 
 /// How the client's connections reach a midway case's proxy.
@@ -336,7 +364,7 @@ pub enum RelayKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaseFile {
-    /// What carries the workload: `direct`, `midway`, `haproxy` or `squid`.
+    /// What carries the workload: `direct`, `midway`, `haproxy`, `squid` or `chain`.
     pub kind: Spanned<CaseKind>,
     /// What the case stands for, for the report.
     #[serde(default)]
@@ -344,19 +372,25 @@ pub struct CaseFile {
     /// Host the proxy runs on; default `roles.proxy`.
     #[serde(default)]
     pub host: Option<Spanned<String>>,
+    /// chain: the midways' hosts, from the client side to the server side (two or more).
+    #[serde(default)]
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    /// chain: profile of the segments between midways.
+    #[serde(default)]
+    pub peer_profile: Option<Spanned<String>>,
     /// midway: `forward` (default) or `transparent`.
     #[serde(default)]
     pub intercept: Option<Spanned<Intercept>>,
     /// midway: `buffer` (default) or `spool`.
     #[serde(default)]
     pub relay: Option<Spanned<RelayKind>>,
-    /// midway: profile of the client-side segment (a preset or one from `profiles`).
+    /// midway, chain: profile of the client-side segment (a preset or one from `profiles`).
     #[serde(default)]
     pub local_profile: Option<Spanned<String>>,
-    /// midway: profile of the server-side segment.
+    /// midway, chain: profile of the server-side segment.
     #[serde(default)]
     pub remote_profile: Option<Spanned<String>>,
-    /// midway: `[profiles.NAME]` tables added to the generated config, as midway reads them.
+    /// midway, chain: `[profiles.NAME]` tables added to the generated configs, as midway reads them.
     #[serde(default)]
     pub profiles: Option<toml::Table>,
     /// midway: extra keys of the generated listener (`buffer_bytes`, `spoof_client_address`...).
@@ -468,6 +502,7 @@ pub(crate) fn kind_name(kind: CaseKind) -> &'static str {
         CaseKind::Midway => "midway",
         CaseKind::Haproxy => "haproxy",
         CaseKind::Squid => "squid",
+        CaseKind::Chain => "chain",
     }
 }
 

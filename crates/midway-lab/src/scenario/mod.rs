@@ -30,6 +30,9 @@ use validate::{validate, validate_experiments};
 
 /// Default TCP port of the bulk server and of commands' `{port}`.
 pub(crate) const DEFAULT_SERVER_PORT: u16 = 5001;
+/// Congestion control of a competing flow that names none: the overlay paper's competing flow
+/// is TCP Reno.
+pub(crate) const DEFAULT_COMPETING_CONGESTION_CONTROL: &str = "reno";
 /// Most parallel connections of one bulk run (`workload.connections`).
 pub(crate) const MAX_BULK_CONNECTIONS: u32 = 64;
 /// Default port of the web workload's origin.

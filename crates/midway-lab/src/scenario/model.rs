@@ -108,11 +108,38 @@ pub struct WebWorkload {
     pub timeout: std::time::Duration,
 }
 
+/// How much the bulk server sends on each connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAmount {
+    /// This many bytes (`workload.bytes`).
+    Bytes(u64),
+    /// As much as the path carries for this long (`workload.duration`, as `iperf -t`): the
+    /// server stops writing and closes once it has written for the duration.
+    For(std::time::Duration),
+}
+
+/// A bulk transfer beside the measured one, end to end between the same hosts through the same
+/// bottleneck and never intercepted (its port is not the workload's), for as long as the measured
+/// one (the overlay paper's fig. 11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompetingFlow {
+    /// TCP_CONGESTION of both its sockets (per socket, never a namespace default).
+    pub congestion_control: String,
+    /// Port its server listens on in the server host.
+    pub port: u16,
+    /// SO_RCVBUF of its client socket; `None` leaves it to the kernel.
+    pub client_recv_buffer: Option<u64>,
+    /// SO_SNDBUF of its server socket; `None` leaves it to the kernel.
+    pub server_send_buffer: Option<u64>,
+}
+
 /// Bulk transfers (see [`WorkloadKind::Bulk`](super::WorkloadKind::Bulk)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BulkWorkload {
-    /// Bytes the server sends on each connection.
-    pub bytes: u64,
+    /// What the server sends on each connection: bytes, or for a duration.
+    pub amount: BulkAmount,
+    /// A competing end-to-end transfer during the measured one, if any (needs a duration).
+    pub competing: Option<CompetingFlow>,
     /// SO_RCVBUF of the client socket, in bytes; `None` leaves it to the kernel.
     pub client_recv_buffer: Option<u64>,
     /// SO_SNDBUF of the server socket, in bytes; `None` leaves it to the kernel.
@@ -171,6 +198,8 @@ pub struct Case {
     pub midway: Option<MidwayCase>,
     /// Settings of a `squid` case (`None` for other kinds).
     pub squid: Option<SquidCase>,
+    /// Settings of a `chain` case (`None` for other kinds); `host` is then its first midway.
+    pub chain: Option<ChainCase>,
     /// Route metrics set on the proxy host's route toward the client, if any.
     pub route_tuning: Option<RouteTuning>,
 }
@@ -204,6 +233,24 @@ pub struct MidwayCase {
     pub config: toml::Table,
     /// Extra keys of `[listeners.http]` (intercept = "http" only).
     pub http: toml::Table,
+}
+
+/// Settings of a `chain` case: midways on several hosts of the path, each handing its
+/// connections to the next over the peer segment; turned into one config per host by
+/// `cases::chain_configs`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainCase {
+    /// The midways' hosts, ordered from the client side to the server side (two or more).
+    pub hosts: Vec<String>,
+    /// Profile of every segment between two midways (its `congestion_control` is the peer
+    /// segment's).
+    pub peer_profile: Option<String>,
+    /// Profile of the first midway's client-side segment.
+    pub local_profile: Option<String>,
+    /// Profile of the last midway's server-side segment.
+    pub remote_profile: Option<String>,
+    /// `[profiles.NAME]` tables added to every generated config.
+    pub profiles: toml::Table,
 }
 
 impl Scenario {
@@ -301,7 +348,18 @@ impl Scenario {
         }
         match &self.workload {
             Workload::Bulk(bulk) => {
-                params.insert("bytes".into(), json!(bulk.bytes));
+                match bulk.amount {
+                    BulkAmount::Bytes(bytes) => params.insert("bytes".into(), json!(bytes)),
+                    BulkAmount::For(duration) => {
+                        params.insert("duration_s".into(), json!(duration.as_secs_f64()))
+                    }
+                };
+                if let Some(competing) = &bulk.competing {
+                    params.insert(
+                        "competing_congestion_control".into(),
+                        json!(competing.congestion_control),
+                    );
+                }
                 if let Some(b) = bulk.client_recv_buffer {
                     params.insert("client_recv_buffer".into(), json!(b));
                 }

@@ -282,3 +282,204 @@ fn locations_are_one_based_lines_and_columns() {
     assert_eq!(location(Path::new("f.toml"), text, &(9..10)), "f.toml:2:4");
     assert_eq!(location(Path::new("f.toml"), text, &(0..1)), "f.toml:1:1");
 }
+
+/// A four-host path client - edge - middle - gateway - server... with `workload` and `cases`
+/// tables appended: the frame of the chain and competing-flow tests.
+fn chain_scenario(workload: &str, cases: &str) -> Result<LoadedScenario, ScenarioError> {
+    let text = format!(
+        "name = \"chain\"\ndescription = \"d\"\nsource = \"s\"\n\
+         [hosts.client]\n[hosts.edge]\n[hosts.middle]\n[hosts.gateway]\n[hosts.server]\n[hosts.aside]\n\
+         [roles]\nclient = \"client\"\nproxy = \"edge\"\nserver = \"server\"\n\
+         [links.l1]\na = \"client\"\nb = \"edge\"\n[links.l2]\na = \"edge\"\nb = \"middle\"\n\
+         [links.l3]\na = \"middle\"\nb = \"gateway\"\n[links.l4]\na = \"gateway\"\nb = \"server\"\n\
+         [links.l5]\na = \"gateway\"\nb = \"aside\"\n\
+         [workload]\nkind = \"bulk\"\n{workload}\n\
+         [cases.direct]\nkind = \"direct\"\n{cases}\n\
+         [[experiments]]\nname = \"e\"\ncases = [\"direct\"]\n"
+    );
+    LoadedScenario::from_text(Path::new("chain.toml"), text)
+}
+
+fn chain_error(cases: &str) -> String {
+    chain_scenario("bytes = \"1MB\"", cases)
+        .err()
+        .unwrap_or_else(|| panic!("accepted:\n{cases}"))
+        .to_string()
+}
+
+#[test]
+fn a_chain_case_lists_its_midways_in_path_order() {
+    let loaded = chain_scenario(
+        "bytes = \"1MB\"",
+        "[cases.three]\nkind = \"chain\"\nhosts = [\"edge\", \"middle\", \"gateway\"]\n\
+         peer_profile = \"peer\"\nlocal_profile = \"lan\"\nremote_profile = \"wan\"\n\
+         [cases.three.profiles.peer]\ninherits = \"wan\"\ncongestion_control = \"reno\"\n",
+    )
+    .unwrap();
+    let case = &loaded.base.cases["three"];
+    assert_eq!(case.kind, CaseKind::Chain);
+    assert_eq!(case.host, "edge", "a chain's own host is its first midway");
+    let chain = case.chain.as_ref().unwrap();
+    assert_eq!(chain.hosts, ["edge", "middle", "gateway"]);
+    assert_eq!(chain.peer_profile.as_deref(), Some("peer"));
+    assert_eq!(chain.local_profile.as_deref(), Some("lan"));
+    assert_eq!(chain.remote_profile.as_deref(), Some("wan"));
+    assert_eq!(
+        chain.profiles["peer"]["congestion_control"].as_str(),
+        Some("reno")
+    );
+    assert!(case.midway.is_none());
+}
+
+#[test]
+fn a_bad_chain_is_refused_naming_the_key() {
+    let cases = [
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"edge\", \"nowhere\"]\n",
+            "case `c`.hosts names host `nowhere`, which is not in [hosts]",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"edge\"]\n",
+            "`hosts` of a chain names at least 2 midways",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\n",
+            "case `c` is a `chain` and needs `hosts`",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"gateway\", \"edge\"]\n",
+            "case `c`.hosts: `edge` comes before the host named ahead of it",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"edge\", \"edge\"]\n",
+            "case `c`.hosts: `edge` comes before the host named ahead of it",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"edge\", \"aside\"]\n",
+            "case `c`.hosts: `aside` is not on the path client -> server",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"client\", \"edge\"]\n",
+            "a midway cannot run on the client or server host `client`",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhost = \"edge\"\nhosts = [\"edge\", \"gateway\"]\n",
+            "name its midways' hosts in `hosts`, not `host`",
+        ),
+        (
+            "[cases.c]\nkind = \"chain\"\nhosts = [\"edge\", \"gateway\"]\nintercept = \"forward\"\n",
+            "`intercept` applies only to `midway` cases",
+        ),
+        (
+            "[cases.c]\nkind = \"midway\"\npeer_profile = \"wan\"\n",
+            "`peer_profile` applies only to `chain` cases",
+        ),
+        (
+            "[cases.c]\nkind = \"direct\"\nhosts = [\"edge\", \"gateway\"]\n",
+            "`hosts` applies only to `chain` cases",
+        ),
+    ];
+    for (case, expected) in cases {
+        let error = chain_error(case);
+        assert!(error.contains(expected), "{case}\n=> {error}");
+        assert!(error.starts_with("chain.toml:"), "{error}");
+    }
+}
+
+#[test]
+fn a_bulk_workload_runs_for_bytes_or_a_duration() {
+    let amount = |workload: &str| match chain_scenario(workload, "").unwrap().base.workload {
+        Workload::Bulk(bulk) => bulk.amount,
+        other => panic!("not bulk: {other:?}"),
+    };
+    assert_eq!(amount("bytes = \"1MB\""), BulkAmount::Bytes(1_000_000));
+    assert_eq!(
+        amount("duration = \"120s\""),
+        BulkAmount::For(std::time::Duration::from_secs(120))
+    );
+    let params = chain_scenario("duration = \"2s\"", "")
+        .unwrap()
+        .base
+        .flat_params();
+    assert_eq!(params["duration_s"], 2.0);
+    assert!(!params.contains_key("bytes"));
+    for (workload, expected) in [
+        (
+            "bytes = \"1MB\"\nduration = \"2s\"",
+            "either `bytes` or for a `duration`",
+        ),
+        ("", "needs `bytes`"),
+        ("duration = \"0s\"", "workload.duration must be more than 0"),
+        (
+            "duration = \"400s\"",
+            "must be shorter than workload.timeout",
+        ),
+    ] {
+        let error = chain_scenario(workload, "").err().unwrap().to_string();
+        assert!(error.contains(expected), "{workload}\n=> {error}");
+    }
+}
+
+#[test]
+fn a_competing_flow_needs_a_duration_and_a_port_of_its_own() {
+    let competing = |workload: &str| match chain_scenario(workload, "").unwrap().base.workload {
+        Workload::Bulk(bulk) => bulk.competing,
+        other => panic!("not bulk: {other:?}"),
+    };
+    let flow = competing("duration = \"2s\"\n[workload.competing]\n").unwrap();
+    assert_eq!(
+        flow.congestion_control, "reno",
+        "the paper's competing flow"
+    );
+    assert_eq!(flow.port, DEFAULT_SERVER_PORT + 1);
+    assert_eq!(flow.client_recv_buffer, None);
+    let flow = competing(
+        "duration = \"2s\"\n[workload.competing]\ncongestion_control = \"cubic\"\nport = 6000\n\
+         client_recv_buffer = \"1MiB\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (flow.congestion_control.as_str(), flow.port),
+        ("cubic", 6000)
+    );
+    assert_eq!(flow.client_recv_buffer, Some(1 << 20));
+    assert_eq!(competing("duration = \"2s\""), None);
+    let params = chain_scenario("duration = \"2s\"\n[workload.competing]\n", "")
+        .unwrap()
+        .base
+        .flat_params();
+    assert_eq!(params["competing_congestion_control"], "reno");
+    for (workload, expected) in [
+        (
+            "bytes = \"1MB\"\n[workload.competing]\n",
+            "workload.competing runs for as long as the measured transfer",
+        ),
+        (
+            "duration = \"2s\"\n[workload.competing]\nport = 5001\n",
+            "workload.competing.port must be neither 0 nor the workload's port 5001",
+        ),
+        (
+            "duration = \"2s\"\n[workload.competing]\nbogus = 1\n",
+            "unknown field `bogus`",
+        ),
+    ] {
+        let error = chain_scenario(workload, "").err().unwrap().to_string();
+        assert!(error.contains(expected), "{workload}\n=> {error}");
+    }
+    let error = LoadedScenario::from_text(
+        Path::new("c.toml"),
+        "name = \"c\"\ndescription = \"d\"\nsource = \"s\"\n[hosts.client]\n[hosts.server]\n\
+         [roles]\nclient = \"client\"\nproxy = \"server\"\nserver = \"server\"\n[links.l]\n\
+         a = \"client\"\nb = \"server\"\n[workload]\nkind = \"command\"\nduration = \"2s\"\n\
+         [workload.client]\nhost = \"client\"\nargv = [\"true\"]\n[cases.direct]\n\
+         kind = \"direct\"\n[[experiments]]\nname = \"e\"\ncases = [\"direct\"]\n"
+            .to_string(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        error.contains("workload.duration does not apply to a `command` workload"),
+        "{error}"
+    );
+}

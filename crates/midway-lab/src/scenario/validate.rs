@@ -9,8 +9,9 @@ use toml::Spanned;
 
 use super::validate_workload::validate_workload;
 use super::{
-    kind_name, BulkWorkload, Case, CaseFile, CaseKind, Intercept, Link, MidwayCase, RelayKind,
-    Scenario, ScenarioFile, SquidCase, UpstreamPersistence, WebClient, Workload, DEFAULT_SEED,
+    kind_name, BulkAmount, BulkWorkload, Case, CaseFile, CaseKind, ChainCase, Intercept, Link,
+    MidwayCase, RelayKind, Scenario, ScenarioFile, SquidCase, UpstreamPersistence, WebClient,
+    Workload, DEFAULT_SEED,
 };
 
 /// An error message and the span of the text it blames.
@@ -89,7 +90,8 @@ pub(super) fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
         proxy,
         server,
         workload: Workload::Bulk(BulkWorkload {
-            bytes: 0,
+            amount: BulkAmount::Bytes(0),
+            competing: None,
             client_recv_buffer: None,
             server_send_buffer: None,
             server_congestion_control: None,
@@ -125,13 +127,33 @@ fn validate_case(
     host_exists: HostCheck<'_>,
 ) -> Result<Case, Blame> {
     let kind = *case.kind.get_ref();
-    let host = match &case.host {
-        Some(host) => host_exists(host, &format!("case `{name}`"))?,
-        None => scenario.proxy.clone(),
-    };
     let path = scenario
         .path(&scenario.client, &scenario.server)
         .unwrap_or_default();
+    let chain = if kind == CaseKind::Chain {
+        Some(chain_case(name, case, scenario, &path, host_exists)?)
+    } else {
+        let chain_only = [
+            ("hosts", case.hosts.as_ref().map(|h| h.span())),
+            ("peer_profile", case.peer_profile.as_ref().map(|p| p.span())),
+        ];
+        if let Some((field, Some(span))) = chain_only.iter().find(|(_, s)| s.is_some()) {
+            return Err((
+                span.clone(),
+                format!(
+                    "case `{name}` is `{}`; `{field}` applies only to `chain` cases",
+                    kind_name(kind)
+                ),
+            ));
+        }
+        None
+    };
+    let host = match (&chain, &case.host) {
+        // A chain's own host is its first midway (the one the client's connections reach).
+        (Some(chain), _) => chain.hosts[0].clone(),
+        (None, Some(host)) => host_exists(host, &format!("case `{name}`"))?,
+        (None, None) => scenario.proxy.clone(),
+    };
     if kind != CaseKind::Direct && !path.contains(&host) {
         let span = case.host.as_ref().map_or(case.kind.span(), |h| h.span());
         return Err((
@@ -193,7 +215,12 @@ fn validate_case(
         refuse_proxy_on_endpoint(name, case, &host, scenario)?;
         Some(midway_case(name, case, scenario)?)
     } else {
+        // A chain has profiles of its own segments; the rest is the chain's to generate.
+        let chain_fields = ["local_profile", "remote_profile", "profiles"];
         for (field, span) in midway_only {
+            if kind == CaseKind::Chain && chain_fields.contains(&field) {
+                continue;
+            }
             if let Some(span) = span {
                 return Err(refuse(field, span, "midway"));
             }
@@ -214,7 +241,84 @@ fn validate_case(
         host,
         midway,
         squid,
+        chain,
         route_tuning: case.route_tuning.clone(),
+    })
+}
+
+/// The settings of a `chain` case: two or more distinct hosts, every one on the path from the
+/// client to the server (neither of them), in the path's order.
+fn chain_case(
+    name: &str,
+    case: &CaseFile,
+    scenario: &Scenario,
+    path: &[String],
+    host_exists: HostCheck<'_>,
+) -> Result<ChainCase, Blame> {
+    if let Some(host) = &case.host {
+        return Err((
+            host.span(),
+            format!("case `{name}` is a `chain`: name its midways' hosts in `hosts`, not `host`"),
+        ));
+    }
+    let Some(hosts) = &case.hosts else {
+        return Err((
+            case.kind.span(),
+            format!(
+                "case `{name}` is a `chain` and needs `hosts`, its midways from the client side \
+                 to the server side (e.g. hosts = [\"edge\", \"gateway\"])"
+            ),
+        ));
+    };
+    if hosts.get_ref().len() < 2 {
+        return Err((
+            hosts.span(),
+            format!(
+                "case `{name}`: `hosts` of a chain names at least 2 midways (one is a `midway` case)"
+            ),
+        ));
+    }
+    let mut names = Vec::with_capacity(hosts.get_ref().len());
+    let mut previous_position = None;
+    for host in hosts.get_ref() {
+        let resolved = host_exists(host, &format!("case `{name}`.hosts"))?;
+        if resolved == scenario.client || resolved == scenario.server {
+            return Err((
+                host.span(),
+                format!(
+                    "case `{name}`.hosts: a midway cannot run on the client or server host \
+                     `{resolved}`"
+                ),
+            ));
+        }
+        let Some(position) = path.iter().position(|h| *h == resolved) else {
+            return Err((
+                host.span(),
+                format!(
+                    "case `{name}`.hosts: `{resolved}` is not on the path client -> server ({})",
+                    path.join(" -> ")
+                ),
+            ));
+        };
+        if previous_position.is_some_and(|p| position <= p) {
+            return Err((
+                host.span(),
+                format!(
+                    "case `{name}`.hosts: `{resolved}` comes before the host named ahead of it \
+                     on the path client -> server ({}); list the midways in that order, once each",
+                    path.join(" -> ")
+                ),
+            ));
+        }
+        previous_position = Some(position);
+        names.push(resolved);
+    }
+    Ok(ChainCase {
+        hosts: names,
+        peer_profile: case.peer_profile.as_ref().map(|p| p.get_ref().clone()),
+        local_profile: case.local_profile.as_ref().map(|p| p.get_ref().clone()),
+        remote_profile: case.remote_profile.as_ref().map(|p| p.get_ref().clone()),
+        profiles: case.profiles.clone().unwrap_or_default(),
     })
 }
 
@@ -311,7 +415,7 @@ pub(crate) fn case_workload_conflict(scenario: &Scenario, case: &Case) -> Option
     let forward = match case.kind {
         CaseKind::Haproxy => true,
         CaseKind::Midway => case.midway.as_ref().map(|m| m.intercept) == Some(Intercept::Forward),
-        CaseKind::Direct | CaseKind::Squid => false,
+        CaseKind::Direct | CaseKind::Squid | CaseKind::Chain => false,
     };
     (chromium && forward).then(|| {
         format!(

@@ -4,12 +4,15 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 
 use super::validate::{Blame, HostCheck};
+use toml::Spanned;
+
 use super::{
-    BulkWorkload, CommandFile, CommandWorkload, HostCommand, HttpVersion, WebCache, WebClient,
-    WebWorkload, Workload, WorkloadClientFile, WorkloadFile, WorkloadKind,
-    DEFAULT_CACHE_MAX_AGE_SECS, DEFAULT_CONNECTIONS_PER_HOST, DEFAULT_KEEPALIVE_TIMEOUT_SECS,
-    DEFAULT_SERVER_PORT, DEFAULT_WEB_HOST, DEFAULT_WEB_PORT, DEFAULT_WORKLOAD_TIMEOUT_SECS,
-    MAX_BULK_CONNECTIONS, MAX_CONNECTIONS_PER_HOST, MAX_WEB_HOSTS, MAX_WEB_OBJECTS, MAX_WEB_PAGES,
+    BulkAmount, BulkWorkload, CommandFile, CommandWorkload, CompetingFile, CompetingFlow,
+    HostCommand, HttpVersion, WebCache, WebClient, WebWorkload, Workload, WorkloadClientFile,
+    WorkloadFile, WorkloadKind, DEFAULT_CACHE_MAX_AGE_SECS, DEFAULT_COMPETING_CONGESTION_CONTROL,
+    DEFAULT_CONNECTIONS_PER_HOST, DEFAULT_KEEPALIVE_TIMEOUT_SECS, DEFAULT_SERVER_PORT,
+    DEFAULT_WEB_HOST, DEFAULT_WEB_PORT, DEFAULT_WORKLOAD_TIMEOUT_SECS, MAX_BULK_CONNECTIONS,
+    MAX_CONNECTIONS_PER_HOST, MAX_WEB_HOSTS, MAX_WEB_OBJECTS, MAX_WEB_PAGES,
 };
 
 /// The validated `[workload]`; `host_exists` resolves the hosts of a command workload.
@@ -98,6 +101,18 @@ fn refuse_fields_of_other_kinds(workload: &WorkloadFile) -> Result<(), Blame> {
         )?;
         refuse_if(
             &kind_span,
+            workload.duration.is_some(),
+            "duration",
+            kind_text,
+        )?;
+        refuse_if(
+            &kind_span,
+            workload.competing.is_some(),
+            "competing",
+            kind_text,
+        )?;
+        refuse_if(
+            &kind_span,
             workload.connections.is_some(),
             "connections",
             kind_text,
@@ -133,15 +148,44 @@ fn validate_bulk(
     let kind_span = workload.kind.span();
     refuse_if(&kind_span, workload.server.is_some(), "server", "bulk")?;
     refuse_if(&kind_span, workload.client.is_some(), "client", "bulk")?;
-    let bytes = workload.bytes.ok_or_else(|| {
-        (
-            kind_span.clone(),
-            "a bulk workload needs `bytes` (e.g. bytes = \"3MB\")".to_string(),
-        )
-    })?;
-    if bytes.0 == 0 {
-        return Err((kind_span, "workload.bytes must be at least 1".into()));
-    }
+    let amount = match (workload.bytes, workload.duration) {
+        (Some(bytes), None) if bytes.0 == 0 => {
+            return Err((kind_span, "workload.bytes must be at least 1".into()))
+        }
+        (Some(bytes), None) => BulkAmount::Bytes(bytes.0),
+        (None, Some(duration)) if duration.0.is_zero() => {
+            return Err((kind_span, "workload.duration must be more than 0".into()))
+        }
+        (None, Some(duration)) if duration.0 >= timeout => {
+            return Err((
+                kind_span,
+                format!(
+                    "workload.duration ({duration}) must be shorter than workload.timeout ({:?}), \
+                     which bounds the whole run",
+                    timeout
+                ),
+            ))
+        }
+        (None, Some(duration)) => BulkAmount::For(duration.0),
+        (Some(_), Some(_)) => {
+            return Err((
+                kind_span,
+                "a bulk workload sends either `bytes` or for a `duration`, not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err((
+                kind_span,
+                "a bulk workload needs `bytes` (e.g. bytes = \"3MB\") or `duration` \
+                 (e.g. duration = \"120s\")"
+                    .into(),
+            ))
+        }
+    };
+    let competing = match &workload.competing {
+        None => None,
+        Some(competing) => Some(competing_flow(competing, amount, port)?),
+    };
     let connections = workload.connections.unwrap_or(1);
     if !(1..=MAX_BULK_CONNECTIONS).contains(&connections) {
         return Err((
@@ -152,7 +196,8 @@ fn validate_bulk(
         ));
     }
     Ok(Workload::Bulk(BulkWorkload {
-        bytes: bytes.0,
+        amount,
+        competing,
         // 0 = left to the kernel's autotuning, so an experiment can lift a file-wide
         // buffer limit through `set` (an absent key cannot be written there).
         client_recv_buffer: workload.client_recv_buffer.map(|b| b.0).filter(|&b| b > 0),
@@ -164,6 +209,52 @@ fn validate_bulk(
         port,
         timeout,
     }))
+}
+
+/// The competing flow of a bulk workload: it runs as long as the measured transfer, so the
+/// workload must be timed by a duration, and on its own port, so no proxy intercepts it.
+fn competing_flow(
+    competing: &Spanned<CompetingFile>,
+    amount: BulkAmount,
+    port: u16,
+) -> Result<CompetingFlow, Blame> {
+    let span = competing.span();
+    let competing = competing.get_ref();
+    if !matches!(amount, BulkAmount::For(_)) {
+        return Err((
+            span,
+            "workload.competing runs for as long as the measured transfer: give the workload a \
+             `duration` instead of `bytes`"
+                .into(),
+        ));
+    }
+    let competing_port = match &competing.port {
+        Some(p) if *p.get_ref() == 0 || *p.get_ref() == port => {
+            return Err((
+                p.span(),
+                format!(
+                    "workload.competing.port must be neither 0 nor the workload's port {port} \
+                     (a proxy would intercept the competing flow there)"
+                ),
+            ))
+        }
+        Some(p) => *p.get_ref(),
+        None => port.checked_add(1).ok_or_else(|| {
+            (
+                span.clone(),
+                "workload.competing.port: the workload's port is 65535; name another".to_string(),
+            )
+        })?,
+    };
+    Ok(CompetingFlow {
+        congestion_control: competing
+            .congestion_control
+            .clone()
+            .unwrap_or_else(|| DEFAULT_COMPETING_CONGESTION_CONTROL.to_string()),
+        port: competing_port,
+        client_recv_buffer: competing.client_recv_buffer.map(|b| b.0).filter(|&b| b > 0),
+        server_send_buffer: competing.server_send_buffer.map(|b| b.0).filter(|&b| b > 0),
+    })
 }
 
 fn validate_command(

@@ -54,7 +54,7 @@ pub(crate) fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> 
                     )),
                 ),
                 (Some(experiment), None) => (overview(experiment), Verdict::NotChecked),
-                (Some(experiment), Some(check)) => run_check(experiment, check),
+                (Some(experiment), Some(check)) => run_check(analysis, experiment, check),
             };
             let why_not = match verdict {
                 Verdict::Disagrees | Verdict::NoData(_) => claim.why_not.clone(),
@@ -241,12 +241,33 @@ fn at(x: Option<&AxisValue>) -> String {
     x.map(|x| format!(" @ {x}")).unwrap_or_default()
 }
 
-/// "case stat metric @ x" (no stat for a share, which summarises the runs itself).
+/// "case stat metric @ x" (no stat for a share, which summarises the runs itself); the case is
+/// "experiment/case" when the operand names its own experiment.
 fn operand_label(operand: &Operand, metric: &str, stat: Stat, x: Option<&AxisValue>) -> String {
+    let case = match &operand.experiment {
+        Some(experiment) => format!("{experiment}/{}", operand.case),
+        None => operand.case.clone(),
+    };
     if metric == GOS_POSITIVE_SHARE_METRIC {
-        format!("{} {metric}{}", operand.case, at(x))
+        format!("{case} {metric}{}", at(x))
     } else {
-        format!("{} {} {metric}{}", operand.case, stat.name(), at(x))
+        format!("{case} {} {metric}{}", stat.name(), at(x))
+    }
+}
+
+/// The experiment an operand is measured in: its own `experiment`, else the claim's.
+fn operand_experiment<'a>(
+    analysis: &'a Analysis,
+    claim_experiment: &'a Experiment,
+    operand: &Operand,
+) -> Result<&'a Experiment, String> {
+    match &operand.experiment {
+        None => Ok(claim_experiment),
+        Some(name) => analysis
+            .experiments
+            .iter()
+            .find(|e| e.name == *name)
+            .ok_or_else(|| format!("experiment `{name}` not in the results")),
     }
 }
 
@@ -270,16 +291,29 @@ fn target_text(compared: f64, op: Comparison, target: f64, holds: bool) -> Strin
     )
 }
 
-fn run_check(experiment: &Experiment, check: &Check) -> (String, Verdict) {
-    let points = check_points(experiment, check);
+fn run_check(analysis: &Analysis, experiment: &Experiment, check: &Check) -> (String, Verdict) {
+    let experiment_a = match operand_experiment(analysis, experiment, &check.a) {
+        Ok(found) => found,
+        Err(why) => return (String::new(), Verdict::NoData(why)),
+    };
+    let experiment_b = match check
+        .b
+        .as_ref()
+        .map(|b| operand_experiment(analysis, experiment, b))
+        .transpose()
+    {
+        Ok(found) => found.unwrap_or(experiment),
+        Err(why) => return (String::new(), Verdict::NoData(why)),
+    };
+    let points = check_points(experiment_a, check);
     let mut parts = Vec::new();
     let mut all_hold = true;
     for (xa, xb) in points {
         let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
         let (xa, xb) = (xa.as_ref(), xb.as_ref());
-        let a = match find_row(experiment, &check.a.case, xa)
+        let a = match find_row(experiment_a, &check.a.case, xa)
             .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
-            .and_then(|row| metric_of(experiment, row, metric_a, check.stat))
+            .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))
         {
             Ok(a) => a,
             Err(why) => return (parts.join("; "), Verdict::NoData(why)),
@@ -288,9 +322,9 @@ fn run_check(experiment: &Experiment, check: &Check) -> (String, Verdict) {
         match &check.b {
             Some(b_operand) => {
                 let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
-                let b = match find_row(experiment, &b_operand.case, xb)
+                let b = match find_row(experiment_b, &b_operand.case, xb)
                     .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
-                    .and_then(|row| metric_of(experiment, row, metric_b, check.stat))
+                    .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))
                 {
                     Ok(b) => b,
                     Err(why) => return (parts.join("; "), Verdict::NoData(why)),

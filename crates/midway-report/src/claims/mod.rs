@@ -19,7 +19,8 @@
 //! metric = "throughput"          # see the metrics below (default "throughput")
 //! stat = "median"                # "median" (default) or "mean" over the repetitions
 //! a = { case = "store-and-forward", x = 1 }
-//! b = { case = "store-and-forward", x = 0 }   # optional: without b, A is compared to `value`
+//! b = { case = "store-and-forward", x = 0 }   # optional: without b, A is compared to `value`;
+//!                                #   an operand may name another `experiment` than the claim's
 //! op = ">="                      # ">=", "<=", ">" or "<"
 //! value = 0.9                    # A / B op value (or A op value without b)
 //!

@@ -112,6 +112,10 @@ pub struct Operand {
     /// Overrides the check's metric for this operand (e.g. remote vs local segment time).
     #[serde(default)]
     pub metric: Option<String>,
+    /// Takes this operand from another experiment than the claim's (e.g. the same case on
+    /// another path layout, which an experiment's `set` fixes).
+    #[serde(default)]
+    pub experiment: Option<String>,
 }
 
 /// How a check's measured value must relate to its target (`op` in the file).

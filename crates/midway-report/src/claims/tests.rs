@@ -433,3 +433,51 @@ experiment = "other"
     assert_eq!(text, "# r\n");
     assert!(parse("paper = \"p\"\n[[plots]]\nexperiment = \"e\"\ncolour = 1\n").is_err());
 }
+
+#[test]
+fn an_operand_may_come_from_another_experiment() {
+    let mut records = Vec::new();
+    for rep in 0..3 {
+        records.push(record("proxy", 0.0, rep, 5.0));
+        let mut other = record("proxy", 0.0, rep, 10.0);
+        other.experiment = "fig9".into();
+        records.push(other);
+    }
+    let analysis = analyse(&records, "direct");
+    let file = parse(
+        r#"
+paper = "p"
+[[claims]]
+figure = "Fig. 9"
+experiment = "fig9"
+says = "the other layout doubles the proxy's throughput"
+[claims.check]
+a = { case = "proxy", x = 0 }
+b = { case = "proxy", x = 0, experiment = "fig8" }
+op = ">="
+value = 2.0
+
+[[claims]]
+figure = "Fig. 9"
+experiment = "fig9"
+says = "an operand in a missing experiment has no data"
+[claims.check]
+a = { case = "proxy", x = 0, experiment = "nowhere" }
+op = ">="
+value = 1.0
+"#,
+    )
+    .unwrap();
+    let rows = evaluate(&file, &analysis);
+    assert_eq!(rows[0].verdict, Verdict::Agrees, "{}", rows[0].measured);
+    assert!(
+        rows[0].measured.contains("fig8/proxy"),
+        "{}",
+        rows[0].measured
+    );
+    assert!(
+        matches!(&rows[1].verdict, Verdict::NoData(why) if why.contains("nowhere")),
+        "{:?}",
+        rows[1].verdict
+    );
+}
