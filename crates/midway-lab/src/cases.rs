@@ -657,7 +657,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "midway refuses mode = \"peer\" until the peer listener lands (issue 16)"]
     fn every_chain_config_is_accepted_by_midway() {
         let configs = chain_configs(
             &chain(&["edge", "middle", "gateway"]),

@@ -4,20 +4,12 @@
 //! Asserts only what is robust: every point ran; with 64 KB end hosts the direct transfer is
 //! window-limited below 80 % of the 70 Mbit/s bottleneck on the short path; every fig. 11 record
 //! carries the competing Reno flow's throughput; the report holds the paper-vs-lab table.
-//!
-//! Until the peer listener and the BPF congestion controls of issue 16 are merged, midway refuses
-//! `mode = "peer"` and the kernel has no `highspeed`, so only the `direct` cases run
-//! ([`CASES_BEFORE_THE_PEER_LISTENER`]). After the merge: empty that list, which runs the chains
-//! too and turns on the chain assertions below.
+//! Through the two midways, 64 KB end hosts move more than directly.
 
 use midway_testkit::host::{is_root, TempDir};
 use midway_testkit::repro::*;
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
-
-/// The cases run today; empty = every case (once peer listeners and `highspeed` /
-/// `gentle-highspeed` exist).
-const CASES_BEFORE_THE_PEER_LISTENER: &[&str] = &["direct"];
 
 /// The bottleneck between the proxies, Mbit/s (the paper's estimate).
 const BOTTLENECK_MBPS: f64 = 70.0;
@@ -29,13 +21,7 @@ fn quick_overlay_reproduction() {
         return;
     }
     let out = TempDir::new("repro-overlay");
-    let (records, report) = reproduce_quick_cases(
-        MIDWAY,
-        "overlay",
-        &[],
-        CASES_BEFORE_THE_PEER_LISTENER,
-        &out.0,
-    );
+    let (records, report) = reproduce_quick_cases(MIDWAY, "overlay", &[], &[], &out.0);
     assert_complete(&records, &out.0);
     let mbps = |experiment: &str, case: &str, x: f64| {
         median(&records, experiment, case, x)
@@ -72,15 +58,11 @@ fn quick_overlay_reproduction() {
             Some("reno")
         );
     }
-    if CASES_BEFORE_THE_PEER_LISTENER.is_empty() {
-        // Through the two midways, 64 KB end hosts move more than directly (figs. 8-9).
-        let chain_64k = mbps("fig8-9-short", "chain-reno", 65536.0);
-        assert!(
-            chain_64k > direct_64k,
-            "chain-reno {chain_64k:.1} Mbit/s is not above direct {direct_64k:.1} Mbit/s"
-        );
-        assert_claims_table_filled(&report, "overlay");
-    } else {
-        assert!(report.contains("## Paper vs lab: overlay"), "{report}");
-    }
+    // Through the two midways, 64 KB end hosts move more than directly (figs. 8-9).
+    let chain_64k = mbps("fig8-9-short", "chain-reno", 65536.0);
+    assert!(
+        chain_64k > direct_64k,
+        "chain-reno {chain_64k:.1} Mbit/s is not above direct {direct_64k:.1} Mbit/s"
+    );
+    assert_claims_table_filled(&report, "overlay");
 }
