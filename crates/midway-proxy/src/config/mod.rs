@@ -49,13 +49,15 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MIN_SOCKET_MEMORY_BUDGET: u64 = 16 << 20;
 /// Splice pipe pairs held at once (each costs two file descriptors).
 pub const DEFAULT_MAX_PIPES: usize = 1024;
-/// Destinations a client-chosen target (SOCKS5, HTTP) may not reach unless the operator says
-/// otherwise: the proxy host's own loopback and unspecified addresses and link-local ones
-/// (cloud metadata services live at 169.254.169.254). An allowed client must not be able to use
-/// midway to reach services that listen only on the gateway itself, such as midway's own
-/// metrics endpoint; Squid's default `http_access deny to_localhost` / `to_linklocal` draw the
-/// same line. IPv4-mapped IPv6 addresses are checked as the IPv4 address they carry.
-pub const DEFAULT_DENIED_DESTINATIONS: [&str; 6] = [
+/// Destinations a client-chosen target (SOCKS5, HTTP, a peer header) may not reach unless the
+/// operator says otherwise: every address of the proxy host's own interfaces (`"self"`), its
+/// loopback and unspecified addresses, and link-local ones (cloud metadata services live at
+/// 169.254.169.254). An allowed client must not be able to use midway to reach services that
+/// listen only on the gateway itself, such as midway's own metrics endpoint on `0.0.0.0`;
+/// Squid's default `http_access deny to_localhost` / `to_linklocal` draw the same line.
+/// IPv4-mapped IPv6 addresses are checked as the IPv4 address they carry.
+pub const DEFAULT_DENIED_DESTINATIONS: [&str; 7] = [
+    "self",
     "127.0.0.0/8",
     "0.0.0.0/8",
     "169.254.0.0/16",

@@ -22,7 +22,7 @@ pub struct RuntimeConfig {
     pub allowed_clients: Vec<IpNet>,
     /// Prefixes SOCKS5 and HTTP listeners refuse to connect to (client-chosen targets only:
     /// forward targets are the operator's, transparent ones are routed packets' destinations).
-    pub denied_destinations: Vec<IpNet>,
+    pub denied_destinations: DeniedDestinations,
     /// Total split connections served at once, all listeners together.
     pub max_connections: usize,
     /// Split connections one client address may hold at once.
@@ -68,11 +68,24 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Whether a client-chosen target at `addr` is refused (see
-    /// [`super::DEFAULT_DENIED_DESTINATIONS`]).
+    /// Whether a client-chosen target at `addr` is in one of the denied prefixes (see
+    /// [`super::DEFAULT_DENIED_DESTINATIONS`]); the proxy also refuses this host's own
+    /// addresses when [`DeniedDestinations::own_addresses`] is set, which needs a lookup.
     pub fn is_denied_destination(&self, addr: IpAddr) -> bool {
-        denied(&self.denied_destinations, addr)
+        denied(&self.denied_destinations.prefixes, addr)
     }
+}
+
+/// Where a client-chosen target (SOCKS5, HTTP, a peer header) may not go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeniedDestinations {
+    /// Prefixes refused whatever the host's addresses.
+    pub prefixes: Vec<IpNet>,
+    /// Also refuse every address of this host's own interfaces (`"self"` in the list): the
+    /// services that listen only on the gateway, such as midway's metrics endpoint on
+    /// `0.0.0.0`, are not for clients. Read from the interfaces at connect time, since they
+    /// change (DHCP, failover).
+    pub own_addresses: bool,
 }
 
 /// Whether `addr` (IPv4-mapped IPv6 taken as its IPv4 address) falls in one of `prefixes`.

@@ -14,12 +14,13 @@ use midway_tcp::TcpProfile;
 use super::listener::{validate_listener, PeerNames};
 use super::peers::{keys, peers};
 use super::{
-    ConfigError, FileConfig, FileListener, FileSocketMemory, FileSpool, Intercept, ListenerConfig,
-    RuntimeConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DENIED_DESTINATIONS, DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_HOPS, DEFAULT_MAX_PIPES, DEFAULT_PEER_HEADER_WINDOW, DEFAULT_ROUTE_KNOBS_MARK_BASE,
-    DEFAULT_ROUTE_KNOBS_TABLE_BASE, DEFAULT_SHUTDOWN_GRACE, DEFAULT_SPOOL_DIR,
-    DEFAULT_SPOOL_MAX_TOTAL_BYTES, MAX_MAX_HOPS, MAX_WORKER_THREADS, MIN_SOCKET_MEMORY_BUDGET,
+    ConfigError, DeniedDestinations, FileConfig, FileListener, FileSocketMemory, FileSpool,
+    Intercept, ListenerConfig, RuntimeConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DENIED_DESTINATIONS,
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_HOPS, DEFAULT_MAX_PIPES,
+    DEFAULT_PEER_HEADER_WINDOW, DEFAULT_ROUTE_KNOBS_MARK_BASE, DEFAULT_ROUTE_KNOBS_TABLE_BASE,
+    DEFAULT_SHUTDOWN_GRACE, DEFAULT_SPOOL_DIR, DEFAULT_SPOOL_MAX_TOTAL_BYTES, MAX_MAX_HOPS,
+    MAX_WORKER_THREADS, MIN_SOCKET_MEMORY_BUDGET,
 };
 use crate::sockmem::SocketMemorySetting;
 
@@ -284,17 +285,29 @@ fn allowed_clients(v: &Validator<'_>, allowed: Vec<String>) -> Result<Vec<IpNet>
 }
 
 /// `proxy.denied_destinations`, or [`DEFAULT_DENIED_DESTINATIONS`] when not set.
+/// The keyword of `denied_destinations` for this host's own interface addresses.
+const OWN_ADDRESSES: &str = "self";
+
 fn denied_destinations(
     v: &Validator<'_>,
     denied: Option<&[String]>,
-) -> Result<Vec<IpNet>, ConfigError> {
-    match denied {
-        Some(list) => prefixes(v, "proxy.denied_destinations", list),
-        None => Ok(DEFAULT_DENIED_DESTINATIONS
+) -> Result<DeniedDestinations, ConfigError> {
+    let list: Vec<String> = match denied {
+        Some(list) => list.to_vec(),
+        None => DEFAULT_DENIED_DESTINATIONS
             .iter()
-            .map(|text| text.parse::<IpNet>().expect("default prefixes are valid"))
-            .collect()),
-    }
+            .map(|text| text.to_string())
+            .collect(),
+    };
+    let own_addresses = list.iter().any(|entry| entry == OWN_ADDRESSES);
+    let prefix_texts: Vec<String> = list
+        .into_iter()
+        .filter(|entry| entry != OWN_ADDRESSES)
+        .collect();
+    Ok(DeniedDestinations {
+        prefixes: prefixes(v, "proxy.denied_destinations", &prefix_texts)?,
+        own_addresses,
+    })
 }
 
 /// Every entry of the list `key` as a prefix.

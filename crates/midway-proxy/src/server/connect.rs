@@ -8,7 +8,6 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipnet::IpNet;
 use midway_http::ConnectUpstream;
 use midway_tcp::{Role, TcpProfile};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -16,7 +15,8 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use super::error::SetupError;
 use super::memory::{self, leaves_buffers};
-use crate::config::{self, TargetAddr};
+use super::own_addresses::is_denied;
+use crate::config::{DeniedDestinations, TargetAddr};
 use crate::sockmem::SocketMemory;
 
 /// Makes a socket transparent (IP_TRANSPARENT / IPV6_TRANSPARENT): a listener then accepts
@@ -68,7 +68,7 @@ fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), Setup
 pub(super) fn upstream_connector(
     profile: TcpProfile,
     timeout: Duration,
-    denied: Arc<[IpNet]>,
+    denied: Arc<DeniedDestinations>,
     socket_memory: Option<Arc<SocketMemory>>,
 ) -> ConnectUpstream {
     let profile = Arc::new(profile);
@@ -77,9 +77,15 @@ pub(super) fn upstream_connector(
         let denied = denied.clone();
         let socket_memory = socket_memory.clone();
         Box::pin(async move {
-            let stream = connect(&TargetAddr::Ip(addr), &profile, None, &denied, timeout)
-                .await
-                .map_err(SetupError::into_io)?;
+            let stream = connect(
+                &TargetAddr::Ip(addr),
+                &profile,
+                None,
+                Some(&denied),
+                timeout,
+            )
+            .await
+            .map_err(SetupError::into_io)?;
             apply_established(&stream, &profile, Role::Outgoing).map_err(SetupError::into_io)?;
             if let Some(guard) = &socket_memory {
                 memory::cap_once(guard, &stream, leaves_buffers(&profile));
@@ -91,7 +97,10 @@ pub(super) fn upstream_connector(
 
 /// The addresses of `target` outside `denied`, in the resolver's order; an error when it
 /// resolves to none or only to denied ones.
-async fn resolve(target: &TargetAddr, denied: &[IpNet]) -> Result<Vec<SocketAddr>, SetupError> {
+async fn resolve(
+    target: &TargetAddr,
+    denied: Option<&DeniedDestinations>,
+) -> Result<Vec<SocketAddr>, SetupError> {
     let addrs: Vec<SocketAddr> = match target {
         TargetAddr::Ip(addr) => vec![*addr],
         TargetAddr::Domain(host, port) => tokio::net::lookup_host((host.as_str(), *port))
@@ -105,7 +114,7 @@ async fn resolve(target: &TargetAddr, denied: &[IpNet]) -> Result<Vec<SocketAddr
     let resolved_any = !addrs.is_empty();
     let addrs: Vec<SocketAddr> = addrs
         .into_iter()
-        .filter(|addr| !config::denied(denied, addr.ip()))
+        .filter(|addr| !is_denied(denied, addr.ip()))
         .collect();
     if resolved_any && addrs.is_empty() {
         return Err(SetupError::DestinationDenied {
@@ -119,7 +128,7 @@ async fn resolve(target: &TargetAddr, denied: &[IpNet]) -> Result<Vec<SocketAddr
 /// `denied` (the header carries an address, and the peer is chosen by it), within `timeout`.
 pub(super) async fn resolve_first(
     target: &TargetAddr,
-    denied: &[IpNet],
+    denied: Option<&DeniedDestinations>,
     timeout: Duration,
 ) -> Result<SocketAddr, SetupError> {
     let target_text = target.to_string();
@@ -139,7 +148,7 @@ pub(super) async fn connect(
     target: &TargetAddr,
     profile: &TcpProfile,
     spoof_from: Option<IpAddr>,
-    denied: &[IpNet],
+    denied: Option<&DeniedDestinations>,
     timeout: Duration,
 ) -> Result<TcpStream, SetupError> {
     let target_text = target.to_string();

@@ -3,7 +3,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use ipnet::IpNet;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +11,7 @@ use super::error::SetupError;
 use super::peering::{self, Chain, GatewayContext};
 use super::Shared;
 use crate::access::canonical;
-use crate::config::{Intercept, RuntimeConfig, TargetAddr};
+use crate::config::{DeniedDestinations, Intercept, RuntimeConfig, TargetAddr};
 use crate::peer::header::PeerStatus;
 use crate::socks5::{self, ReplyCode};
 
@@ -23,7 +22,7 @@ pub(super) struct Target<'c> {
     pub(super) spoof_from: Option<IpAddr>,
     /// Addresses the target may not resolve to. Only a client-chosen target (SOCKS5) is
     /// checked against `denied_destinations`.
-    pub(super) denied: &'c [IpNet],
+    pub(super) denied: Option<&'c DeniedDestinations>,
     /// A peer listener's connection: its place in the chain of midways, from the header.
     pub(super) chain: Option<Chain>,
 }
@@ -57,7 +56,7 @@ impl Intercept {
             Intercept::Forward { target } => Ok(Target {
                 addr: target.clone(),
                 spoof_from: None,
-                denied: &[],
+                denied: None,
                 chain: None,
             }),
             Intercept::Socks5 { auth } => {
@@ -68,7 +67,7 @@ impl Intercept {
                 Ok(Target {
                     addr,
                     spoof_from: None,
-                    denied: &config.denied_destinations,
+                    denied: Some(&config.denied_destinations),
                     chain: None,
                 })
             }
@@ -80,7 +79,7 @@ impl Intercept {
                 Ok(Target {
                     addr: TargetAddr::Ip(original),
                     spoof_from: spoof_client_address.then_some(canonical(accepted.peer.ip())),
-                    denied: &[],
+                    denied: None,
                     chain: None,
                 })
             }
@@ -102,7 +101,7 @@ impl Intercept {
                     addr: TargetAddr::Ip(destination),
                     spoof_from: spoof_client_address.then_some(chain.client().ip()),
                     // Checked against the header already (a refusal); checked again by connect.
-                    denied: &config.denied_destinations,
+                    denied: Some(&config.denied_destinations),
                     chain: Some(chain),
                 })
             }

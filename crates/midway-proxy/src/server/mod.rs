@@ -33,6 +33,7 @@ mod intercept;
 mod log_limit;
 mod memory;
 mod overload;
+mod own_addresses;
 mod peering;
 mod pool;
 mod profiles;
@@ -243,7 +244,7 @@ fn http_listener(
         connect_upstream: connect::upstream_connector(
             profiles.remote().clone(),
             config.connect_timeout,
-            config.denied_destinations.clone().into(),
+            Arc::new(config.denied_destinations.clone()),
             socket_memory.clone(),
         ),
     }))

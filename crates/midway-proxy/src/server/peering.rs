@@ -14,9 +14,10 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{PeerRefusal, SetupError};
+use super::own_addresses::is_denied;
 use super::pool::{PoolOrigin, WarmPool};
 use crate::access::{AccessList, ClientLimits, ClientPermit};
-use crate::config::{self, PeerConfig, PeerKey, RuntimeConfig};
+use crate::config::{PeerConfig, PeerKey, RuntimeConfig};
 use crate::metrics::Metrics;
 use crate::peer::header::{
     header_len, ChainId, PeerHeader, PeerStatus, UnverifiedHeader, PREFIX_LEN,
@@ -223,7 +224,10 @@ impl Peering {
         if !cx.access.allows(client.ip()) {
             return Err(PeerRefusal::ClientNotAllowed(client.ip()));
         }
-        if config::denied(&cx.config.denied_destinations, header.destination.ip()) {
+        if is_denied(
+            Some(&cx.config.denied_destinations),
+            header.destination.ip(),
+        ) {
             return Err(PeerRefusal::DestinationDenied(header.destination));
         }
         let registration = self

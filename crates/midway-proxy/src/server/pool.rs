@@ -138,7 +138,7 @@ impl WarmPool {
                 &self.config.address,
                 &self.profile,
                 None,
-                &[],
+                None,
                 self.connect_timeout,
             )
             .await?;
