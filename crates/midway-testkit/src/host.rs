@@ -109,6 +109,43 @@ pub fn listening_addr(
         .expect("midway never logged its listening address")
 }
 
+/// A child process stopped when the guard drops, also when the test fails: SIGTERM, up to 10 s
+/// to exit, then SIGKILL; always reaped. Derefs to the [`Child`].
+#[derive(Debug)]
+pub struct StopOnDrop(pub Child);
+
+impl std::ops::Deref for StopOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StopOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts the midway binary at `binary` as `midway --log-format json proxy --config CONFIG` in
 /// namespace `netns` and waits (up to `limit`) for its line saying its listeners are bound and
 /// its interception installed. Returns the child and every log line, those already read
@@ -118,24 +155,27 @@ pub fn start_ready_in(
     netns: &str,
     config: &Path,
     limit: Duration,
-) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            netns,
-            binary,
-            "--log-format",
-            "json",
-            "proxy",
-            "--config",
-        ])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+) -> (StopOnDrop, mpsc::Receiver<String>) {
+    // Guarded from here on: a test that fails (or a start that never gets ready) stops it.
+    let mut child = StopOnDrop(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                netns,
+                binary,
+                "--log-format",
+                "json",
+                "proxy",
+                "--config",
+            ])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let (log_tx, log_rx) = mpsc::channel();
     listening_addr(child.stderr.take().unwrap(), log_tx, limit);
     // The listener is bound before the rules exist: wait for the line that says both are.

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::{listening_addr, repo_root};
+use midway_testkit::host::{listening_addr, repo_root, StopOnDrop};
 use midway_testkit::net::echo_once;
 use midway_testkit::wait::{poll_until, wait_exit, wait_until};
 
@@ -62,7 +62,7 @@ fn check_config_accepts_every_example_and_names_what_is_wrong() {
 
 /// Writes a forward config into `dir` (the `[proxy]` table gets `proxy_lines`; the listener
 /// forwards to `target`) and starts the real binary on it, logging JSON to a piped stderr.
-fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> std::process::Child {
+fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> StopOnDrop {
     let config = dir.join("forward.toml");
     std::fs::write(
         &config,
@@ -75,14 +75,16 @@ fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> std::proc
         ),
     )
     .unwrap();
-    Command::new(MIDWAY)
-        .args(["--log-format", "json", "proxy", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    StopOnDrop(
+        Command::new(MIDWAY)
+            .args(["--log-format", "json", "proxy", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 #[test]

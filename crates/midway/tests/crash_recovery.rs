@@ -9,11 +9,11 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::start_ready_in;
+use midway_testkit::host::{start_ready_in, StopOnDrop};
 use midway_testkit::netns::{in_netns, output, Routed};
 use midway_testkit::wait::wait_exit;
 
@@ -23,7 +23,7 @@ const SERVER_PORT: u16 = 5201;
 const TABLE: &str = "midway-crash";
 
 /// Starts the real binary in the router namespace, ready; returns it and its log lines.
-fn start_midway(router: &str, config: &std::path::Path) -> (Child, mpsc::Receiver<String>) {
+fn start_midway(router: &str, config: &std::path::Path) -> (StopOnDrop, mpsc::Receiver<String>) {
     start_ready_in(MIDWAY, router, config, LIMIT)
 }
 

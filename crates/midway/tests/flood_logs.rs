@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use midway_testkit::host::listening_addr;
+use midway_testkit::host::{listening_addr, StopOnDrop};
 use midway_testkit::wait::wait_exit;
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
@@ -95,7 +95,7 @@ fn out_of_descriptors_under_churn_logs_a_few_lines() {
             .map_err(std::io::Error::from)
         });
     }
-    let mut child = command.spawn().unwrap();
+    let mut child = StopOnDrop(command.spawn().unwrap());
     let (log_tx, log_rx) = mpsc::channel();
     let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
 

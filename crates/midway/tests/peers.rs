@@ -13,14 +13,14 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use midway_proxy::peer::header::PeerHeader;
 use midway_testkit::data::{bulk_bytes, receive_all, send_pattern};
-use midway_testkit::host::{is_root, TempDir};
+use midway_testkit::host::{is_root, StopOnDrop, TempDir};
 use midway_testkit::metrics::metric;
 use midway_testkit::netns::Netns;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,7 +37,8 @@ const KEY: [u8; 32] = [
 /// A midway process in the test's namespace, its log collected; SIGTERM and a bounded wait on
 /// drop.
 struct Midway {
-    child: Child,
+    /// Stopped (SIGTERM, bounded wait, then SIGKILL) when the test ends, pass or fail.
+    _child: StopOnDrop,
     log: Arc<Mutex<Vec<String>>>,
     metrics: SocketAddr,
 }
@@ -65,7 +66,7 @@ impl Midway {
             ),
         )
         .unwrap();
-        let mut child = ns.enter(|| {
+        let mut child = StopOnDrop(ns.enter(|| {
             Command::new(MIDWAY)
                 .args(["--log-format", "json", "proxy", "--config"])
                 .arg(&path)
@@ -73,7 +74,7 @@ impl Midway {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
-        });
+        }));
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
@@ -83,7 +84,7 @@ impl Midway {
             }
         });
         let midway = Midway {
-            child,
+            _child: child,
             log,
             metrics,
         };
@@ -111,22 +112,6 @@ impl Midway {
             .iter()
             .filter(|line| needles.iter().all(|n| line.contains(n)))
             .count()
-    }
-}
-
-impl Drop for Midway {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + LIMIT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
