@@ -115,12 +115,14 @@ fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
+        // Handlers are registered before anything is bound or installed, so a SIGTERM that
+        // arrives during the start (a supervisor stopping midway at once, a test) is taken
+        // once serving begins and still ends in a clean drain and removal, not a kill.
+        let signals = termination_signals().context("cannot install signal handlers")?;
         let mut registry = prometheus_client::registry::Registry::default();
         let proxy = midway_proxy::Proxy::bind(config, &mut registry).await?;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signal_token = shutdown.clone();
-        // Handlers are registered before serving, so an early SIGTERM still drains cleanly.
-        let signals = termination_signals().context("cannot install signal handlers")?;
         tokio::spawn(async move {
             signals.await;
             tracing::info!("termination signal received: stop accepting, draining");

@@ -63,6 +63,7 @@ pub(crate) fn run_points(
         .append(true)
         .open(results)
         .with_context(|| format!("cannot open {}", results.display()))?;
+    let _held = hold_bpf_congestion_controls(points);
     let next = AtomicUsize::new(0);
     let (sender, receiver) = mpsc::channel::<RunRecord>();
     let mut written = Vec::with_capacity(points.len());
@@ -95,6 +96,48 @@ pub(crate) fn run_points(
         Ok(())
     })?;
     Ok(written)
+}
+
+/// Registers midway's BPF congestion controls that the points' profiles name, for the whole
+/// run. Each midway registers them when it starts, but the registration is kernel-wide and
+/// belongs to the process that made it: with points in parallel, one point's midway may find
+/// the names registered by another point's, which then exits and takes them along while the
+/// first is still setting up its sockets. Held here, they outlive every point. `None` when no
+/// profile names one, or when registering fails (each midway then reports it at its start).
+fn hold_bpf_congestion_controls(points: &[Point]) -> Option<midway_bpf::Registration> {
+    let mut named = Vec::new();
+    for point in points {
+        let Some(case) = point.scenario.cases.get(&point.case) else {
+            continue;
+        };
+        let profiles = [
+            case.midway.as_ref().map(|m| &m.profiles),
+            case.chain.as_ref().map(|c| &c.profiles),
+        ];
+        for table in profiles.into_iter().flatten() {
+            for profile in table.values() {
+                let algorithm = profile
+                    .get("congestion_control")
+                    .and_then(toml::Value::as_str)
+                    .and_then(midway_bpf::Algorithm::from_name);
+                if let Some(algorithm) = algorithm {
+                    if !named.contains(&algorithm) {
+                        named.push(algorithm);
+                    }
+                }
+            }
+        }
+    }
+    if named.is_empty() {
+        return None;
+    }
+    match midway_bpf::register(&named) {
+        Ok(registration) => Some(registration),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot hold midway's BPF congestion controls for the run");
+            None
+        }
+    }
 }
 
 /// Measures one point; never panics on a measurement failure, which becomes `ok = false`.
