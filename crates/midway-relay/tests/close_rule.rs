@@ -66,21 +66,8 @@ async fn ends_holding_bytes(end: DirectionEnd) {
             let sent = send_pattern(&mut server, 16 << 20, 17).await;
             (server, sent)
         });
-        let counters = relayed.counters.clone();
         // Bytes are parked in midway (pipe, buffer or spool) and the writer is stalled or done.
-        wait_until_stable(
-            TEST_TIMEOUT,
-            || {
-                counters
-                    .server_to_client
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    + counters
-                        .spooled_now
-                        .load(std::sync::atomic::Ordering::Relaxed)
-            },
-            10,
-        )
-        .await;
+        wait_until_server_to_client_settles(&relayed.counters, 10).await;
         if end == DirectionEnd::Cancelled {
             relayed.cancel.cancel();
         }

@@ -188,20 +188,7 @@ async fn server_reset_reaches_a_stalled_client() {
             .set_linger(Some(std::time::Duration::ZERO))
             .unwrap();
         let writer = tokio::spawn(async move { send_pattern(&mut server, 64 << 20, 70).await });
-        let counters = relayed.counters.clone();
-        wait_until_stable(
-            TEST_TIMEOUT,
-            || {
-                counters
-                    .server_to_client
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    + counters
-                        .spooled_now
-                        .load(std::sync::atomic::Ordering::Relaxed)
-            },
-            25,
-        )
-        .await;
+        wait_until_server_to_client_settles(&relayed.counters, 25).await;
         assert!(
             !writer.is_finished(),
             "{model:?}: the server must be stalled"

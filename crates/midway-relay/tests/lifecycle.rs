@@ -155,39 +155,53 @@ async fn idle_connections_hold_no_buffers_or_pipes() {
     }
 }
 
+/// `connections` splicing relays at once, each moving `transfer` bytes both ways (checked
+/// intact); returns their reports. Pattern seeds start at `seed`.
+async fn splicing_burst(
+    resources: &std::sync::Arc<midway_relay::RelayResources>,
+    connections: u64,
+    transfer: u64,
+    seed: u64,
+) -> Vec<midway_relay::RelayReport> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..connections {
+        let relayed = relayed(buffer_model(64 * 1024, true), resources, None, None).await;
+        tasks.spawn(async move {
+            let (mut client_read, mut client_write) = relayed.client.into_split();
+            let (mut server_read, mut server_write) = relayed.server.into_split();
+            let (up, got_up, down, got_down) = tokio::try_join!(
+                send_pattern(&mut client_write, transfer, seed + 2 * i),
+                receive_all(&mut server_read),
+                send_pattern(&mut server_write, transfer, seed + 1 + 2 * i),
+                receive_all(&mut client_read),
+            )
+            .unwrap();
+            assert_eq!(got_up, (transfer, up));
+            assert_eq!(got_down, (transfer, down));
+            relayed.relay.await.unwrap().unwrap()
+        });
+    }
+    let mut reports = Vec::new();
+    within(TEST_TIMEOUT, async {
+        while let Some(report) = tasks.join_next().await {
+            reports.push(report.unwrap());
+        }
+    })
+    .await;
+    reports
+}
+
 /// One pipe for many splicing connections: the rest copy, and every byte still arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_pipe_pool_falls_back_to_copy() {
     const CONNECTIONS: u64 = 6;
     const TRANSFER: u64 = 8 << 20;
     let res = resources(1 << 30, 1);
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..CONNECTIONS {
-        let relayed = relayed(buffer_model(64 * 1024, true), &res.resources, None, None).await;
-        tasks.spawn(async move {
-            let (mut client_read, mut client_write) = relayed.client.into_split();
-            let (mut server_read, mut server_write) = relayed.server.into_split();
-            let (up, got_up, down, got_down) = tokio::try_join!(
-                send_pattern(&mut client_write, TRANSFER, 50 + 2 * i),
-                receive_all(&mut server_read),
-                send_pattern(&mut server_write, TRANSFER, 51 + 2 * i),
-                receive_all(&mut client_read),
-            )
-            .unwrap();
-            assert_eq!(got_up, (TRANSFER, up));
-            assert_eq!(got_down, (TRANSFER, down));
-            relayed.relay.await.unwrap().unwrap()
-        });
+    let reports = splicing_burst(&res.resources, CONNECTIONS, TRANSFER, 50).await;
+    for report in &reports {
+        assert_eq!(report.client_to_server_bytes, TRANSFER);
     }
-    let mut reports = 0;
-    within(TEST_TIMEOUT, async {
-        while let Some(report) = tasks.join_next().await {
-            let report = report.unwrap();
-            assert_eq!(report.client_to_server_bytes, TRANSFER);
-            reports += 1;
-        }
-    })
-    .await;
+    let reports = reports.len() as u64;
     assert_eq!(reports, CONNECTIONS);
     assert_eq!(res.resources.pipes_open(), 1, "the one pipe was used");
     assert_eq!(res.resources.pipes_in_use(), 0);
@@ -464,29 +478,7 @@ async fn pipes_left_by_a_burst_are_closed_when_idle() {
     const TRANSFER: u64 = 4 << 20;
     const MAX_IDLE: Duration = Duration::from_secs(10);
     let res = resources(1 << 30, 64);
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..CONNECTIONS {
-        let relayed = relayed(buffer_model(64 * 1024, true), &res.resources, None, None).await;
-        tasks.spawn(async move {
-            let (mut client_read, mut client_write) = relayed.client.into_split();
-            let (mut server_read, mut server_write) = relayed.server.into_split();
-            let (up, got_up, down, got_down) = tokio::try_join!(
-                send_pattern(&mut client_write, TRANSFER, 80 + 2 * i),
-                receive_all(&mut server_read),
-                send_pattern(&mut server_write, TRANSFER, 81 + 2 * i),
-                receive_all(&mut client_read),
-            )
-            .unwrap();
-            assert_eq!((got_up, got_down), ((TRANSFER, up), (TRANSFER, down)));
-            relayed.relay.await.unwrap().unwrap()
-        });
-    }
-    within(TEST_TIMEOUT, async {
-        while let Some(report) = tasks.join_next().await {
-            report.unwrap();
-        }
-    })
-    .await;
+    splicing_burst(&res.resources, CONNECTIONS, TRANSFER, 80).await;
     let left = res.resources.pipes_open();
     assert!(left > 0, "the burst spliced through pooled pipes");
     assert_eq!(res.resources.pipes_in_use(), 0);

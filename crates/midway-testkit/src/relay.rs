@@ -116,3 +116,16 @@ pub fn resources(max_total_spool_bytes: u64, max_pipes: usize) -> TestResources 
         RelayResources::new(dir.path().join("spool"), max_total_spool_bytes, max_pipes).unwrap();
     TestResources { dir, resources }
 }
+
+/// Waits until the server-to-client direction stops moving: the bytes delivered to the client
+/// plus those the spool holds have not changed for `stable_rounds` polls (20 ms apart). Then a
+/// server that writes more than the path holds is stalled, or finished into the spool.
+pub async fn wait_until_server_to_client_settles(counters: &RelayCounters, stable_rounds: u32) {
+    use std::sync::atomic::Ordering::Relaxed;
+    crate::wait::wait_until_stable(
+        TEST_TIMEOUT,
+        || counters.server_to_client.load(Relaxed) + counters.spooled_now.load(Relaxed),
+        stable_rounds,
+    )
+    .await;
+}
