@@ -61,6 +61,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -158,8 +159,27 @@ impl fmt::Display for Ownership {
 /// (and the congestion control unregistered) before its object is closed.
 struct Held {
     algorithm: Algorithm,
-    link: Option<Link>,
+    link: Option<LinkHold>,
     _object: Option<Object>,
+}
+
+/// How this process keeps a registration alive: the kernel unregisters a `struct_ops` link's
+/// congestion control when the last file descriptor of the link is closed, whichever process
+/// holds it.
+enum LinkHold {
+    /// Attached here by libbpf.
+    Attached(Link),
+    /// Received from the midway this process took over from ([`Registration::adopt`]).
+    Adopted(OwnedFd),
+}
+
+impl LinkHold {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            LinkHold::Attached(link) => link.as_fd(),
+            LinkHold::Adopted(fd) => fd.as_fd(),
+        }
+    }
 }
 
 /// Congestion controls registered by [`register`]; dropping it unregisters those it owns.
@@ -185,6 +205,31 @@ impl Registration {
         self.algorithms()
             .find(|(held, _)| *held == algorithm)
             .map(|(_, ownership)| ownership)
+    }
+
+    /// The link of every algorithm this registration owns, to hand to a process that takes
+    /// over (a binary upgrade): a copy of the descriptor keeps the registration alive there
+    /// after this process exits. Dropping this registration afterwards only closes this
+    /// process's copies: the objects declare `.struct_ops.link` maps, whose libbpf detach is a
+    /// `close`, not an unregistration.
+    pub fn owned_links(&self) -> impl Iterator<Item = (Algorithm, BorrowedFd<'_>)> + '_ {
+        self.held
+            .iter()
+            .filter_map(|held| held.link.as_ref().map(|link| (held.algorithm, link.fd())))
+    }
+
+    /// Registrations handed over by the midway this process takes over from: each descriptor
+    /// is a `struct_ops` link, and holding it keeps its congestion control registered.
+    pub fn adopt(links: Vec<(Algorithm, OwnedFd)>) -> Registration {
+        let held = links
+            .into_iter()
+            .map(|(algorithm, fd)| Held {
+                algorithm,
+                link: Some(LinkHold::Adopted(fd)),
+                _object: None,
+            })
+            .collect();
+        Registration { held }
     }
 }
 
@@ -391,7 +436,7 @@ fn register_one(algorithm: Algorithm) -> Result<Held, RegisterError> {
     match attached {
         Ok(link) => Ok(Held {
             algorithm,
-            link: Some(link),
+            link: Some(LinkHold::Attached(link)),
             _object: Some(object),
         }),
         Err(source) if source.kind() == ErrorKind::AlreadyExists => {

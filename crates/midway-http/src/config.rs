@@ -41,7 +41,7 @@ pub const DEFAULT_CHUNK_BYTES: usize = 16 * 1024;
 pub const DEFAULT_RESPONSE_BUFFER_CHUNKS: usize = 4;
 
 /// Client-side limits.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClientLimits {
     /// Largest accepted request head; bigger heads get 431 and a close.
     pub max_header_bytes: usize,
@@ -58,7 +58,7 @@ pub struct ClientLimits {
 }
 
 /// Upstream connection pool settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamPoolConfig {
     /// Idle connections kept per origin (host:port).
     pub max_idle_per_origin: usize,
@@ -71,7 +71,7 @@ pub struct UpstreamPoolConfig {
 }
 
 /// TCP keepalive probe timing applied to each upstream socket.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeepaliveProbes {
     /// Idle time before the first keepalive probe is sent (`TCP_KEEPIDLE`).
     pub idle: Duration,
@@ -82,7 +82,7 @@ pub struct KeepaliveProbes {
 }
 
 /// Cache settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// Master switch; when off every request goes upstream.
     pub enabled: bool,
@@ -95,7 +95,7 @@ pub struct CacheConfig {
 }
 
 /// Disk store location and capacity.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DiskCacheConfig {
     /// Directory holding the cached bodies (created if missing).
     pub dir: PathBuf,
@@ -104,7 +104,7 @@ pub struct DiskCacheConfig {
 }
 
 /// Everything the HTTP proxy mode needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpProxyConfig {
     /// Limits applied to each client connection.
     pub client: ClientLimits,

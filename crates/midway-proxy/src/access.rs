@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ipnet::IpNet;
@@ -39,7 +40,8 @@ pub(crate) fn canonical(addr: IpAddr) -> IpAddr {
 /// Counts connections per client address and hands out permits up to a cap.
 #[derive(Debug)]
 pub(crate) struct ClientLimits {
-    per_client: usize,
+    /// Changed by a reload; connections holding more than a lowered limit keep their slots.
+    per_client: AtomicUsize,
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -53,9 +55,14 @@ pub(crate) struct ClientPermit {
 impl ClientLimits {
     pub(crate) fn new(per_client: usize) -> Arc<ClientLimits> {
         Arc::new(ClientLimits {
-            per_client,
+            per_client: AtomicUsize::new(per_client),
             counts: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The limit for connections accepted from now on.
+    pub(crate) fn set_limit(&self, per_client: usize) {
+        self.per_client.store(per_client, Ordering::Relaxed);
     }
 
     /// A permit, or `None` when `client` already holds `per_client` connections.
@@ -63,7 +70,7 @@ impl ClientLimits {
         let client = canonical(client);
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(client).or_insert(0);
-        if *count >= self.per_client {
+        if *count >= self.per_client.load(Ordering::Relaxed) {
             return None;
         }
         *count += 1;

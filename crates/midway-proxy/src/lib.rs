@@ -55,5 +55,8 @@ mod socks5;
 
 pub use config::{load_config, parse_config};
 pub use nft::nft_ruleset;
-pub use server::{check_kernel_support, Proxy, ProxyError, ShutdownSummary};
+pub use server::{
+    check_kernel_support, HandoverError, Proxy, ProxyError, ProxyHandle, ReloadSummary,
+    ShutdownSummary,
+};
 pub use sockmem::SocketMemorySetting;

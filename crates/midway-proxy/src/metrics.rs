@@ -5,7 +5,7 @@
 //! config. Names are what the lab scrapes; keep them stable.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -352,8 +352,8 @@ pub(crate) fn encode(registry: &Registry) -> String {
 
 /// Serves `GET /metrics` until `shutdown`. `before_scrape` refreshes sampled gauges.
 pub(crate) async fn serve(
-    listener: TcpListener,
-    registry: Arc<Registry>,
+    listener: Arc<TcpListener>,
+    registry: Arc<RwLock<Registry>>,
     before_scrape: Arc<dyn Fn() + Send + Sync>,
     shutdown: CancellationToken,
 ) {
@@ -377,7 +377,11 @@ pub(crate) async fn serve(
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let registry = registry.clone();
                 let before_scrape = before_scrape.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &registry, &*before_scrape)) }
+                async move {
+                    // A reload may add an HTTP listener's metrics; encoding is quick.
+                    let registry = registry.read().unwrap_or_else(|p| p.into_inner());
+                    Ok::<_, Infallible>(respond(&req, &registry, &*before_scrape))
+                }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);

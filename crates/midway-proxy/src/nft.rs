@@ -71,6 +71,13 @@ pub(crate) struct InterceptPlan {
     pub routes: Vec<(RouteCommand, bool)>,
 }
 
+impl InterceptPlan {
+    /// Whether midway installs any of it itself (`nftables.manage`).
+    fn manages_anything(&self) -> bool {
+        self.tables.iter().any(|(_, _, manage)| *manage) || self.routes.iter().any(|(_, m)| *m)
+    }
+}
+
 fn tproxy_target(listen: SocketAddr) -> String {
     match listen {
         SocketAddr::V4(a) if a.ip().is_unspecified() => format!("tproxy ip to :{}", a.port()),
@@ -466,12 +473,28 @@ pub(crate) struct Installed {
 impl Installed {
     /// First removes what a crashed midway recorded in `record_dir`, then installs the managed
     /// parts of `plan`, recording each step there. On error, removes what it already added.
-    pub(crate) fn install(plan: &InterceptPlan, record_dir: &Path) -> Result<Installed, NftError> {
+    ///
+    /// With `take_over_from` (a binary upgrade, the pid of the running midway that handed its
+    /// listeners over), what that midway's record lists becomes this process's instead: each
+    /// table is replaced in one `nft` transaction and routes already there are kept, so
+    /// interception never pauses. On error nothing is removed then (the running midway still
+    /// owns it).
+    pub(crate) fn install(
+        plan: &InterceptPlan,
+        record_dir: &Path,
+        take_over_from: Option<u32>,
+    ) -> Result<Installed, NftError> {
         let record_path = record_dir.join(INSTALL_RECORD);
+        if let Some(pid) = take_over_from {
+            let mut installed = Installed::adopt(&record_path, pid)?;
+            if let Err(err) = installed.update(plan) {
+                installed.disown();
+                return Err(err);
+            }
+            return Ok(installed);
+        }
         let owned_by_running = recover(&record_path)?;
-        let managed = plan.tables.iter().any(|(_, _, manage)| *manage)
-            || plan.routes.iter().any(|(_, manage)| *manage);
-        if !managed {
+        if !plan.manages_anything() {
             return Ok(Installed::default());
         }
         if owned_by_running {
@@ -486,43 +509,131 @@ impl Installed {
             routes: Vec::new(),
             record: Some((record_path, InstallRecord::for_this_process())),
         };
+        if let Err(err) = installed.update(plan) {
+            installed.remove();
+            return Err(err);
+        }
+        Ok(installed)
+    }
+
+    /// What the running midway `pid` recorded in `record_path`, now owned (and recorded) by
+    /// this process. No record: that midway had installed nothing.
+    fn adopt(record_path: &Path, pid: u32) -> Result<Installed, NftError> {
+        let mut installed = Installed {
+            tables: Vec::new(),
+            routes: Vec::new(),
+            record: Some((record_path.to_path_buf(), InstallRecord::for_this_process())),
+        };
+        if let Some(record) = InstallRecord::read(record_path)? {
+            if record.pid != pid {
+                return Err(record_error(
+                    record_path,
+                    format!(
+                        "written by pid {}, not by the midway handing over (pid {pid})",
+                        record.pid
+                    ),
+                ));
+            }
+            installed.tables = record.tables;
+            installed.routes = record
+                .route_deletes
+                .into_iter()
+                .map(|delete| RouteCommand {
+                    add: Vec::new(),
+                    delete,
+                })
+                .collect();
+        }
+        Ok(installed)
+    }
+
+    /// Makes what is installed match `plan` (a start, a reload, a take-over): every managed
+    /// table is (re)written in one transaction each, tables and routes the plan no longer has
+    /// are removed, missing routes are added. The record follows each step.
+    pub(crate) fn update(&mut self, plan: &InterceptPlan) -> Result<(), NftError> {
+        let planned_tables: Vec<&String> = plan
+            .tables
+            .iter()
+            .filter(|(_, _, manage)| *manage)
+            .map(|(name, _, _)| name)
+            .collect();
         for (name, script, manage) in &plan.tables {
             if !manage {
                 continue;
             }
-            if let Err(err) = run("nft", &["-f".to_string(), "-".to_string()], Some(script)) {
-                installed.remove();
-                return Err(err);
-            }
-            installed.tables.push(name.clone());
-            if let Err(err) = installed.write_record() {
-                installed.remove();
-                return Err(err);
+            run("nft", &["-f".to_string(), "-".to_string()], Some(script))?;
+            if !self.tables.contains(name) {
+                self.tables.push(name.clone());
+                self.write_record()?;
             }
         }
-        for (cmd, manage) in &plan.routes {
-            if !manage {
+        let stale: Vec<String> = self
+            .tables
+            .iter()
+            .filter(|name| !planned_tables.contains(name))
+            .cloned()
+            .collect();
+        for table in stale {
+            let args = ["delete", "table", "inet", table.as_str()].map(String::from);
+            run("nft", &args, None)?;
+            self.tables.retain(|t| *t != table);
+            self.write_record()?;
+        }
+
+        let planned_routes: Vec<&RouteCommand> = plan
+            .routes
+            .iter()
+            .filter(|(_, manage)| *manage)
+            .map(|(cmd, _)| cmd)
+            .collect();
+        for cmd in &planned_routes {
+            if self.routes.iter().any(|owned| owned.delete == cmd.delete) {
                 continue;
             }
             match run("ip", &cmd.add, None) {
                 Ok(()) => {
-                    installed.routes.push(cmd.clone());
-                    if let Err(err) = installed.write_record() {
-                        installed.remove();
-                        return Err(err);
-                    }
+                    self.routes.push((*cmd).clone());
+                    self.write_record()?;
                 }
                 // Someone else's identical rule or route: use it, and leave it in place at stop.
                 Err(NftError::Failed { stderr, .. }) if stderr.contains("File exists") => {
                     tracing::info!(command = %cmd.add.join(" "), "policy routing already present; not owned by midway");
                 }
-                Err(err) => {
-                    installed.remove();
-                    return Err(err);
-                }
+                Err(err) => return Err(err),
             }
         }
-        Ok(installed)
+        let stale: Vec<RouteCommand> = self
+            .routes
+            .iter()
+            .filter(|owned| !planned_routes.iter().any(|cmd| cmd.delete == owned.delete))
+            .cloned()
+            .collect();
+        for cmd in stale {
+            run("ip", &cmd.delete, None)?;
+            self.routes.retain(|owned| owned.delete != cmd.delete);
+            self.write_record()?;
+        }
+        // A take-over that changed nothing still has to put this process's pid in the record.
+        if self.is_empty() {
+            if let Some((path, _)) = &self.record {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(record_error(path, e)),
+                }
+            }
+            Ok(())
+        } else {
+            self.write_record()
+        }
+    }
+
+    /// Forgets what is installed without removing it: another midway owns it now (this one
+    /// handed over), or still does (a take-over that failed).
+    pub(crate) fn disown(&mut self) {
+        self.tables.clear();
+        self.routes.clear();
+        self.record = None;
     }
 
     pub(crate) fn is_empty(&self) -> bool {

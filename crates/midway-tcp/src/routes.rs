@@ -127,6 +127,8 @@ struct Entry {
     table: u32,
     /// Address families ("-4"/"-6") for which a rule and a table were installed.
     families: Vec<&'static str>,
+    /// The route metrics its table carries ([`metric_args`]).
+    metrics: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -405,6 +407,7 @@ impl RouteKnobs {
                 mark: base_mark + i as u32,
                 table: base_table + i as u32,
                 families: Vec::new(),
+                metrics: metric_args(profile),
             };
             knobs.entries.push(entry);
             let idx = knobs.entries.len() - 1;
@@ -487,6 +490,24 @@ impl RouteKnobs {
         }
         tracing::info!(profile = %profile.name, mark, table, metrics = %metrics.join(" "), "route-metric knobs installed");
         Ok(())
+    }
+
+    /// Whether these tables are exactly what `profiles` would install: the same profiles by
+    /// name, each with the same route metrics. A reload keeps the installed knobs only then
+    /// (the tables are copies taken at install time; changing them under live sockets is left
+    /// to a restart).
+    pub fn serves_exactly(&self, profiles: &[&TcpProfile]) -> bool {
+        let wanted: Vec<&TcpProfile> = profiles
+            .iter()
+            .copied()
+            .filter(|p| p.needs_route_knobs() || self.mark_for(&p.name).is_some())
+            .collect();
+        wanted.len() == self.entries.len()
+            && wanted.iter().all(|p| {
+                self.entries
+                    .iter()
+                    .any(|e| e.profile == p.name && e.metrics == metric_args(p))
+            })
     }
 
     /// `SO_MARK` to put on that profile's sockets, if it has route knobs.

@@ -34,7 +34,8 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the proxy until SIGTERM or SIGINT, then drain and exit.
+    /// Run the proxy until SIGTERM or SIGINT, then drain and exit. SIGHUP reloads the
+    /// configuration file.
     Proxy {
         /// Configuration file (TOML); see examples/.
         #[arg(long, short)]
@@ -42,6 +43,10 @@ enum Command {
         /// Print the nftables rules the configuration would install, and exit.
         #[arg(long)]
         print_nft: bool,
+        /// Binary upgrade: take the listening sockets over from the midway running with the
+        /// same spool directory, which then stops accepting and drains.
+        #[arg(long, conflicts_with = "print_nft")]
+        take_over: bool,
     },
     /// Validate a configuration file (and the running kernel's support for its profiles).
     CheckConfig {
@@ -81,8 +86,12 @@ fn init_tracing(format: LogFormat) {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Proxy { config, print_nft } => {
-            let config = midway_proxy::load_config(&config)?;
+        Command::Proxy {
+            config: path,
+            print_nft,
+            take_over,
+        } => {
+            let config = midway_proxy::load_config(&path)?;
             if print_nft {
                 let rules = midway_proxy::nft_ruleset(&config);
                 print!("{rules}");
@@ -91,7 +100,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
-            serve(config)
+            serve(config, path, take_over)
         }
         Command::CheckConfig { file } => {
             let config = midway_proxy::load_config(&file)?;
@@ -104,8 +113,14 @@ fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// Runs the proxy on a multi-threaded runtime until a termination signal, then drains.
-fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
+/// Runs the proxy on a multi-threaded runtime until a termination signal, then drains. SIGHUP
+/// reads `path` again and reloads; a file that does not load is logged and the running
+/// configuration stays.
+fn serve(
+    config: midway_proxy::config::RuntimeConfig,
+    path: PathBuf,
+    take_over: bool,
+) -> anyhow::Result<()> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = config.worker_threads {
         builder.worker_threads(threads);
@@ -119,14 +134,36 @@ fn serve(config: midway_proxy::config::RuntimeConfig) -> anyhow::Result<()> {
         // arrives during the start (a supervisor stopping midway at once, a test) is taken
         // once serving begins and still ends in a clean drain and removal, not a kill.
         let signals = termination_signals().context("cannot install signal handlers")?;
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot install signal handlers")?;
         let mut registry = prometheus_client::registry::Registry::default();
-        let proxy = midway_proxy::Proxy::bind(config, &mut registry).await?;
+        let proxy = if take_over {
+            midway_proxy::Proxy::take_over(config, &mut registry).await?
+        } else {
+            midway_proxy::Proxy::bind(config, &mut registry).await?
+        };
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signal_token = shutdown.clone();
         tokio::spawn(async move {
             signals.await;
             tracing::info!("termination signal received: stop accepting, draining");
             signal_token.cancel();
+        });
+        let handle = proxy.handle();
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                tracing::info!(file = %path.display(), "SIGHUP: reloading the configuration");
+                match midway_proxy::load_config(&path) {
+                    // The proxy logs the outcome, applied or refused.
+                    Ok(config) => {
+                        let _ = handle.reload(config).await;
+                    }
+                    Err(error) => tracing::error!(
+                        error = format!("{error:#}"),
+                        "reload refused: the configuration file does not load; the running configuration stays"
+                    ),
+                }
+            }
         });
         let summary = proxy.run(shutdown).await?;
         tracing::info!(?summary, "midway stopped");

@@ -2,18 +2,21 @@
 //! `accept`, then the access list and the per-client limit; admitted clients get their own
 //! task and span, everything slow happens there.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{field, Instrument};
 
 use super::connection::Connection;
+use super::generation::Generation;
 use super::log_limit::{admit_out_of_resources, is_resource_exhaustion};
-use super::{BoundListener, Shared};
+use super::Shared;
 use crate::access::canonical;
 use crate::config::Intercept;
 use crate::metrics::Metrics;
@@ -23,15 +26,37 @@ use crate::metrics::Metrics;
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Accepts on `bound` until `shutdown`, spawning each admitted connection on `tracker`.
-pub(super) async fn accept_loop(
-    shared: Arc<Shared>,
-    bound: BoundListener,
-    tracker: TaskTracker,
-    shutdown: CancellationToken,
-    connections_cancel: CancellationToken,
-) {
-    let name = bound.config.name.clone();
+/// One listener's accept loop and what it needs.
+pub(super) struct AcceptLoop {
+    pub(super) shared: Arc<Shared>,
+    pub(super) name: String,
+    pub(super) listener: Arc<TcpListener>,
+    /// The address it really bound.
+    pub(super) addr: SocketAddr,
+    /// The newest generation; read at each accept.
+    pub(super) generations: watch::Receiver<Arc<Generation>>,
+    pub(super) tracker: TaskTracker,
+    /// Stops this loop (a reload that removes the listener, a handover, shutdown).
+    pub(super) stop: CancellationToken,
+    /// Fires when the process stops taking new work (given to connections).
+    pub(super) draining: CancellationToken,
+    pub(super) connections_cancel: CancellationToken,
+}
+
+/// Accepts until `stop`, spawning each admitted connection on the tracker under the newest
+/// generation.
+pub(super) async fn accept_loop(cx: AcceptLoop) {
+    let AcceptLoop {
+        shared,
+        name,
+        listener,
+        addr,
+        generations,
+        tracker,
+        stop: shutdown,
+        draining,
+        connections_cancel,
+    } = cx;
     let labels = Metrics::listener(&name);
     let mut backoff: Option<Duration> = None;
     loop {
@@ -44,7 +69,7 @@ pub(super) async fn accept_loop(
         };
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => return,
-            accepted = bound.listener.accept() => accepted,
+            accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => {
@@ -82,7 +107,13 @@ pub(super) async fn accept_loop(
             }
         };
 
-        if !shared.access.allows(peer.ip()) {
+        let generation = generations.borrow().clone();
+        let Some(state) = generation.listeners.get(&name).cloned() else {
+            // Removed by a reload that is stopping this loop right now.
+            close_now(stream);
+            continue;
+        };
+        if !generation.access.allows(peer.ip()) {
             shared.metrics.refuse(&name, "not_allowed");
             tracing::debug!(listener = %name, client = %peer, "client not in allowed_clients; closed");
             close_now(stream);
@@ -90,7 +121,7 @@ pub(super) async fn accept_loop(
         }
         // A peer listener's connections all come from a few midways: the per-client limit
         // applies to the client each header names instead (`peering.rs`).
-        let client_permit = if matches!(bound.config.intercept, Intercept::Peer { .. }) {
+        let client_permit = if matches!(state.config.intercept, Intercept::Peer { .. }) {
             None
         } else {
             let Some(permit) = shared.client_limits.try_acquire(peer.ip()) else {
@@ -105,7 +136,7 @@ pub(super) async fn accept_loop(
         shared.served.fetch_add(1, Ordering::Relaxed);
 
         let client_ip = canonical(peer.ip());
-        let (local_profile, remote_profile) = bound.profiles.for_client(client_ip);
+        let (local_profile, remote_profile) = state.profiles.for_client(client_ip);
         let span = tracing::info_span!(
             "conn",
             listener = %name,
@@ -116,13 +147,14 @@ pub(super) async fn accept_loop(
         );
         let conn = Connection {
             shared: shared.clone(),
-            listener: bound.config.clone(),
-            profiles: bound.profiles.clone(),
-            http: bound.http.clone(),
-            listener_addr: bound.addr,
+            listener: state.config,
+            profiles: state.profiles,
+            http: state.http,
+            generation,
+            listener_addr: addr,
             peer,
             cancel: connections_cancel.clone(),
-            shutdown: shutdown.clone(),
+            shutdown: draining.clone(),
             _permits: (permit, client_permit),
         };
         tracker.spawn(conn.serve(stream).instrument(span));

@@ -13,6 +13,7 @@ use tracing::field;
 
 use super::connect::{apply_established, connect, resolve_first};
 use super::error::{ErrorChain, SetupError};
+use super::generation::Generation;
 use super::intercept::{Accepted, Target};
 use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
@@ -31,6 +32,8 @@ pub(super) struct Connection {
     /// The listener's profiles, resolved at start.
     pub(super) profiles: Arc<ListenerProfiles>,
     pub(super) http: Option<HttpListener>,
+    /// The configuration it was accepted under, kept to its end (a reload does not change it).
+    pub(super) generation: Arc<Generation>,
     /// The address the listener really bound.
     pub(super) listener_addr: SocketAddr,
     pub(super) peer: SocketAddr,
@@ -146,13 +149,14 @@ impl Connection {
         remote: &TcpProfile,
     ) -> Result<Onward, SetupError> {
         apply_established(client, local, Role::Accepted)?;
-        let config = &self.shared.config;
+        let config = &self.generation.config;
         let intercept = &self.listener.intercept;
         let accepted = Accepted {
             peer: self.peer,
             listener_addr: self.listener_addr,
             config,
             shared: &self.shared,
+            generation: &self.generation,
             shutdown: &self.shutdown,
         };
         let target = intercept.find_target(client, &accepted).await?;
@@ -169,7 +173,7 @@ impl Connection {
         target: Target<'_>,
         remote: &TcpProfile,
     ) -> Result<Onward, SetupError> {
-        let config = &self.shared.config;
+        let config = &self.generation.config;
         let mut addr = target.addr;
         if !self.listener.via.is_empty() {
             // The header carries an address, and the peer is chosen by it: a name is resolved
@@ -178,10 +182,10 @@ impl Connection {
             if let Some(&index) = peer_for(&config.peers, &self.listener.via, destination.ip()) {
                 let chain = match target.chain {
                     Some(chain) => chain,
-                    None => self.shared.peering.start_chain(self.peer),
+                    None => self.generation.peering.start_chain(self.peer),
                 };
                 let stream = self
-                    .shared
+                    .generation
                     .peering
                     .connect_through(index, &chain, destination, config.connect_timeout)
                     .await?;

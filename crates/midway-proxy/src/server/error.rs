@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
 use midway_http::HttpError;
 use midway_tcp::{KnobError, RouteKnobsError};
@@ -82,7 +83,7 @@ pub enum ProxyError {
     #[error("spool directory {dir}: cannot remove leftover spool files")]
     SpoolClean {
         /// The spool directory.
-        dir: std::path::PathBuf,
+        dir: PathBuf,
         /// Why removing the files failed.
         #[source]
         source: io::Error,
@@ -101,6 +102,33 @@ pub enum ProxyError {
         /// Why the engine could not be set up.
         #[source]
         source: HttpError,
+    },
+    /// A reload was refused; the running configuration stays.
+    #[error("reload refused: {reason}")]
+    ReloadRefused {
+        /// What the new configuration changes that a reload cannot apply, or what failed.
+        reason: String,
+    },
+    /// The proxy has stopped; it takes no more reloads.
+    #[error("the proxy has stopped")]
+    Stopped,
+    /// A binary upgrade could not take over from the running midway.
+    #[error("cannot take over from the running midway")]
+    TakeOver(#[source] super::handover::HandoverError),
+    /// The upgrade socket could not be set up.
+    #[error("upgrade socket in {dir}: {source}")]
+    UpgradeSocket {
+        /// The spool directory that holds it.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another midway listens on this spool directory's upgrade socket.
+    #[error("another midway runs with spool directory {dir}; take it over with `--take-over`, or give each midway its own spool directory")]
+    AlreadyRunning {
+        /// The spool directory.
+        dir: PathBuf,
     },
 }
 

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::accept::close_now;
 use super::error::SetupError;
+use super::generation::Generation;
 use super::peering::{self, Chain, GatewayContext};
 use super::Shared;
 use crate::access::canonical;
@@ -34,6 +35,8 @@ pub(super) struct Accepted<'c> {
     pub(super) listener_addr: SocketAddr,
     pub(super) config: &'c RuntimeConfig,
     pub(super) shared: &'c Shared,
+    /// The generation it was accepted under (access list, peers).
+    pub(super) generation: &'c Generation,
     /// Fires when shutdown begins (a warm connection waiting for its header then ends).
     pub(super) shutdown: &'c CancellationToken,
 }
@@ -92,11 +95,15 @@ impl Intercept {
                     from: accepted.peer,
                     keys,
                     config,
-                    access: &shared.access,
+                    access: &accepted.generation.access,
                     client_limits: &shared.client_limits,
                     shutdown: accepted.shutdown,
                 };
-                let (destination, chain) = shared.peering.accept_header(client, &cx).await?;
+                let (destination, chain) = accepted
+                    .generation
+                    .peering
+                    .accept_header(client, &cx)
+                    .await?;
                 Ok(Target {
                     addr: TargetAddr::Ip(destination),
                     spoof_from: spoof_client_address.then_some(chain.client().ip()),

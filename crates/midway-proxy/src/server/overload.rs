@@ -36,26 +36,38 @@ impl OverloadSwitch {
     }
 }
 
-/// Follows the connections in use and flips the bypass of `tables` (midway's managed nftables
-/// tables) when the switch says so; logs and counts each flip.
+/// Follows the connections in use and flips the bypass of midway's managed nftables tables
+/// when the switch says so; logs and counts each flip.
 pub(super) struct OverloadBypass {
     switch: OverloadSwitch,
+    /// The tables the switch was last set for: a reload that rewrites them starts them split.
     tables: Arc<[String]>,
     metrics: Metrics,
 }
 
 impl OverloadBypass {
-    /// `None` when there is nothing to bypass (no managed transparent table).
-    pub(super) fn new(tables: Vec<String>, metrics: Metrics) -> Option<OverloadBypass> {
-        (!tables.is_empty()).then(|| OverloadBypass {
+    pub(super) fn new(metrics: Metrics) -> OverloadBypass {
+        OverloadBypass {
             switch: OverloadSwitch::default(),
-            tables: tables.into(),
+            tables: Arc::from(Vec::new()),
             metrics,
-        })
+        }
     }
 
-    /// Called periodically with the connections in use and the limit.
-    pub(super) async fn observe(&mut self, in_use: usize, limit: usize) {
+    /// Called periodically with the managed tables installed now, the connections in use and
+    /// the limit.
+    pub(super) async fn observe(&mut self, tables: Arc<[String]>, in_use: usize, limit: usize) {
+        if !Arc::ptr_eq(&tables, &self.tables) {
+            // Rewritten (a reload): its overload set starts empty, that is, not bypassing.
+            self.tables = tables;
+            if self.switch.bypassing {
+                self.switch = OverloadSwitch::default();
+                self.metrics.bypass_active.set(0);
+            }
+        }
+        if self.tables.is_empty() {
+            return;
+        }
         let Some(bypass) = self.switch.update(in_use, limit) else {
             return;
         };

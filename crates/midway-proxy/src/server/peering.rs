@@ -33,7 +33,8 @@ pub(super) struct Peering {
     keys: BTreeMap<String, PeerKey>,
     /// One per `[[peers]]`, in file order (listeners' `via` holds indices into it).
     links: Vec<Arc<WarmPool>>,
-    replay: Mutex<ReplayGuard>,
+    /// Shared with the generations before and after this one (see [`Peering::new`]).
+    replay: Arc<Mutex<ReplayGuard>>,
     /// Chain ids of the connections this midway relays now: a header with one of them is a
     /// loop.
     chains: Arc<Mutex<HashSet<ChainId>>>,
@@ -99,15 +100,30 @@ pub(super) struct GatewayContext<'a> {
 
 impl Peering {
     /// The keys and limits of `config`, with one warm pool per `[[peers]]` entry (in order).
-    pub(super) fn new(config: &RuntimeConfig, pools: Vec<Arc<WarmPool>>) -> Peering {
+    /// A reload passes the `previous` generation's: the replay guard and the chains in flight
+    /// carry over, so a header seen before the reload is still a replay after it, and a loop
+    /// through a connection accepted before it is still found. (`peer_header_window` is one of
+    /// the settings only a restart changes, so the guard's window stays right.)
+    pub(super) fn new(
+        config: &RuntimeConfig,
+        pools: Vec<Arc<WarmPool>>,
+        previous: Option<&Peering>,
+    ) -> Peering {
+        let (replay, chains) = match previous {
+            Some(previous) => (previous.replay.clone(), previous.chains.clone()),
+            None => (
+                Arc::new(Mutex::new(ReplayGuard::new(
+                    u64::try_from(config.peer_header_window.as_millis()).unwrap_or(u64::MAX),
+                    REPLAY_GUARD_CAPACITY,
+                ))),
+                Arc::default(),
+            ),
+        };
         Peering {
             keys: config.keys.clone(),
             links: pools,
-            replay: Mutex::new(ReplayGuard::new(
-                u64::try_from(config.peer_header_window.as_millis()).unwrap_or(u64::MAX),
-                REPLAY_GUARD_CAPACITY,
-            )),
-            chains: Arc::default(),
+            replay,
+            chains,
             max_hops: config.max_hops,
         }
     }

@@ -70,11 +70,6 @@ impl ListenerProfiles {
         (local, remote)
     }
 
-    /// The profile of the listener's own (local) sockets.
-    pub(super) fn local(&self) -> &TcpProfile {
-        &self.local
-    }
-
     /// The profile of the remote segment for clients without an override (the HTTP engine's
     /// upstream sockets, which clients share).
     pub(super) fn remote(&self) -> &TcpProfile {

@@ -55,7 +55,7 @@ impl Connection {
             })
         };
         let options = RelayOptions {
-            idle_timeout: Some(self.shared.config.idle_timeout),
+            idle_timeout: Some(self.generation.config.idle_timeout),
             counters: counters.clone(),
             on_close: Some(on_close),
         };
