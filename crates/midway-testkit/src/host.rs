@@ -156,6 +156,17 @@ pub fn start_ready_in(
     config: &Path,
     limit: Duration,
 ) -> (StopOnDrop, mpsc::Receiver<String>) {
+    start_ready_in_with(binary, netns, config, &[], limit)
+}
+
+/// [`start_ready_in`] with `extra` arguments after the config (e.g. `--take-over`).
+pub fn start_ready_in_with(
+    binary: &str,
+    netns: &str,
+    config: &Path,
+    extra: &[&str],
+    limit: Duration,
+) -> (StopOnDrop, mpsc::Receiver<String>) {
     // Guarded from here on: a test that fails (or a start that never gets ready) stops it.
     let mut child = StopOnDrop(
         Command::new("ip")
@@ -170,6 +181,7 @@ pub fn start_ready_in(
                 "--config",
             ])
             .arg(config)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

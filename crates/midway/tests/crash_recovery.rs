@@ -3,7 +3,8 @@
 //! A transparent midway killed with SIGKILL: its nftables table, fwmark rules and local routes
 //! stay behind, new connections fail open (routed to the server unsplit, intact), and the next
 //! start removes exactly what the dead one installed, nothing else, installs its own once, and
-//! a clean stop leaves the router as it found it (issue 17, defect 5).
+//! a clean stop leaves the router as it found it (issue 17, defect 5). A binary upgrade hands
+//! the interception over without a gap, and a reload brings the rules to the new listeners.
 //!
 //!   client (10.77.1.1) -- router (runs the real binary) -- server (10.77.2.2)
 
@@ -13,7 +14,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::{start_ready_in, StopOnDrop};
+use midway_testkit::host::{start_ready_in, start_ready_in_with, StopOnDrop};
 use midway_testkit::netns::{in_netns, output, Routed};
 use midway_testkit::wait::wait_exit;
 
@@ -190,4 +191,134 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
         .join("spool")
         .join("midway-installed.toml")
         .exists());
+}
+
+/// An echo server at 10.77.2.2 in `server` for the life of the test; each connection's client
+/// address goes to the returned receiver (the router's when split, the client's when not).
+fn echo_server_in(server: &str) -> mpsc::Receiver<String> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (seen_tx, seen_rx) = mpsc::channel();
+    in_netns(server, move || {
+        let listener = TcpListener::bind(("10.77.2.2", SERVER_PORT)).unwrap();
+        ready_tx.send(()).unwrap();
+        for stream in listener.incoming().take(32) {
+            let Ok(mut stream) = stream else { continue };
+            if let Ok(peer) = stream.peer_addr() {
+                let _ = seen_tx.send(peer.ip().to_string());
+            }
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(LIMIT));
+                let mut copy = stream.try_clone().unwrap();
+                let _ = std::io::copy(&mut stream, &mut copy);
+                let _ = copy.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    ready_rx.recv_timeout(LIMIT).unwrap();
+    seen_rx
+}
+
+fn wait_for_line(log: &mpsc::Receiver<String>, part: &str) {
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains(part)) {
+        seen.push(
+            log.recv_timeout(LIMIT)
+                .unwrap_or_else(|_| panic!("no log line with {part:?}: {seen:#?}")),
+        );
+    }
+}
+
+#[test]
+fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
+    let topo = Routed::new();
+    let (client, router, server) = (topo.client.name(), topo.router.name(), topo.server.name());
+    let seen_rx = echo_server_in(server);
+    let seen_by_server = || seen_rx.recv_timeout(LIMIT).unwrap();
+    const SPLIT: &str = "10.77.2.1";
+    const UNSPLIT: &str = "10.77.1.1";
+    const TAKEN: &str = "midway-takeover";
+    let marked_rule = "fwmark 0x1 lookup 100";
+
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let config = dir.path().join("transparent.toml");
+    let transparent = format!(
+        "[[listeners]]\nname = \"tp\"\nmode = \"transparent\"\nlisten = \"0.0.0.0:7000\"\n\
+         [listeners.nftables]\nmanage = true\ntable = \"{TAKEN}\"\n\
+         interfaces = [\"veth-rc\"]\nports = [{SERVER_PORT}]\n"
+    );
+    let forward_only = "[[listeners]]\nname = \"fwd\"\nmode = \"forward\"\n\
+                        listen = \"127.0.0.1:7001\"\ntarget = \"10.77.2.2:5201\"\n";
+    let write = |listeners: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "[proxy]\nallowed_clients = [\"10.77.1.0/24\", \"127.0.0.0/8\"]\n\
+                 [spool]\ndir = \"{}\"\n\n{listeners}",
+                spool.display()
+            ),
+        )
+        .unwrap()
+    };
+    write(&transparent);
+
+    let (mut old, _old_log) = start_midway(router, &config);
+    assert!(echo_round_trip(client), "a split connection failed");
+    assert_eq!(seen_by_server(), SPLIT);
+
+    let (mut new, new_log) = start_ready_in_with(MIDWAY, router, &config, &["--take-over"], LIMIT);
+    wait_for_line(&new_log, "took over");
+    // Nothing was open: the old process exits by itself, leaving the interception in place.
+    let status = wait_exit(&mut old, LIMIT, "the old process did not exit");
+    assert!(status.success(), "old exit status {status}");
+    assert!(nft_table_exists(router, TAKEN));
+    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
+    let record = std::fs::read_to_string(spool.join("midway-installed.toml")).unwrap();
+    assert!(
+        record.contains(&format!("pid = {}", new.id())),
+        "the record does not name the new process: {record}"
+    );
+    assert!(
+        echo_round_trip(client),
+        "a split connection failed after the take-over"
+    );
+    assert_eq!(seen_by_server(), SPLIT);
+
+    // Reload without the transparent listener: the rules go, connections route unsplit.
+    write(forward_only);
+    let hangup = |child: &StopOnDrop| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap()
+    };
+    hangup(&new);
+    wait_for_line(&new_log, "reloaded");
+    assert!(!nft_table_exists(router, TAKEN));
+    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
+    assert!(echo_round_trip(client), "an unsplit connection failed");
+    assert_eq!(seen_by_server(), UNSPLIT);
+    // And back.
+    write(&transparent);
+    hangup(&new);
+    wait_for_line(&new_log, "reloaded");
+    assert!(nft_table_exists(router, TAKEN));
+    assert!(
+        echo_round_trip(client),
+        "a split connection failed after the reload"
+    );
+    assert_eq!(seen_by_server(), SPLIT);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(new.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_exit(&mut new, LIMIT, "the new process did not stop");
+    assert!(status.success(), "new exit status {status}");
+    assert!(!nft_table_exists(router, TAKEN));
+    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
+    assert_eq!(count_lines(router, "-4 route show table 100", "local"), 0);
+    assert!(!spool.join("midway-installed.toml").exists());
 }
