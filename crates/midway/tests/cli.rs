@@ -205,6 +205,55 @@ fn sigterm_resets_transfers_still_running_after_the_grace_period() {
     );
 }
 
+/// kill -9 during a transfer: the kernel closes the dead process's sockets, and both ends must
+/// learn the transfer broke (a reset), never see a clean end of a truncated stream (issue 17,
+/// the fault campaign's `kill -9` restarts).
+#[test]
+fn kill_9_during_a_transfer_resets_both_ends() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server_addr = server.local_addr().unwrap();
+    let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut conn, _) = server.accept()?;
+        let chunk = vec![7u8; 64 * 1024];
+        for _ in 0..400 {
+            conn.write_all(&chunk)?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = start_forward_proxy(dir.path(), "", &format!("{server_addr}"));
+    let (log_tx, _log_rx) = mpsc::channel();
+    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    let mut client = TcpStream::connect(addr).unwrap();
+    client.set_read_timeout(Some(LIMIT)).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    client.read_exact(&mut buf).unwrap();
+    // Everything sent so far is read: no unread bytes make the kernel reset on its own.
+    std::thread::sleep(Duration::from_millis(200));
+    while client.set_nonblocking(true).is_ok() && client.read(&mut buf).is_ok_and(|n| n > 0) {}
+    client.set_nonblocking(false).unwrap();
+
+    child.kill().unwrap();
+    wait_exit(&mut child, LIMIT, "midway did not die");
+    let ended = loop {
+        match client.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e.kind()),
+        }
+    };
+    assert_eq!(
+        ended,
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the client got a clean end of stream from a midway that died mid-transfer"
+    );
+    assert!(
+        sender.join().unwrap().is_err(),
+        "the server was never told its transfer was cut"
+    );
+}
+
 /// How many threads of `pid` are the runtime's workers (tokio names them "tokio-rt-worker").
 fn runtime_workers(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))

@@ -177,6 +177,12 @@ pub(crate) async fn run(
     cancel: CancellationToken,
 ) -> Result<RelayReport, RelayError> {
     validate(model)?;
+    // Until the relay decides how the connection ends, a crash of this process (kill -9, an
+    // abort) must not pass a truncated stream off as complete: the kernel closes a dead
+    // process's sockets, and one with SO_LINGER {on, 0} closes with a RST, not a FIN.
+    for stream in [&client, &server] {
+        let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
+    }
     let ctx = Ctx {
         start: Instant::now(),
         last_activity_ms: AtomicU64::new(0),
@@ -295,11 +301,13 @@ pub(crate) async fn run(
         Stop::Failed(_, e) if e.is_reset() => DirectionEnd::ResetByPeer,
         Stop::Failed(..) => DirectionEnd::Error,
     };
-    if ends_with_reset(&stop, held_in_relay, &client, &server) {
-        // Closing with SO_LINGER {on, 0} sends a RST instead of a FIN, so each end learns the
-        // connection broke rather than ended, and never takes a truncated stream for a whole one.
+    // Closing with SO_LINGER {on, 0} (armed at the start) sends a RST instead of a FIN, so each
+    // end learns the connection broke rather than ended, and never takes a truncated stream
+    // for a whole one. A clean end disarms it: the close then sends the last FIN after the
+    // bytes still queued.
+    if !ends_with_reset(&stop, held_in_relay, &client, &server) {
         for stream in [&client, &server] {
-            let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
+            let _ = SockRef::from(stream).set_linger(None);
         }
     }
     if let Stop::Failed(direction, e) = &stop {
