@@ -22,6 +22,7 @@
 //! It prints figures; it asserts nothing. Every number comes from this run.
 
 mod configs;
+pub mod faults;
 mod netns;
 mod report;
 mod summary;

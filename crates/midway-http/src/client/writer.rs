@@ -118,6 +118,11 @@ impl ResponseWriter<'_> {
         let mut client = read_half
             .reunite(write_half)
             .expect("halves of the same stream");
+        // The close rule of every relay in midway: until both directions have ended cleanly,
+        // a close (an error, a cancellation, a crash of the process) is a reset toward both
+        // ends, never a FIN that passes a truncated stream off as complete. SO_LINGER {on, 0}
+        // makes the close send a RST; a clean end disarms it.
+        arm_reset(&client, &upstream, true);
         upstream
             .write_all(&leftover)
             .await
@@ -129,9 +134,19 @@ impl ResponseWriter<'_> {
                 if let Ok((from_client, to_client)) = result {
                     conn.counters.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
                     conn.counters.bytes_from_client.fetch_add(from_client, Ordering::Relaxed);
+                    arm_reset(&client, &upstream, false);
                 }
                 Ok(())
             }
         }
+    }
+}
+
+/// Sets (or clears) SO_LINGER {on, 0} on both ends of a tunnel: with it set, closing them sends
+/// a RST.
+fn arm_reset(client: &tokio::net::TcpStream, upstream: &tokio::net::TcpStream, armed: bool) {
+    let linger = armed.then_some(std::time::Duration::ZERO);
+    for stream in [client, upstream] {
+        let _ = socket2::SockRef::from(stream).set_linger(linger);
     }
 }
