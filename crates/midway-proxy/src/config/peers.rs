@@ -74,9 +74,21 @@ pub(super) fn keys(
 }
 
 /// The first line of a key file. The message never quotes the file's content.
+/// The first line of a key file. Only a regular file, and only its first 4 KiB: a typo naming
+/// `/dev/urandom` or a huge file is an error, not a start that eats memory.
 fn read_key_file(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    use std::io::Read as _;
+    const MAX_KEY_FILE_BYTES: u64 = 4096;
+    let cannot = |err: &dyn std::fmt::Display| format!("cannot read {}: {err}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
+    let metadata = file.metadata().map_err(|e| cannot(&e))?;
+    if !metadata.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    let mut text = String::new();
+    file.take(MAX_KEY_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| cannot(&e))?;
     Ok(text.lines().next().unwrap_or_default().to_string())
 }
 

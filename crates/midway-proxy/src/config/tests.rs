@@ -289,6 +289,10 @@ fn keys_come_from_files_and_one_source_only() {
     let missing = with_file.replace("k.key", "absent.key");
     let err = parse_config(&missing, "<test>").unwrap_err().to_string();
     assert!(err.contains("keys.k.secret_file: cannot read"), "{err}");
+    // A device (a typo for a key file) is refused, not read without end.
+    let device = with_file.replace(&file.display().to_string(), "/dev/zero");
+    let err = parse_config(&device, "<test>").unwrap_err().to_string();
+    assert!(err.contains("is not a regular file"), "{err}");
     let not_hex = TWO_ENDED.replace("00112233445566778899aabbccddeeff", "zz");
     let err = parse_config(&not_hex, "<test>").unwrap_err().to_string();
     assert!(err.contains("keys.k.secret: is not hexadecimal"), "{err}");
