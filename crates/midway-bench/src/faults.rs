@@ -195,7 +195,7 @@ impl CampaignReport {
             self.reloads, self.upgrades, self.kills, self.outages
         );
         let _ = writeln!(out);
-        let _ = writeln!(out, "| path | transfers | intact | reset on both sides | refused at connect | clean but truncated or corrupted |");
+        let _ = writeln!(out, "| path | transfers | intact | ended by a reset | refused at connect | clean but truncated or corrupted |");
         let _ = writeln!(out, "|---|---|---|---|---|---|");
         for (path, [n, intact, reset, refused, bad]) in &self.per_path {
             let _ = writeln!(
@@ -847,6 +847,14 @@ pub fn run_campaign(options: &CampaignOptions) -> anyhow::Result<CampaignReport>
         match results_rx.recv_timeout(Duration::from_millis(50)) {
             Ok(result) => {
                 client_results.push(result);
+                let done = client_results.len() as u64;
+                if options.transfers >= 10 && done % (options.transfers / 10) == 0 {
+                    eprintln!(
+                        "midway-faults: {done} of {} transfers after {:.0} s",
+                        options.transfers,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
