@@ -42,6 +42,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use midway_tcp::{InstalledKnob, RouteKnobs};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Intercept, NftConfig, RuntimeConfig};
@@ -339,6 +340,9 @@ struct InstallRecord {
     start_time: u64,
     tables: Vec<String>,
     route_deletes: Vec<Vec<String>>,
+    /// Route-knob tables and rules (`midway_tcp::RouteKnobs`), recorded as soon as installed.
+    #[serde(default)]
+    route_knobs: Vec<InstalledKnob>,
 }
 
 impl InstallRecord {
@@ -372,6 +376,9 @@ impl InstallRecord {
     /// record or the new one, never half of one.
     fn write(&self, path: &Path) -> Result<(), NftError> {
         let text = toml::to_string(self).map_err(|e| record_error(path, e))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| record_error(path, e))?;
+        }
         let temporary = path.with_extension("toml.new");
         std::fs::write(&temporary, text)
             .and_then(|()| std::fs::rename(&temporary, path))
@@ -397,6 +404,8 @@ fn recover(path: &Path) -> Result<bool, NftError> {
         return Ok(true);
     }
     let mut left = Installed {
+        route_knobs: Vec::new(),
+        blocked_by: None,
         tables: record.tables.clone(),
         routes: record
             .route_deletes
@@ -412,9 +421,13 @@ fn recover(path: &Path) -> Result<bool, NftError> {
         pid = record.pid,
         tables = ?record.tables,
         rules_and_routes = record.route_deletes.len(),
+        route_knob_tables = record.route_knobs.len(),
         "removing the interception a midway that did not stop cleanly left behind"
     );
     left.remove_quietly();
+    if let Err(err) = RouteKnobs::remove_leftovers(&record.route_knobs) {
+        tracing::warn!(error = %err, "could not remove all route-knob tables and rules left behind");
+    }
     std::fs::remove_file(path).map_err(|e| record_error(path, e))?;
     Ok(false)
 }
@@ -465,55 +478,60 @@ pub(crate) fn set_overload_bypass(tables: &[String], bypass: bool) -> Result<(),
 pub(crate) struct Installed {
     tables: Vec<String>,
     routes: Vec<RouteCommand>,
+    /// Route-knob tables and rules, recorded here; `RouteKnobs` installs and removes them.
+    route_knobs: Vec<InstalledKnob>,
+    /// A live midway (this pid) owns the record in this directory: nothing may be installed.
+    blocked_by: Option<u32>,
     /// Where the install record is kept (None: nothing recorded, e.g. a crash's leftovers
     /// being removed).
     record: Option<(PathBuf, InstallRecord)>,
 }
 
 impl Installed {
-    /// First removes what a crashed midway recorded in `record_dir`, then installs the managed
-    /// parts of `plan`, recording each step there. On error, removes what it already added.
+    /// The start of a proxy's interception, before anything is installed: removes what a
+    /// crashed midway recorded in `record_dir`, and keeps the record path for every later step.
     ///
     /// With `take_over_from` (a binary upgrade, the pid of the running midway that handed its
-    /// listeners over), what that midway's record lists becomes this process's instead: each
-    /// table is replaced in one `nft` transaction and routes already there are kept, so
-    /// interception never pauses. On error nothing is removed then (the running midway still
-    /// owns it).
-    pub(crate) fn install(
-        plan: &InterceptPlan,
+    /// listeners over), what that midway's record lists becomes this process's instead; the
+    /// first [`Installed::update`] then replaces each table in one `nft` transaction and keeps
+    /// the routes already there, so interception never pauses.
+    pub(crate) fn begin(
         record_dir: &Path,
         take_over_from: Option<u32>,
     ) -> Result<Installed, NftError> {
         let record_path = record_dir.join(INSTALL_RECORD);
         if let Some(pid) = take_over_from {
-            let mut installed = Installed::adopt(&record_path, pid)?;
-            if let Err(err) = installed.update(plan) {
-                installed.disown();
-                return Err(err);
-            }
-            return Ok(installed);
+            return Installed::adopt(&record_path, pid);
         }
-        let owned_by_running = recover(&record_path)?;
-        if !plan.manages_anything() {
-            return Ok(Installed::default());
-        }
-        if owned_by_running {
-            let pid = InstallRecord::read(&record_path)?.map_or(0, |r| r.pid);
-            return Err(NftError::OwnedByRunning {
-                pid,
-                path: record_path,
-            });
-        }
-        let mut installed = Installed {
+        let blocked_by = if recover(&record_path)? {
+            Some(InstallRecord::read(&record_path)?.map_or(0, |r| r.pid))
+        } else {
+            None
+        };
+        Ok(Installed {
             tables: Vec::new(),
             routes: Vec::new(),
+            route_knobs: Vec::new(),
+            blocked_by,
             record: Some((record_path, InstallRecord::for_this_process())),
-        };
-        if let Err(err) = installed.update(plan) {
-            installed.remove();
-            return Err(err);
+        })
+    }
+
+    /// Records the route-knob tables and rules just installed, before anything else happens.
+    pub(crate) fn record_route_knobs(&mut self, knobs: Vec<InstalledKnob>) -> Result<(), NftError> {
+        self.check_not_blocked()?;
+        self.route_knobs = knobs;
+        self.write_record()
+    }
+
+    fn check_not_blocked(&self) -> Result<(), NftError> {
+        match (self.blocked_by, &self.record) {
+            (Some(pid), Some((path, _))) => Err(NftError::OwnedByRunning {
+                pid,
+                path: path.clone(),
+            }),
+            _ => Ok(()),
         }
-        Ok(installed)
     }
 
     /// What the running midway `pid` recorded in `record_path`, now owned (and recorded) by
@@ -522,6 +540,8 @@ impl Installed {
         let mut installed = Installed {
             tables: Vec::new(),
             routes: Vec::new(),
+            route_knobs: Vec::new(),
+            blocked_by: None,
             record: Some((record_path.to_path_buf(), InstallRecord::for_this_process())),
         };
         if let Some(record) = InstallRecord::read(record_path)? {
@@ -551,6 +571,9 @@ impl Installed {
     /// table is (re)written in one transaction each, tables and routes the plan no longer has
     /// are removed, missing routes are added. The record follows each step.
     pub(crate) fn update(&mut self, plan: &InterceptPlan) -> Result<(), NftError> {
+        if plan.manages_anything() {
+            self.check_not_blocked()?;
+        }
         let planned_tables: Vec<&String> = plan
             .tables
             .iter()
@@ -614,7 +637,7 @@ impl Installed {
             self.write_record()?;
         }
         // A take-over that changed nothing still has to put this process's pid in the record.
-        if self.is_empty() {
+        if self.is_empty() && self.route_knobs.is_empty() {
             if let Some((path, _)) = &self.record {
                 match std::fs::remove_file(path) {
                     Ok(()) => {}
@@ -633,6 +656,7 @@ impl Installed {
     pub(crate) fn disown(&mut self) {
         self.tables.clear();
         self.routes.clear();
+        self.route_knobs.clear();
         self.record = None;
     }
 
@@ -652,6 +676,7 @@ impl Installed {
         };
         record.tables = self.tables.clone();
         record.route_deletes = self.routes.iter().map(|r| r.delete.clone()).collect();
+        record.route_knobs = self.route_knobs.clone();
         record.write(path)
     }
 

@@ -73,5 +73,5 @@ pub use profile::{
     preset_names, resolve_profiles, AutoBuffer, BufferSize, Keepalive, ProfileError, ProfileSpec,
     TcpProfile,
 };
-pub use routes::{RouteKnobs, RouteKnobsError};
+pub use routes::{InstalledKnob, RouteKnobs, RouteKnobsError};
 pub use verify::{Mismatch, ReadBackWhen};

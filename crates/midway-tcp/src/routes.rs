@@ -43,7 +43,7 @@
 
 use std::process::Command;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::TcpProfile;
 
@@ -109,6 +109,18 @@ pub enum RouteKnobsError {
     /// The base table is one the kernel reserves (0, 253, 254, 255).
     #[error("base table {0} is reserved (0, 253-255 are the kernel's)")]
     ReservedTable(u32),
+}
+
+/// One profile's installed table and rule, as a crash-recovery record keeps them: a later start
+/// removes them with [`RouteKnobs::remove_leftovers`] when the process that installed them died.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstalledKnob {
+    /// The fwmark its rule matches.
+    pub mark: u32,
+    /// Its routing table.
+    pub table: u32,
+    /// Address families ("-4", "-6") it was installed for.
+    pub families: Vec<String>,
 }
 
 /// Installed tables and rules; removed by [`RouteKnobs::remove`] or on drop.
@@ -594,6 +606,47 @@ impl RouteKnobs {
         }
         self.removed = true;
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// What is installed, for a crash-recovery record.
+    pub fn installed(&self) -> Vec<InstalledKnob> {
+        self.entries
+            .iter()
+            .map(|e| InstalledKnob {
+                mark: e.mark,
+                table: e.table,
+                families: e.families.iter().map(|f| f.to_string()).collect(),
+            })
+            .collect()
+    }
+
+    /// Removes the rules and tables a midway that did not stop cleanly recorded, in the calling
+    /// thread's namespace. Parts already gone are not an error.
+    pub fn remove_leftovers(knobs: &[InstalledKnob]) -> Result<(), RouteKnobsError> {
+        let entries = knobs
+            .iter()
+            .map(|knob| Entry {
+                profile: String::new(),
+                mark: knob.mark,
+                table: knob.table,
+                families: knob
+                    .families
+                    .iter()
+                    .filter_map(|f| match f.as_str() {
+                        "-4" => Some("-4"),
+                        "-6" => Some("-6"),
+                        _ => None,
+                    })
+                    .collect(),
+                metrics: Vec::new(),
+            })
+            .collect();
+        let mut leftovers = RouteKnobs {
+            entries,
+            removed: false,
+            netns: None,
+        };
+        leftovers.remove_here()
     }
 
     /// Removes midway's rules and tables (only those installed here).

@@ -322,3 +322,65 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
     assert_eq!(count_lines(router, "-4 route show table 100", "local"), 0);
     assert!(!spool.join("midway-installed.toml").exists());
 }
+
+/// A profile with a route-only knob gets a routing table and a policy rule (`midway_tcp`'s
+/// route knobs). After `kill -9` they stay; the restart must remove them from the install
+/// record and install its own once, where it used to refuse ("table not empty"); a clean stop
+/// leaves none.
+#[test]
+fn a_restart_after_kill_9_removes_the_route_knob_table_and_rule() {
+    let topo = Routed::new();
+    let router = topo.router.name();
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let config = dir.path().join("knobs.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"10.77.1.0/24\"]\n[spool]\ndir = \"{}\"\n\
+             [profiles.wide]\ninitial_cwnd = 40\n\n\
+             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"10.77.1.2:7002\"\n\
+             target = \"10.77.2.2:{SERVER_PORT}\"\nremote_profile = \"wide\"\n",
+            spool.display()
+        ),
+    )
+    .unwrap();
+    let knob_rule = "lookup 1000";
+    let (mut first, _first_log) = start_midway(router, &config);
+    assert_eq!(count_lines(router, "-4 rule show", knob_rule), 1);
+    assert!(count_lines(router, "-4 route show table 1000", "initcwnd 40") >= 1);
+    let record = std::fs::read_to_string(spool.join("midway-installed.toml")).unwrap();
+    assert!(record.contains("route_knobs"), "not recorded: {record}");
+    first.kill().unwrap();
+    wait_exit(&mut first, LIMIT, "midway did not die");
+    assert_eq!(
+        count_lines(router, "-4 rule show", knob_rule),
+        1,
+        "a crash leaves the rule"
+    );
+
+    let (mut second, second_log) = start_midway(router, &config);
+    let log: Vec<String> = second_log.try_iter().collect();
+    assert!(
+        log.iter().any(|l| l.contains("did not stop cleanly")),
+        "the restart did not say what it removed: {log:#?}"
+    );
+    assert_eq!(
+        count_lines(router, "-4 rule show", knob_rule),
+        1,
+        "installed once"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_exit(&mut second, LIMIT, "midway did not stop");
+    assert!(status.success(), "exit status {status}");
+    assert_eq!(count_lines(router, "-4 rule show", knob_rule), 0);
+    assert_eq!(
+        count_lines(router, "-4 route show table 1000", "initcwnd"),
+        0
+    );
+    assert!(!spool.join("midway-installed.toml").exists());
+}

@@ -400,8 +400,26 @@ impl Proxy {
             &used,
             &config.profiles,
         )?);
+        // What a crashed midway left is removed before anything is installed; a take-over
+        // adopts the running midway's record instead, at the very end (until then, an error
+        // must leave that midway's interception alone).
+        let taking_over_from = inherited
+            .as_ref()
+            .map(|i| (i.from_pid, i.record_dir.clone()));
+        let mut intercept = match &taking_over_from {
+            None => Some(
+                nft::Installed::begin(&config.spool_dir, None).map_err(ProxyError::Intercept)?,
+            ),
+            Some(_) => None,
+        };
         let mut profiles = config.profiles.clone();
         let route_knobs = profiles::install_route_knobs(&config, &used, &mut profiles)?;
+        let knob_record = route_knobs.as_ref().map(RouteKnobs::installed);
+        if let (Some(intercept), Some(knobs)) = (intercept.as_mut(), &knob_record) {
+            intercept
+                .record_route_knobs(knobs.clone())
+                .map_err(ProxyError::Intercept)?;
+        }
         profiles::check_profiles_supported(&used, &profiles)?;
         let resources = relay_resources(&config, inherited.is_none())?;
 
@@ -431,10 +449,7 @@ impl Proxy {
             })?;
             listeners.push(bind_listener(listener, local, inherited.as_deref_mut())?);
         }
-        let metrics_listener = bind_metrics(&config, inherited.as_deref_mut()).await?;
-        let taking_over_from = inherited
-            .as_ref()
-            .map(|i| (i.from_pid, i.record_dir.clone()));
+        let metrics_listener = bind_metrics(&config, inherited).await?;
         let upgrade_socket = match &taking_over_from {
             Some(_) => None,
             None => upgrade_socket(&config.spool_dir, false)?,
@@ -460,12 +475,29 @@ impl Proxy {
                 tracing::info!(table = %name, "nftables.manage = false; install these rules yourself:\n{script}");
             }
         }
-        let intercept = match &taking_over_from {
+        let mut intercept = match (intercept, &taking_over_from) {
+            (Some(intercept), _) => intercept,
             // The record is where the old process kept it; this process keeps it there.
-            Some((pid, record_dir)) => nft::Installed::install(&plan, record_dir, Some(*pid)),
-            None => nft::Installed::install(&plan, &config.spool_dir, None),
+            (None, Some((pid, record_dir))) => {
+                let mut adopted =
+                    nft::Installed::begin(record_dir, Some(*pid)).map_err(ProxyError::Intercept)?;
+                if let Some(knobs) = knob_record {
+                    if let Err(err) = adopted.record_route_knobs(knobs) {
+                        adopted.disown();
+                        return Err(ProxyError::Intercept(err));
+                    }
+                }
+                adopted
+            }
+            (None, None) => unreachable!("begun above unless taking over"),
+        };
+        if let Err(err) = intercept.update(&plan) {
+            if taking_over_from.is_some() {
+                // The running midway still owns it.
+                intercept.disown();
+            }
+            return Err(ProxyError::Intercept(err));
         }
-        .map_err(ProxyError::Intercept)?;
         shared.set_intercept_tables(intercept.tables());
         // Until here a transparent listener may be bound without its rules: connections are
         // not diverted yet. Tests and operators wait for this line.
@@ -613,12 +645,13 @@ impl Proxy {
         // After a handover the new process owns the interception (`hand_over` let go of it),
         // and there are no route knobs (a midway holding them refuses to hand over).
         if !handed_over {
-            self.intercept.remove();
+            // Knobs first: the record that lists them goes last, with the interception.
             if let Some(knobs) = self.route_knobs.take() {
                 if let Err(err) = knobs.remove() {
                     tracing::error!(error = %err, "could not remove route-metric knobs");
                 }
             }
+            self.intercept.remove();
         }
         let summary = ShutdownSummary {
             connections_served: self.shared.served.load(Ordering::Relaxed),
@@ -722,18 +755,10 @@ impl Proxy {
         drop(served);
 
         let plan = nft::plan(&generation.config);
-        let record_dir = generation.config.spool_dir.clone();
         // `nft` and `ip` run for a few milliseconds, like at a start.
-        if self.intercept.is_empty() {
-            // Nothing installed (no transparent listener so far): installed and recorded like
-            // at a start.
-            self.intercept =
-                nft::Installed::install(&plan, &record_dir, None).map_err(ProxyError::Intercept)?;
-        } else {
-            self.intercept
-                .update(&plan)
-                .map_err(ProxyError::Intercept)?;
-        }
+        self.intercept
+            .update(&plan)
+            .map_err(ProxyError::Intercept)?;
         self.shared.set_intercept_tables(self.intercept.tables());
 
         // From here on nothing fails: switch.
