@@ -283,6 +283,15 @@ impl Metrics {
         drop(self.peer_hop_limit_refused.get_or_create(&labels));
     }
 
+    /// A listener with a peer segment (`via`, or a peer listener) shows its retransmits at 0
+    /// from the start, like the local and remote segments.
+    pub(crate) fn init_peer_segment(&self, name: &str) {
+        drop(self.retransmits.get_or_create(&SegmentLabels {
+            listener: name.to_string(),
+            segment: "peer",
+        }));
+    }
+
     /// Counts a connection through `peer` (`origin` warm or fresh).
     pub(crate) fn peer_connection(&self, peer: &str, origin: &'static str) {
         self.peer_connections

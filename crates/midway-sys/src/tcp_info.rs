@@ -145,8 +145,8 @@ pub struct TcpStats {
     pub total_rto: Option<u16>,
 }
 
-/// Reads `tcp_info` with `getsockopt(TCP_INFO)`.
-pub fn tcp_stats(fd: BorrowedFd<'_>) -> io::Result<TcpStats> {
+/// `TCP_INFO` of `fd` as the kernel filled it, with how many bytes it filled.
+fn raw_tcp_info(fd: BorrowedFd<'_>) -> io::Result<(RawTcpInfo, usize)> {
     let mut raw = RawTcpInfo::default();
     let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
     // SAFETY: valid fd; the kernel writes at most `len` bytes into `raw`, a plain-data struct.
@@ -162,7 +162,31 @@ pub fn tcp_stats(fd: BorrowedFd<'_>) -> io::Result<TcpStats> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let filled = len as usize;
+    Ok((raw, len as usize))
+}
+
+/// A listening socket's accept queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcceptQueue {
+    /// Connections whose handshake completed and that `accept` has not taken yet.
+    pub queued: u32,
+    /// The most the kernel queues (the listen backlog, capped by `net.core.somaxconn`).
+    pub limit: u32,
+}
+
+/// The accept queue of a listening TCP socket: for a socket in LISTEN state the kernel reports
+/// its length in `tcpi_unacked` and its limit in `tcpi_sacked`.
+pub fn accept_queue(fd: BorrowedFd<'_>) -> io::Result<AcceptQueue> {
+    let (raw, _) = raw_tcp_info(fd)?;
+    Ok(AcceptQueue {
+        queued: raw.unacked,
+        limit: raw.sacked,
+    })
+}
+
+/// Reads `tcp_info` with `getsockopt(TCP_INFO)`.
+pub fn tcp_stats(fd: BorrowedFd<'_>) -> io::Result<TcpStats> {
+    let (raw, filled) = raw_tcp_info(fd)?;
     let has = |end: usize| filled >= end;
     let snd_wnd_end = std::mem::offset_of!(RawTcpInfo, snd_wnd) + 4;
     let rcv_wnd_end = std::mem::offset_of!(RawTcpInfo, rcv_wnd) + 4;

@@ -110,8 +110,12 @@ impl Generation {
                 }
             };
             shared.metrics.init_listener(&listener.name);
-            if matches!(listener.intercept, crate::config::Intercept::Peer { .. }) {
+            let peer_listener = matches!(listener.intercept, crate::config::Intercept::Peer { .. });
+            if peer_listener {
                 shared.metrics.init_peer_listener(&listener.name);
+            }
+            if peer_listener || !listener.via.is_empty() {
+                shared.metrics.init_peer_segment(&listener.name);
             }
             listeners.insert(
                 listener.name.clone(),

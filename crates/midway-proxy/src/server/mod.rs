@@ -141,6 +141,8 @@ struct Shared {
     socket_memory: Option<Arc<SocketMemory>>,
     /// The managed nftables tables installed now (the overload bypass switches their set).
     intercept_tables: Mutex<Arc<[String]>>,
+    /// The transparent listeners accepting now: their accept queues count as load.
+    transparent_listeners: Mutex<Vec<Arc<TcpListener>>>,
 }
 
 impl Shared {
@@ -149,6 +151,28 @@ impl Shared {
             .intercept_tables
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Arc::from(tables.to_vec());
+    }
+
+    /// The fullest of `max_connections` and the transparent listeners' accept queues.
+    fn load(&self) -> overload::Load {
+        let connections = overload::Load {
+            used: self.connections_open.load(Ordering::Relaxed),
+            limit: self.max_connections.load(Ordering::Relaxed),
+            what: "connections",
+        };
+        let listeners = self
+            .transparent_listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        listeners
+            .iter()
+            .filter_map(|l| midway_sys::tcp_info::accept_queue(l.as_fd()).ok())
+            .map(|q| overload::Load {
+                used: q.queued as usize,
+                limit: q.limit.max(1) as usize,
+                what: "accept queue",
+            })
+            .fold(connections, overload::Load::fuller)
     }
 
     fn intercept_tables(&self) -> Arc<[String]> {
@@ -433,6 +457,7 @@ impl Proxy {
             connections_open: Default::default(),
             socket_memory,
             intercept_tables: Mutex::new(Arc::from(Vec::new())),
+            transparent_listeners: Mutex::default(),
         });
 
         // Metrics are registered twice: into the caller's registry (for its own use) and into
@@ -924,9 +949,7 @@ impl Proxy {
                         _ = tick.tick() => {
                             // Pipes a burst left in the pool go once idle (two fds each).
                             shared.resources.close_idle_pipes(Instant::now(), IDLE_PIPE_KEEP);
-                            let in_use = shared.connections_open.load(Ordering::Relaxed);
-                            let limit = shared.max_connections.load(Ordering::Relaxed);
-                            overload.observe(shared.intercept_tables(), in_use, limit).await;
+                            overload.observe(shared.intercept_tables(), shared.load()).await;
                             refresh();
                         }
                     }
@@ -1103,6 +1126,9 @@ impl RunningListeners {
                 draining: cx.draining,
                 connections_cancel: cx.connections_cancel,
             }));
+        if bound.key.transparent {
+            self.transparent_listeners().push(bound.listener.clone());
+        }
         if let Some(replaced) = self.listeners.insert(
             bound.name,
             RunningListener {
@@ -1119,7 +1145,17 @@ impl RunningListeners {
     fn stop(&mut self, name: &str) {
         if let Some(listener) = self.listeners.remove(name) {
             listener.stop.cancel();
+            self.transparent_listeners()
+                .retain(|l| !Arc::ptr_eq(l, &listener.listener));
         }
+    }
+
+    fn transparent_listeners(&self) -> std::sync::MutexGuard<'_, Vec<Arc<TcpListener>>> {
+        self.context
+            .shared
+            .transparent_listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Stops every accept loop and waits until none accepts any more.
@@ -1127,6 +1163,7 @@ impl RunningListeners {
         for (_, listener) in std::mem::take(&mut self.listeners) {
             listener.stop.cancel();
         }
+        self.transparent_listeners().clear();
         while self.accept_loops.join_next().await.is_some() {}
     }
 }

@@ -1,5 +1,6 @@
-//! Overload fails open: when midway serves nearly as many connections as it may, new
-//! connections of transparent listeners bypass it (routed unsplit by the kernel) instead of
+//! Overload fails open: when midway serves nearly as many connections as it may, or cannot
+//! accept as fast as connections arrive (a transparent listener's accept queue nearly full),
+//! new connections of transparent listeners bypass it (routed unsplit by the kernel) instead of
 //! waiting in the accept queue or being refused. The switch has hysteresis so that a load near
 //! the limit does not flip it on every connection; the nftables side (a set the rules read, and
 //! the bypassed flows remembered so they stay unsplit to their end) is in `nft.rs`.
@@ -13,6 +14,28 @@ use crate::nft;
 const BYPASS_AT_PERCENT: usize = 99;
 /// ...and split again once use falls below this share.
 const RESUME_BELOW_PERCENT: usize = 95;
+
+/// How full one resource is: the open connections against `max_connections`, or a listener's
+/// accept queue against its backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Load {
+    pub(super) used: usize,
+    pub(super) limit: usize,
+    /// What it is, for the log.
+    pub(super) what: &'static str,
+}
+
+impl Load {
+    /// The fuller of the two (by share of its limit).
+    pub(super) fn fuller(self, other: Load) -> Load {
+        // used / limit > other.used / other.limit, without division.
+        if other.used.saturating_mul(self.limit) > self.used.saturating_mul(other.limit) {
+            other
+        } else {
+            self
+        }
+    }
+}
 
 /// The bypass decision, without I/O: fed the connections in use, it says when to switch.
 #[derive(Debug, Default)]
@@ -54,9 +77,13 @@ impl OverloadBypass {
         }
     }
 
-    /// Called periodically with the managed tables installed now, the connections in use and
-    /// the limit.
-    pub(super) async fn observe(&mut self, tables: Arc<[String]>, in_use: usize, limit: usize) {
+    /// Called periodically with the managed tables installed now and the fullest resource.
+    pub(super) async fn observe(&mut self, tables: Arc<[String]>, load: Load) {
+        let Load {
+            used: in_use,
+            limit,
+            what,
+        } = load;
         if !Arc::ptr_eq(&tables, &self.tables) {
             // Rewritten (a reload): its overload set starts empty, that is, not bypassing.
             self.tables = tables;
@@ -82,12 +109,14 @@ impl OverloadBypass {
                     tracing::warn!(
                         in_use,
                         limit,
+                        full = what,
                         "overloaded: new intercepted connections now bypass midway (routed unsplit)"
                     );
                 } else {
                     tracing::info!(
                         in_use,
                         limit,
+                        full = what,
                         "load back below the limit: new intercepted connections are split again"
                     );
                 }
@@ -105,6 +134,29 @@ impl OverloadBypass {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fuller_resource_decides() {
+        let connections = Load {
+            used: 10,
+            limit: 1000,
+            what: "connections",
+        };
+        let queue = Load {
+            used: 4000,
+            limit: 4096,
+            what: "accept queue",
+        };
+        assert_eq!(connections.fuller(queue), queue);
+        assert_eq!(queue.fuller(connections), queue);
+        let idle_queue = Load { used: 0, ..queue };
+        assert_eq!(connections.fuller(idle_queue), connections);
+        // An accept queue at 98 % of its backlog bypasses like connections at 98 % would not,
+        // and one at 99 % does.
+        let mut switch = OverloadSwitch::default();
+        assert_eq!(switch.update(4014, 4096), None);
+        assert_eq!(switch.update(4056, 4096), Some(true));
+    }
 
     #[test]
     fn bypasses_at_the_limit_and_resumes_below_95_percent() {
