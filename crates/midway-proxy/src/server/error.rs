@@ -115,21 +115,6 @@ pub enum ProxyError {
     /// A binary upgrade could not take over from the running midway.
     #[error("cannot take over from the running midway")]
     TakeOver(#[source] super::handover::HandoverError),
-    /// The upgrade socket could not be set up.
-    #[error("upgrade socket in {dir}: {source}")]
-    UpgradeSocket {
-        /// The spool directory that holds it.
-        dir: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Another midway listens on this spool directory's upgrade socket.
-    #[error("another midway runs with spool directory {dir}; take it over with `--take-over`, or give each midway its own spool directory")]
-    AlreadyRunning {
-        /// The spool directory.
-        dir: PathBuf,
-    },
 }
 
 /// Why a connection ended before relaying.

@@ -356,18 +356,21 @@ async fn bind_metrics(
 }
 
 /// The upgrade socket in `dir`, unless another midway (not the one being taken over) already
-/// answers there.
-fn upgrade_socket(dir: &Path, taking_over: bool) -> Result<Option<UpgradeSocket>, ProxyError> {
+/// answers there. A binary upgrade is optional: a socket that cannot be bound (e.g. a spool
+/// path longer than the 107 bytes a Unix socket's path may have) costs only the upgrade, with a
+/// warning, never the start, and never a take-over that has already happened.
+fn upgrade_socket(dir: &Path, taking_over: bool) -> Option<UpgradeSocket> {
     if !taking_over && UpgradeSocket::in_use(dir) {
         tracing::warn!(dir = %dir.display(), "another midway answers on this spool directory's upgrade socket; this one offers no binary upgrade (give each midway its own spool directory)");
-        return Ok(None);
+        return None;
     }
-    UpgradeSocket::bind(dir)
-        .map(Some)
-        .map_err(|source| ProxyError::UpgradeSocket {
-            dir: dir.to_path_buf(),
-            source,
-        })
+    match UpgradeSocket::bind(dir) {
+        Ok(socket) => Some(socket),
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "cannot open the upgrade socket in the spool directory; this midway offers no binary upgrade");
+            None
+        }
+    }
 }
 
 impl Proxy {
@@ -402,7 +405,7 @@ impl Proxy {
             .map_err(|e| ProxyError::TakeOver(HandoverError::Protocol(e.to_string())))?
             .map_err(ProxyError::TakeOver)?;
         // Only now: the old process keeps its upgrade socket until it has let go.
-        proxy.upgrade_socket = upgrade_socket(&proxy.generation.config.spool_dir, true)?;
+        proxy.upgrade_socket = upgrade_socket(&proxy.generation.config.spool_dir, true);
         tracing::info!("took over: the previous midway stopped accepting and drains");
         Ok(proxy)
     }
@@ -477,7 +480,7 @@ impl Proxy {
         let metrics_listener = bind_metrics(&config, inherited).await?;
         let upgrade_socket = match &taking_over_from {
             Some(_) => None,
-            None => upgrade_socket(&config.spool_dir, false)?,
+            None => upgrade_socket(&config.spool_dir, false),
         };
         let generation = Generation::build(
             1,
