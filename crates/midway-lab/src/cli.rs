@@ -3,13 +3,13 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use midway_report::RunRecord;
 
 use crate::plan::{self, PlanOptions, Point, Shard};
+use crate::provenance::{is_published_results, SourceTree};
 use crate::runner::{self, RunContext};
 use crate::scenario::{CaseKind, LoadedScenario};
 
@@ -67,6 +67,10 @@ pub enum LabCommand {
         /// Keep every point's folder (generated configs, proxy logs), not only failed ones.
         #[arg(long)]
         keep_point_dirs: bool,
+        /// Run into docs/results even from a source tree with uncommitted changes (the report
+        /// says so at its top).
+        #[arg(long)]
+        allow_dirty: bool,
     },
     /// Reproduce a paper's figures: runs the shipped scenarios/repro/PAPER.toml (legacy and
     /// modern hosts) and adds the table "paper says / we measured / agrees?" from PAPER.claims.toml.
@@ -95,6 +99,10 @@ pub enum LabCommand {
         /// scenarios/repro in the current folder or in the source tree of this binary).
         #[arg(long)]
         scenarios: Option<PathBuf>,
+        /// Run into docs/results even from a source tree with uncommitted changes (the report
+        /// says so at its top).
+        #[arg(long)]
+        allow_dirty: bool,
     },
     /// Rebuild the report of a results folder.
     Report {
@@ -132,6 +140,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             shard,
             check_concurrency,
             keep_point_dirs,
+            allow_dirty,
         } => {
             midway_labnet::require_root().context("midway lab run")?;
             let shard = shard.map(|s| s.parse::<Shard>()).transpose()?;
@@ -150,6 +159,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 resume,
                 keep_point_dirs,
                 progress: true,
+                allow_dirty,
             };
             if check_concurrency {
                 check_concurrency_run(&options)
@@ -166,6 +176,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             case,
             resume,
             scenarios,
+            allow_dirty,
         } => {
             midway_labnet::require_root().context("midway lab reproduce")?;
             let dir = match scenarios {
@@ -196,6 +207,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 resume,
                 keep_point_dirs: false,
                 progress: true,
+                allow_dirty,
             };
             run_and_summarise(&options)
         }
@@ -381,6 +393,8 @@ pub struct RunOptions {
     pub keep_point_dirs: bool,
     /// Show a progress bar on the terminal.
     pub progress: bool,
+    /// Run into docs/results even from a source tree with uncommitted changes.
+    pub allow_dirty: bool,
 }
 
 /// What a run did.
@@ -428,19 +442,6 @@ pub(crate) fn midway_binary() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// `git describe --always --dirty` in `dir`, or "unknown".
-pub(crate) fn describe_commit(dir: &Path) -> String {
-    Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .current_dir(dir)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// Loads, plans and runs a scenario, then writes the report.
 pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
     let loaded = LoadedScenario::load(&options.scenario)?;
@@ -458,6 +459,23 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
             crate::time::compact_now()
         ))
     });
+    let scenario_dir = options
+        .scenario
+        .parent()
+        .map(Path::to_path_buf)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let tree = SourceTree::of(&scenario_dir);
+    if tree.is_dirty() && is_published_results(&out_dir) && !options.allow_dirty {
+        bail!(
+            "{}: the source tree {} has uncommitted changes ({}); a report under docs/results \
+             must come from a clean commit: commit first, or pass --allow-dirty (the report then \
+             says so at its top)",
+            out_dir.display(),
+            tree.commit,
+            tree.state.as_deref().unwrap_or("?")
+        );
+    }
     let results = out_dir.join(midway_report::RESULTS_FILE);
     if results.exists() && !options.resume {
         bail!(
@@ -481,15 +499,10 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
             .with_context(|| format!("cannot write {}", copy.display()))?;
     }
     midway_labnet::install_cleanup_on_signal()?;
-    let scenario_dir = options
-        .scenario
-        .parent()
-        .map(Path::to_path_buf)
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("."));
     let context = RunContext {
         out_dir: out_dir.clone(),
-        commit: describe_commit(&scenario_dir),
+        commit: tree.commit.clone(),
+        tree: tree.state.clone(),
         scenario_dir,
         scenario_file: options.scenario.display().to_string(),
         midway_bin: midway_binary()?,

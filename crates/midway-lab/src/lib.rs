@@ -18,6 +18,7 @@ mod cases;
 mod cli;
 mod netstat;
 mod plan;
+mod provenance;
 mod runner;
 mod scenario;
 mod time;

@@ -292,6 +292,7 @@ pub(crate) fn skeleton_record(
         ok: false,
         error: None,
         started_at: started_at.to_string(),
+        tree: None,
     }
 }
 

@@ -83,6 +83,7 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
         resume: false,
         keep_point_dirs: false,
         progress: false,
+        allow_dirty: false,
     })
     .unwrap();
     assert_eq!(summary.records, 6);
@@ -123,6 +124,7 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
         resume: true,
         keep_point_dirs: false,
         progress: false,
+        allow_dirty: false,
     })
     .unwrap();
     assert_eq!((again.records, again.skipped), (0, 6));
@@ -199,6 +201,7 @@ fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
         resume: false,
         keep_point_dirs: false,
         progress: false,
+        allow_dirty: false,
     })
     .unwrap();
     assert_eq!(summary.records, 2);
@@ -286,6 +289,7 @@ fn web_pages_load_direct_through_a_forward_proxy_and_through_squid() {
         resume: false,
         keep_point_dirs: false,
         progress: false,
+        allow_dirty: false,
     })
     .unwrap();
     assert_eq!(summary.records, if with_squid { 3 } else { 2 });

@@ -188,7 +188,17 @@ fn every_reproduction_plans_and_its_claims_name_what_it_runs() {
                 });
             found.cases.iter().map(|c| c.get_ref().clone()).collect()
         };
-        for claim in &claims.claims {
+        // Issue 18: a claim that cannot fail is a defect. Each check is two-sided (the paper's
+        // effect with a tolerance) or says why its other side is open; an unchecked claim says
+        // why it is not tested.
+        let problems = claims.problems();
+        assert!(
+            problems.is_empty(),
+            "{}: {}",
+            claims_path.display(),
+            problems.join("\n")
+        );
+        for claim in claims.claims.iter().chain(&claims.targets) {
             cases_of(&claim.experiment);
             let Some(check) = &claim.check else { continue };
             for operand in std::iter::once(&check.a).chain(check.b.as_ref()) {

@@ -34,6 +34,8 @@ pub(crate) struct Analysis {
     pub scenario_files: Vec<String>,
     /// Distinct commits, in order of first appearance (more than one means the results mix trees).
     pub commits: Vec<String>,
+    /// The source trees the records come from, in order of first appearance.
+    pub trees: Vec<SourceTree>,
     /// Earliest and latest `started_at` (RFC 3339 UTC strings compare in time order).
     pub first_start: Option<String>,
     pub last_start: Option<String>,
@@ -43,6 +45,50 @@ pub(crate) struct Analysis {
     pub failed: Vec<FailedRun>,
     /// Experiments in order of first appearance.
     pub experiments: Vec<Experiment>,
+}
+
+/// Records from one source tree: a commit and the tree's state as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SourceTree {
+    pub commit: String,
+    /// "clean", "dirty:<hash>", or `None` for records older than the tree state.
+    pub state: Option<String>,
+    pub records: usize,
+}
+
+impl SourceTree {
+    /// Whether the records are known to come from a tree without uncommitted changes.
+    pub(crate) fn is_clean(&self) -> bool {
+        self.state.as_deref() == Some(crate::record::TREE_CLEAN)
+    }
+
+    /// Whether the records are known to come from a tree with uncommitted changes (the old
+    /// `git describe --dirty` suffix counts too).
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.commit.ends_with("-dirty")
+            || self
+                .state
+                .as_deref()
+                .is_some_and(|s| s.starts_with(crate::record::TREE_DIRTY_PREFIX))
+    }
+}
+
+fn source_trees(records: &[RunRecord]) -> Vec<SourceTree> {
+    let mut trees: Vec<SourceTree> = Vec::new();
+    for record in records {
+        match trees
+            .iter_mut()
+            .find(|t| t.commit == record.commit && t.state == record.tree)
+        {
+            Some(tree) => tree.records += 1,
+            None => trees.push(SourceTree {
+                commit: record.commit.clone(),
+                state: record.tree.clone(),
+                records: 1,
+            }),
+        }
+    }
+    trees
 }
 
 /// A run that failed, as listed in the report header.
@@ -125,8 +171,9 @@ pub(crate) struct CaseRow {
     pub retransmits_median: BTreeMap<String, f64>,
     /// Median of each `extra` measurement.
     pub extra_median: BTreeMap<String, f64>,
-    /// Finite values of each `extra` measurement over the successful runs, in file order.
-    pub extra_values: BTreeMap<String, Vec<f64>>,
+    /// Finite values of each `extra` measurement over the successful runs, in file order, each
+    /// with its run's seed (for pairing with another case at the same point).
+    pub extra_samples: BTreeMap<String, Vec<(u64, f64)>>,
     /// Quartiles of [`PAGE_LOAD_METRIC`] in seconds; `None` when no run has it.
     pub page_load_seconds: Option<Spread>,
     /// Mean of [`PAGE_LOAD_METRIC`] over the runs, in seconds.
@@ -137,10 +184,21 @@ impl CaseRow {
     /// The values of a metric over this row's successful runs: [`THROUGHPUT_METRIC`] (Mbit/s) or
     /// the name of an `extra` measurement (empty when no run has it).
     pub(crate) fn metric_values(&self, metric: &str) -> Vec<f64> {
+        self.metric_samples(metric)
+            .into_iter()
+            .map(|(_, value)| value)
+            .collect()
+    }
+
+    /// [`CaseRow::metric_values`] with each run's seed.
+    pub(crate) fn metric_samples(&self, metric: &str) -> Vec<(u64, f64)> {
         if metric == THROUGHPUT_METRIC {
-            self.samples.iter().map(|s| s.throughput_mbps).collect()
+            self.samples
+                .iter()
+                .map(|s| (s.seed, s.throughput_mbps))
+                .collect()
         } else {
-            self.extra_values.get(metric).cloned().unwrap_or_default()
+            self.extra_samples.get(metric).cloned().unwrap_or_default()
         }
     }
 
@@ -187,6 +245,7 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
         scenarios: distinct(records.iter().map(|r| r.scenario.as_str())),
         scenario_files: distinct(records.iter().map(|r| r.scenario_file.as_str())),
         commits: distinct(records.iter().map(|r| r.commit.as_str())),
+        trees: source_trees(records),
         first_start: records.iter().map(|r| &r.started_at).min().cloned(),
         last_start: records.iter().map(|r| &r.started_at).max().cloned(),
         records: records.len(),
@@ -370,12 +429,18 @@ fn case_row(
         })
         .collect();
     let throughputs: Vec<f64> = samples.iter().map(|s| s.throughput_mbps).collect();
-    let mut extra_values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut extra_samples: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
     for record in &ok {
         for (name, value) in record.extra.iter().filter(|(_, v)| v.is_finite()) {
-            extra_values.entry(name.clone()).or_default().push(*value);
+            extra_samples
+                .entry(name.clone())
+                .or_default()
+                .push((record.seed, *value));
         }
     }
+    let page_loads: Option<Vec<f64>> = extra_samples
+        .get(PAGE_LOAD_METRIC)
+        .map(|samples| samples.iter().map(|(_, v)| *v).collect());
 
     let (paired_gains, gos_of_medians) = match baseline_by_rep {
         Some(baseline) if !is_baseline => {
@@ -416,13 +481,9 @@ fn case_row(
                 .map(|(k, v)| (k.as_str(), *v))
                 .collect::<Vec<_>>()
         })),
-        page_load_seconds: extra_values
-            .get(PAGE_LOAD_METRIC)
-            .and_then(|v| stats::spread(v)),
-        page_load_mean: extra_values
-            .get(PAGE_LOAD_METRIC)
-            .and_then(|v| stats::mean(v)),
-        extra_values,
+        page_load_seconds: page_loads.as_deref().and_then(stats::spread),
+        page_load_mean: page_loads.as_deref().and_then(stats::mean),
+        extra_samples,
         samples,
     }
 }
@@ -496,6 +557,7 @@ mod tests {
             ok: true,
             error: None,
             started_at: format!("2026-01-01T00:00:0{rep}Z"),
+            tree: None,
         }
     }
 

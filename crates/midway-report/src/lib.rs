@@ -27,7 +27,7 @@ use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 pub use plot::{PngError, SvgError};
-pub use record::{RunRecord, RESULTS_FILE};
+pub use record::{RunRecord, RESULTS_FILE, TREE_CLEAN, TREE_DIRTY_PREFIX};
 
 /// File name of the markdown report inside a run's output folder.
 pub const REPORT_FILE: &str = "report.md";

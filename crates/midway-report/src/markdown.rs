@@ -42,6 +42,21 @@ pub(crate) fn render_with(
         .clone()
         .unwrap_or_else(|| format!("Lab report: {}", analysis.scenarios.join(", ")));
     let _ = writeln!(out, "# {title}\n");
+    let dirty: usize = analysis
+        .trees
+        .iter()
+        .filter(|t| t.is_dirty())
+        .map(|t| t.records)
+        .sum();
+    if dirty > 0 {
+        let _ = writeln!(
+            out,
+            "**Not from a clean commit: {dirty} of {} records were measured with uncommitted \
+             changes in the source tree** (the lab refuses that for docs/results unless told \
+             `--allow-dirty`); see \"Source trees\" below.\n",
+            analysis.records
+        );
+    }
     header(&mut out, analysis, opts, warnings);
     failed_runs(&mut out, analysis);
     let no_plots = ExperimentPlots::default();
@@ -68,6 +83,26 @@ fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions, warnings:
         "- Commit: {}{commit_note}",
         code_list(&analysis.commits)
     );
+    let trees: Vec<String> = analysis
+        .trees
+        .iter()
+        .map(|tree| {
+            let state = match tree.state.as_deref() {
+                _ if tree.is_dirty() => format!(
+                    "with uncommitted changes{}",
+                    tree.state
+                        .as_deref()
+                        .and_then(|s| s.strip_prefix(crate::record::TREE_DIRTY_PREFIX))
+                        .map(|hash| format!(" (diff {hash})"))
+                        .unwrap_or_default()
+                ),
+                _ if tree.is_clean() => "clean".to_string(),
+                _ => "tree state not recorded".to_string(),
+            };
+            format!("`{}` {state}: {} records", tree.commit, tree.records)
+        })
+        .collect();
+    let _ = writeln!(out, "- Source trees: {}", trees.join("; "));
     if let (Some(first), Some(last)) = (&analysis.first_start, &analysis.last_start) {
         let _ = writeln!(out, "- Runs started: {first} to {last}");
     }

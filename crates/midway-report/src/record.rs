@@ -49,7 +49,17 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// Wall-clock start of the run, RFC 3339 UTC.
     pub started_at: String,
+    /// The source tree `commit` names: [`TREE_CLEAN`], or [`TREE_DIRTY_PREFIX`] followed by a
+    /// hash of the uncommitted changes (so records from the same dirty tree can be told from
+    /// records of another). Absent in records written before the lab recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<String>,
 }
+
+/// [`RunRecord::tree`] of a run from a tree without uncommitted changes.
+pub const TREE_CLEAN: &str = "clean";
+/// Prefix of [`RunRecord::tree`] of a run from a tree with uncommitted changes.
+pub const TREE_DIRTY_PREFIX: &str = "dirty:";
 
 /// serde_json writes a non-finite `f64` (the throughput of a run that moved nothing in zero
 /// seconds, an infinite time) as `null`; read it back as NaN, which every statistic skips, instead

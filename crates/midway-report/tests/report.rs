@@ -46,6 +46,7 @@ fn record(
         ok: true,
         error: None,
         started_at: format!("2026-11-21T06:{:02}:00Z", 10 + rep),
+        tree: None,
     }
 }
 

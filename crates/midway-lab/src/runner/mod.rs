@@ -43,6 +43,8 @@ pub(crate) struct RunContext {
     /// Scenario path as given on the command line, recorded in every line.
     pub scenario_file: String,
     pub commit: String,
+    /// The source tree's state ("clean" or "dirty:<hash>"), recorded in every record.
+    pub tree: Option<String>,
     /// The midway binary run as the proxy of `midway` cases.
     pub midway_bin: PathBuf,
     /// Keep each point's folder (configs, proxy logs) even when the point succeeded.
@@ -144,6 +146,7 @@ fn hold_bpf_congestion_controls(points: &[Point]) -> Option<midway_bpf::Registra
 pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
     let started_at = crate::time::rfc3339_now();
     let mut record = skeleton_record(point, &context.scenario_file, &context.commit, &started_at);
+    record.tree = context.tree.clone();
     let point_dir = context.out_dir.join("points").join(format!(
         "{:05}-{}-{}-r{}",
         point.index, point.experiment, point.case, point.repetition

@@ -6,19 +6,41 @@ use std::fmt::Write as _;
 
 use crate::analysis::{Analysis, CaseRow, Experiment, THROUGHPUT_METRIC};
 use crate::markdown::number;
+use crate::stats::{self, Interval, Resampling};
 
-use super::model::{AxisValue, Check, ClaimsFile, Comparison, Operand, Stat};
+use super::model::{AxisValue, Check, Claim, Criterion, Operand, Stat};
 use super::{GOS_METRIC, GOS_POSITIVE_SHARE_METRIC};
 
 /// Result of checking one claim.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Verdict {
+    /// The measured number and its whole confidence interval satisfy the check (at every point).
     Agrees,
+    /// Neither: the interval straddles the accepted range somewhere, or there are too few runs
+    /// for an interval.
+    Inconclusive,
+    /// The whole interval lies outside the accepted range (at one point or more).
     Disagrees,
-    /// No check in the file: the measured numbers are shown for a reader to judge.
-    NotChecked,
+    /// The claims file says why the lab does not test this claim (or it has no check).
+    NotTested(String),
     /// The check needs data the results do not have (experiment, case or sweep value missing).
     NoData(String),
+    /// The check itself is malformed (see [`super::ClaimsFile::problems`]).
+    Invalid(String),
+}
+
+impl Verdict {
+    /// The verdict's name in the tables and the counts.
+    pub(crate) fn category(&self) -> &'static str {
+        match self {
+            Verdict::Agrees => "agrees",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::Disagrees => "disagrees",
+            Verdict::NotTested(_) => "not tested",
+            Verdict::NoData(_) => "no data",
+            Verdict::Invalid(_) => "invalid check",
+        }
+    }
 }
 
 /// One row of the table.
@@ -32,15 +54,18 @@ pub(crate) struct ClaimRow {
     pub why_not: Option<String>,
 }
 
-/// Checks every claim against the analysed results.
-pub(crate) fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> {
-    file.claims
+/// Checks every claim (or target) against the analysed results.
+pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
+    claims
         .iter()
         .map(|claim| {
-            let says = match &claim.target {
-                Some(target) => format!("{} (target: {target})", claim.says),
-                None => claim.says.clone(),
-            };
+            let mut says = claim.says.clone();
+            if let Some(value) = &claim.paper_value {
+                let _ = write!(says, " (paper: {value})");
+            }
+            if let Some(target) = &claim.target {
+                let _ = write!(says, " (target: {target})");
+            }
             let experiment = analysis
                 .experiments
                 .iter()
@@ -53,11 +78,25 @@ pub(crate) fn evaluate(file: &ClaimsFile, analysis: &Analysis) -> Vec<ClaimRow> 
                         claim.experiment
                     )),
                 ),
-                (Some(experiment), None) => (overview(experiment), Verdict::NotChecked),
-                (Some(experiment), Some(check)) => run_check(analysis, experiment, check),
+                (Some(experiment), None) => (
+                    overview(experiment),
+                    Verdict::NotTested("no machine check".to_string()),
+                ),
+                (Some(experiment), Some(check)) => match check.criterion() {
+                    Ok(criterion) => run_check(analysis, experiment, check, criterion),
+                    Err(why) => (String::new(), Verdict::Invalid(why)),
+                },
+            };
+            // A claim the lab does not test is "not tested" whatever its check measured.
+            let verdict = match (&claim.not_tested, verdict) {
+                (Some(why), Verdict::Agrees | Verdict::Inconclusive | Verdict::Disagrees)
+                | (Some(why), Verdict::NotTested(_)) => Verdict::NotTested(why.clone()),
+                (_, verdict) => verdict,
             };
             let why_not = match verdict {
-                Verdict::Disagrees | Verdict::NoData(_) => claim.why_not.clone(),
+                Verdict::Disagrees | Verdict::Inconclusive | Verdict::NoData(_) => {
+                    claim.why_not.clone()
+                }
                 _ => None,
             };
             let why_not = match (why_not, &claim.note) {
@@ -108,6 +147,28 @@ struct Measured {
     value: f64,
     /// E.g. "4/5 runs" for a share.
     detail: Option<String>,
+    /// The repetitions the value summarises, each with its run's seed when it has one (a gain
+    /// of splitting is already a pair of runs and has none).
+    samples: Vec<(Option<u64>, f64)>,
+    /// How `samples` are summarised into `value`.
+    summary: Summary,
+}
+
+/// How an operand's repetitions are summarised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Summary {
+    Stat(Stat),
+    /// The mean of 0/1 indicators: a share.
+    Share,
+}
+
+impl Summary {
+    fn of(self, values: &[f64]) -> Option<f64> {
+        match self {
+            Summary::Stat(stat) => stat.of(values),
+            Summary::Share => stats::mean(values),
+        }
+    }
 }
 
 /// The operand's metric at one row, or why there is none.
@@ -142,6 +203,13 @@ fn metric_of(
                     "{}/{} runs with GoS > 0",
                     share.positive, share.total
                 )),
+                samples: row
+                    .paired_gains
+                    .iter()
+                    .filter(|g| g.is_finite())
+                    .map(|g| (None, if *g > 0.0 { 1.0 } else { 0.0 }))
+                    .collect(),
+                summary: Summary::Share,
             })
         }
         GOS_METRIC => {
@@ -149,6 +217,8 @@ fn metric_of(
             stat.of(&row.paired_gains).map(|value| Measured {
                 value,
                 detail: Some(format!("{} pairs", row.paired_gains.len())),
+                samples: row.paired_gains.iter().map(|g| (None, *g)).collect(),
+                summary: Summary::Stat(stat),
             })
         }
         other => {
@@ -158,9 +228,17 @@ fn metric_of(
                     known_metrics(experiment)
                 ));
             }
-            stat.of(&row.metric_values(other)).map(|value| Measured {
+            let samples: Vec<(Option<u64>, f64)> = row
+                .metric_samples(other)
+                .into_iter()
+                .map(|(seed, value)| (Some(seed), value))
+                .collect();
+            let values: Vec<f64> = samples.iter().map(|(_, v)| *v).collect();
+            stat.of(&values).map(|value| Measured {
                 value,
                 detail: None,
+                samples,
+                summary: Summary::Stat(stat),
             })
         }
     };
@@ -280,18 +358,114 @@ fn value_text(measured: &Measured, metric: &str) -> String {
     text
 }
 
-/// "needs >= 0.9: met by 0.060" — how far the compared number is from the target.
-fn target_text(compared: f64, op: Comparison, target: f64, holds: bool) -> String {
-    let distance = (compared - target).abs();
-    let verdict = if holds { "met by" } else { "missed by" };
-    format!(
-        "needs {} {target}: {verdict} {}",
-        op.symbol(),
-        number(distance)
-    )
+/// "needs >= 0.9: met by 0.060" — how far the compared number is from the accepted range.
+fn target_text(compared: f64, criterion: Criterion) -> String {
+    let distance = match criterion {
+        Criterion::Above { bound, .. } | Criterion::Below { bound, .. } => (compared - bound).abs(),
+        Criterion::Within { low, high } => (compared - low).abs().min((compared - high).abs()),
+    };
+    let verdict = if criterion.accepts(compared) {
+        "met by"
+    } else {
+        "missed by"
+    };
+    format!("needs {}: {verdict} {}", criterion.text(), number(distance))
 }
 
-fn run_check(analysis: &Analysis, experiment: &Experiment, check: &Check) -> (String, Verdict) {
+/// How one point of a check came out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PointOutcome {
+    Holds,
+    Fails,
+    Unsure,
+}
+
+/// The point's outcome: it holds when the number and its whole interval are accepted, fails
+/// when the whole interval is rejected, and is unsure otherwise (or without an interval).
+fn judge(criterion: Criterion, compared: f64, interval: Option<Interval>) -> PointOutcome {
+    match interval {
+        Some(i)
+            if compared.is_finite()
+                && criterion.accepts(compared)
+                && criterion.accepts_all(i.low, i.high) =>
+        {
+            PointOutcome::Holds
+        }
+        Some(i) if criterion.rejects_all(i.low, i.high) => PointOutcome::Fails,
+        _ => PointOutcome::Unsure,
+    }
+}
+
+/// The bootstrap interval of A's summary, or of A's over B's: the runs paired by seed when both
+/// sides were measured with the same seeds (cases at one point), else each side resampled alone.
+/// The second value says whether the runs were paired.
+fn interval_of(a: &Measured, b: Option<&Measured>) -> (Option<Interval>, bool) {
+    let values = |m: &Measured| m.samples.iter().map(|(_, v)| *v).collect::<Vec<_>>();
+    let Some(b) = b else {
+        let summary = a.summary;
+        return (
+            stats::bootstrap_interval(Resampling::One(&values(a)), |v| summary.of(v)),
+            false,
+        );
+    };
+    if a.summary != b.summary {
+        return (None, false);
+    }
+    let summary = a.summary;
+    let seeds = |m: &Measured| -> Option<Vec<u64>> {
+        let mut seeds: Vec<u64> = m.samples.iter().map(|(s, _)| *s).collect::<Option<_>>()?;
+        seeds.sort_unstable();
+        let before = seeds.len();
+        seeds.dedup();
+        (seeds.len() == before).then_some(seeds)
+    };
+    match (seeds(a), seeds(b)) {
+        (Some(sa), Some(sb)) if sa == sb => {
+            let pairs: Vec<(f64, f64)> = a
+                .samples
+                .iter()
+                .filter_map(|(seed, va)| {
+                    let vb = b.samples.iter().find(|(s, _)| s == seed)?.1;
+                    Some((*va, vb))
+                })
+                .collect();
+            (
+                stats::bootstrap_interval(Resampling::Paired(&pairs), |v| summary.of(v)),
+                true,
+            )
+        }
+        _ => (
+            stats::bootstrap_interval(Resampling::Independent(&values(a), &values(b)), |v| {
+                summary.of(v)
+            }),
+            false,
+        ),
+    }
+}
+
+/// "95 % interval 0.91..1.20 (paired runs)", or why there is none.
+fn interval_text(interval: Option<Interval>, paired: bool) -> String {
+    match interval {
+        Some(i) => format!(
+            "{:.0} % interval {}..{}{}",
+            stats::INTERVAL_LEVEL * 100.0,
+            number(i.low),
+            number(i.high),
+            if paired { " (paired runs)" } else { "" }
+        ),
+        None => format!(
+            "no interval (fewer than {} runs a side)",
+            stats::MIN_REPETITIONS
+        ),
+    }
+}
+
+fn run_check(
+    analysis: &Analysis,
+    experiment: &Experiment,
+    check: &Check,
+    criterion: Criterion,
+) -> (String, Verdict) {
     let experiment_a = match operand_experiment(analysis, experiment, &check.a) {
         Ok(found) => found,
         Err(why) => return (String::new(), Verdict::NoData(why)),
@@ -307,7 +481,7 @@ fn run_check(analysis: &Analysis, experiment: &Experiment, check: &Check) -> (St
     };
     let points = check_points(experiment_a, check);
     let mut parts = Vec::new();
-    let mut all_hold = true;
+    let mut outcomes = Vec::new();
     for (xa, xb) in points {
         let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
         let (xa, xb) = (xa.as_ref(), xb.as_ref());
@@ -331,31 +505,35 @@ fn run_check(analysis: &Analysis, experiment: &Experiment, check: &Check) -> (St
                 };
                 let label_b = operand_label(b_operand, metric_b, check.stat, xb);
                 let ratio = a.value / b.value;
-                let holds = ratio.is_finite() && check.op.holds(ratio, check.value);
-                all_hold &= holds;
+                let (interval, paired) = interval_of(&a, Some(&b));
+                outcomes.push(judge(criterion, ratio, interval));
                 parts.push(format!(
-                    "{label_a} / {label_b} = {} / {} = {}, {}",
+                    "{label_a} / {label_b} = {} / {} = {}, {}, {}",
                     value_text(&a, metric_a),
                     value_text(&b, metric_b),
                     number(ratio),
-                    target_text(ratio, check.op, check.value, holds)
+                    interval_text(interval, paired),
+                    target_text(ratio, criterion)
                 ));
             }
             None => {
-                let holds = check.op.holds(a.value, check.value);
-                all_hold &= holds;
+                let (interval, paired) = interval_of(&a, None);
+                outcomes.push(judge(criterion, a.value, interval));
                 parts.push(format!(
-                    "{label_a} = {}, {}",
+                    "{label_a} = {}, {}, {}",
                     value_text(&a, metric_a),
-                    target_text(a.value, check.op, check.value, holds)
+                    interval_text(interval, paired),
+                    target_text(a.value, criterion)
                 ));
             }
         }
     }
-    let verdict = if all_hold {
+    let verdict = if outcomes.contains(&PointOutcome::Fails) {
+        Verdict::Disagrees
+    } else if !outcomes.is_empty() && outcomes.iter().all(|o| *o == PointOutcome::Holds) {
         Verdict::Agrees
     } else {
-        Verdict::Disagrees
+        Verdict::Inconclusive
     };
     (parts.join("; "), verdict)
 }

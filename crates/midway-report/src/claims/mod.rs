@@ -1,10 +1,11 @@
-//! A paper's claims next to what the lab measured — the table "paper says / we measured /
-//! agrees? / why not" — and annotations of the report's plots.
+//! A paper's claims next to what the lab measured — the tables "paper says / we measured /
+//! verdict / why" — and annotations of the report's plots.
 //!
 //! A claims file (`claims.toml` in a results folder, copied there from
-//! `scenarios/repro/PAPER.claims.toml`) lists, per experiment, what the paper reported and,
-//! where the claim can be checked by a machine, one comparison; it may also add reference lines
-//! and plots of `extra` measurements to the report's figures:
+//! `scenarios/repro/PAPER.claims.toml`) lists the paper's own findings (`[[claims]]`) and
+//! midway's own targets (`[[targets]]`, set by issues; same fields, their own table, never
+//! counted as the paper's). Where a machine can check one, it has one comparison; the file may
+//! also add reference lines and plots of `extra` measurements to the report's figures:
 //!
 //! ```toml
 //! paper = "hfc-proxy"
@@ -12,17 +13,21 @@
 //! figure = "Fig. 8"
 //! experiment = "fig8-9-legacy"
 //! says = "At 1 % local loss store-and-forward loses < 5 % of its lossless throughput"
-//! target = "the issue's target, when it differs from the paper (optional)"
-//! why_not = "what may explain a difference (shown only when the check fails)"
+//! paper_value = "text, section 4: < 5 %"   # optional: the paper's number and where it is
+//! why_not = "what may explain a difference (shown when the check does not agree)"
 //! note = "a caveat shown whatever the verdict (optional)"
-//! [claims.check]
+//! not_tested = "why the lab does not test it (optional; the verdict is then 'not tested')"
+//! [claims.check]                 # required unless `not_tested` says why there is none
 //! metric = "throughput"          # see the metrics below (default "throughput")
 //! stat = "median"                # "median" (default) or "mean" over the repetitions
 //! a = { case = "store-and-forward", x = 1 }
 //! b = { case = "store-and-forward", x = 0 }   # optional: without b, A is compared to `value`;
 //!                                #   an operand may name another `experiment` than the claim's
-//! op = ">="                      # ">=", "<=", ">" or "<"
-//! value = 0.9                    # A / B op value (or A op value without b)
+//! op = "within"                  # two-sided: |A / B - value| <= tolerance ...
+//! value = 0.975
+//! tolerance = 0.025              #   (the paper's precision, never what the lab measured)
+//! # op = ">="                    # ... or one-sided (">=", "<=", ">", "<"), which must say why
+//! # open_side = "the paper gives only the ordering"   #   its other side is open
 //!
 //! [[plots]]
 //! experiment = "fig8-9-modern"   # an experiment of the results
@@ -49,8 +54,18 @@
 //! `stat` says how the repetitions of a case at one sweep value are summarised (it does not apply
 //! to `gos_positive_share`, a share already). `x` is the sweep value as the records hold it (the
 //! axis value: 1 for 1 % loss, bytes for a size). Without `x` in both A and B the check runs at
-//! every sweep value case A has and agrees only if every one does ("in every cell"). The table
-//! shows, for every cell, A, B, their ratio and by how much the target is met or missed.
+//! every sweep value case A has ("in every cell").
+//!
+//! Verdicts. The compared number (A, or A / B) gets a 95 % percentile bootstrap interval over
+//! the repetitions ([`crate::stats::bootstrap_interval`]; runs of two cases at one point share
+//! their seed and are resampled as pairs). A cell holds when the number and its whole interval
+//! are in the accepted range, fails when the whole interval is outside it, and is unsure
+//! otherwise (also with fewer than two runs a side). A claim **agrees** when every cell holds,
+//! **disagrees** when one fails, and is **inconclusive** otherwise; it is **not tested** when
+//! the file says why (or it has no check), **no data** when runs are missing, and an **invalid
+//! check** when the check is malformed ([`ClaimsFile::problems`] lists those, and the report
+//! shows them above the table). The table shows, for every cell, A, B, their ratio, the
+//! interval and by how much the number meets or misses the range.
 //!
 //! A `[[plots]]` entry naming an experiment, metric or case the results do not have, or a line
 //! that cannot be placed, becomes a warning line in the report, never an error: the rest of the
@@ -58,11 +73,11 @@
 //! (n = 1, 2, ... over the experiment's entries with `metrics`) and linked in the experiment's
 //! section. Parsing and evaluation are pure; only [`load`] reads a file.
 //!
-//! The files, one job each: `model.rs` is the claims file as it is written (its types and
-//! [`parse`]); `evaluate.rs` checks every claim against the analysed results (`evaluate`);
-//! `render.rs` turns the checked rows into the markdown table (`render`). This file holds the
-//! only I/O ([`load`]). The split follows the path of a claim: read, judged,
-//! shown.
+//! The files, one job each: `model.rs` is the claims file as it is written (its types, its
+//! [`ClaimsFile::problems`] and [`parse`]); `evaluate.rs` checks every claim against the
+//! analysed results (`evaluate`); `render.rs` turns the checked rows into the markdown tables
+//! (`render`). This file holds the only I/O ([`load`]). The split follows the path of a claim:
+//! read, judged, shown.
 
 mod evaluate;
 mod model;
@@ -76,9 +91,11 @@ use std::path::{Path, PathBuf};
 
 pub(crate) use evaluate::known_metrics;
 pub use model::{
-    parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Operand, PlotSpec, ReferenceLine, Stat,
+    parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Criterion, Operand, PlotSpec,
+    ReferenceLine, Stat,
 };
 pub(crate) use render::append_table;
+pub use render::VERDICTS_LINE;
 
 /// File name of the claims inside a results folder.
 pub const CLAIMS_FILE: &str = "claims.toml";

@@ -16,9 +16,13 @@ const X_TOLERANCE: f64 = 1e-9;
 pub struct ClaimsFile {
     /// Short name of the paper the claims come from (e.g. "hfc-proxy").
     pub paper: String,
-    /// The paper's claims, in the order the table shows them.
+    /// The paper's own findings, in the order the first table shows them.
     #[serde(default)]
     pub claims: Vec<Claim>,
+    /// midway's own targets (set by issues, not by the paper), checked on the same runs and shown
+    /// in a table of their own so they are never counted as the paper's findings.
+    #[serde(default)]
+    pub targets: Vec<Claim>,
     /// Annotations of the report's plots.
     #[serde(default)]
     pub plots: Vec<PlotSpec>,
@@ -37,6 +41,14 @@ pub struct Claim {
     /// The issue's target, when stricter or looser than the paper (shown with the claim).
     #[serde(default)]
     pub target: Option<String>,
+    /// The paper's number(s) the check uses and where each comes from ("Table I: 0.16 %",
+    /// "read off Fig. 6 (our reading): about 0.2 Mbit/s").
+    #[serde(default)]
+    pub paper_value: Option<String>,
+    /// Why the lab's runs do not test this claim (e.g. the mechanism is shown not to be in
+    /// effect): the verdict is "not tested" whatever the check measures.
+    #[serde(default)]
+    pub not_tested: Option<String>,
     /// What explains a disagreement; shown only when the check does not agree.
     #[serde(default)]
     pub why_not: Option<String>,
@@ -65,8 +77,141 @@ pub struct Check {
     pub b: Option<Operand>,
     /// How the measured value (A or A / B) must relate to `value`.
     pub op: Comparison,
-    /// The target, in the metric's unit (or a plain ratio when `b` is given).
+    /// The target, in the metric's unit (or a plain ratio when `b` is given); with `within`,
+    /// the paper's effect.
     pub value: f64,
+    /// With `within`: the largest accepted distance from `value`, in the same unit.
+    #[serde(default)]
+    pub tolerance: Option<f64>,
+    /// With a one-sided comparison: why the other side is open (the paper gives only an
+    /// ordering or a bound).
+    #[serde(default)]
+    pub open_side: Option<String>,
+}
+
+impl Check {
+    /// The accepted range of the compared number, or why the check is malformed.
+    pub fn criterion(&self) -> Result<Criterion, String> {
+        if !self.value.is_finite() {
+            return Err(format!("value {} is not a number", self.value));
+        }
+        match (self.op, self.tolerance, &self.open_side) {
+            (Comparison::Within, Some(tolerance), None)
+                if tolerance.is_finite() && tolerance >= 0.0 =>
+            {
+                Ok(Criterion::Within {
+                    low: self.value - tolerance,
+                    high: self.value + tolerance,
+                })
+            }
+            (Comparison::Within, Some(tolerance), None) => {
+                Err(format!("tolerance {tolerance} is not a number >= 0"))
+            }
+            (Comparison::Within, None, _) => Err(
+                "`within` needs a `tolerance` (the largest accepted distance from `value`)".into(),
+            ),
+            (Comparison::Within, Some(_), Some(_)) => {
+                Err("a two-sided (`within`) check has no open side: drop `open_side`".into())
+            }
+            (op, None, Some(why)) if !why.trim().is_empty() => Ok(match op {
+                Comparison::AtLeast => Criterion::Above {
+                    bound: self.value,
+                    strict: false,
+                },
+                Comparison::Above => Criterion::Above {
+                    bound: self.value,
+                    strict: true,
+                },
+                Comparison::AtMost => Criterion::Below {
+                    bound: self.value,
+                    strict: false,
+                },
+                Comparison::Below | Comparison::Within => Criterion::Below {
+                    bound: self.value,
+                    strict: true,
+                },
+            }),
+            (op, Some(_), _) => Err(format!(
+                "`tolerance` belongs to `within`, not to the one-sided `{}`",
+                op.symbol()
+            )),
+            (op, None, _) => Err(format!(
+                "the one-sided `{}` needs `open_side`: why the other side is open (or make it \
+                 `within` the paper's effect with a tolerance)",
+                op.symbol()
+            )),
+        }
+    }
+}
+
+/// The range a check accepts for the compared number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Criterion {
+    /// At least (`strict`: above) `bound`.
+    Above {
+        /// The lowest accepted value (excluded when `strict`).
+        bound: f64,
+        /// Whether `bound` itself is rejected.
+        strict: bool,
+    },
+    /// At most (`strict`: below) `bound`.
+    Below {
+        /// The highest accepted value (excluded when `strict`).
+        bound: f64,
+        /// Whether `bound` itself is rejected.
+        strict: bool,
+    },
+    /// Between `low` and `high`, both included.
+    Within {
+        /// The lowest accepted value.
+        low: f64,
+        /// The highest accepted value.
+        high: f64,
+    },
+}
+
+impl Criterion {
+    /// Whether `x` lies in the accepted range.
+    pub fn accepts(self, x: f64) -> bool {
+        match self {
+            Criterion::Above { bound, strict } => x > bound || (!strict && x == bound),
+            Criterion::Below { bound, strict } => x < bound || (!strict && x == bound),
+            Criterion::Within { low, high } => (low..=high).contains(&x),
+        }
+    }
+
+    /// Whether every number from `low` to `high` lies in the accepted range.
+    pub fn accepts_all(self, low: f64, high: f64) -> bool {
+        self.accepts(low) && self.accepts(high)
+    }
+
+    /// Whether no number from `low` to `high` lies in the accepted range.
+    pub fn rejects_all(self, low: f64, high: f64) -> bool {
+        match self {
+            Criterion::Above { .. } => !self.accepts(high),
+            Criterion::Below { .. } => !self.accepts(low),
+            Criterion::Within { low: l, high: h } => high < l || low > h,
+        }
+    }
+
+    /// "> 1", ">= 0.9" or "within 0.85..0.95".
+    pub fn text(self) -> String {
+        match self {
+            Criterion::Above { bound, strict } => {
+                format!("{} {bound}", if strict { ">" } else { ">=" })
+            }
+            Criterion::Below { bound, strict } => {
+                format!("{} {bound}", if strict { "<" } else { "<=" })
+            }
+            Criterion::Within { low, high } => {
+                format!(
+                    "within {}..{}",
+                    crate::markdown::number(low),
+                    crate::markdown::number(high)
+                )
+            }
+        }
+    }
 }
 
 fn default_metric() -> String {
@@ -133,24 +278,19 @@ pub enum Comparison {
     /// `<`: the measured value is strictly below the target.
     #[serde(rename = "<")]
     Below,
+    /// `within`: the measured value is at most `tolerance` away from the target (two-sided).
+    #[serde(rename = "within")]
+    Within,
 }
 
 impl Comparison {
-    pub(super) fn holds(self, left: f64, right: f64) -> bool {
-        match self {
-            Comparison::AtLeast => left >= right,
-            Comparison::AtMost => left <= right,
-            Comparison::Above => left > right,
-            Comparison::Below => left < right,
-        }
-    }
-
     pub(super) fn symbol(self) -> &'static str {
         match self {
             Comparison::AtLeast => ">=",
             Comparison::AtMost => "<=",
             Comparison::Above => ">",
             Comparison::Below => "<",
+            Comparison::Within => "within",
         }
     }
 }
@@ -220,6 +360,39 @@ impl std::fmt::Display for AxisValue {
             AxisValue::Number(x) => write!(f, "{x}"),
             AxisValue::Text(text) => f.write_str(text),
         }
+    }
+}
+
+impl ClaimsFile {
+    /// What a reviewer would reject in this file, one line each (empty: none): a claim or target
+    /// with neither a check nor a reason it is not tested, a one-sided check without the reason
+    /// its other side is open, a two-sided one without a tolerance. The report shows these as
+    /// warnings; the repository's claims files are tested to have none.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let all = self
+            .claims
+            .iter()
+            .map(|c| ("claim", c))
+            .chain(self.targets.iter().map(|c| ("target", c)));
+        for (kind, claim) in all {
+            let name = format!("{kind} \"{}\" ({})", claim.figure, claim.experiment);
+            match (&claim.check, &claim.not_tested) {
+                (None, None) => {
+                    problems.push(format!("{name}: no check and no `not_tested` reason"))
+                }
+                (_, Some(why)) if why.trim().is_empty() => {
+                    problems.push(format!("{name}: `not_tested` is empty"))
+                }
+                (Some(check), _) => {
+                    if let Err(why) = check.criterion() {
+                        problems.push(format!("{name}: {why}"));
+                    }
+                }
+                (None, Some(_)) => {}
+            }
+        }
+        problems
     }
 }
 

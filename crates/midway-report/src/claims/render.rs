@@ -1,5 +1,6 @@
-//! The "paper vs lab" markdown table: one row per checked claim, and its place at the end of a
-//! report. Text only; the verdicts come from [`super::evaluate`].
+//! The "paper vs lab" markdown tables — the paper's claims, then midway's own targets — each row
+//! "paper says / we measured / verdict / why", and their place at the end of a report. Text
+//! only; the verdicts come from [`super::evaluate`].
 
 use std::fmt::Write as _;
 
@@ -9,32 +10,67 @@ use crate::analysis::Analysis;
 // The report's own cell escaping, so a claims row and a results row escape alike.
 use crate::markdown::cell;
 
-/// The markdown section with the table.
-pub(crate) fn render(file: &ClaimsFile, rows: &[ClaimRow]) -> String {
-    let mut text = String::new();
-    let agree = rows.iter().filter(|r| r.verdict == Verdict::Agrees).count();
-    let checked = rows
+/// The verdict categories in the order the counts list them.
+const CATEGORIES: [&str; 6] = [
+    "agrees",
+    "inconclusive",
+    "disagrees",
+    "not tested",
+    "no data",
+    "invalid check",
+];
+
+/// Prefix of the line that counts the paper's claims by verdict (other tools read it, e.g. the
+/// test that docs/results/README.md quotes the reports' counts).
+pub const VERDICTS_LINE: &str = "Verdicts of the paper's claims:";
+
+/// "3 agree, 1 inconclusive, 0 disagree, 2 not tested" (no data and invalid checks only when
+/// there are some).
+pub(crate) fn counts(rows: &[ClaimRow]) -> String {
+    CATEGORIES
         .iter()
-        .filter(|r| matches!(r.verdict, Verdict::Agrees | Verdict::Disagrees))
-        .count();
-    let _ = writeln!(text, "## Paper vs lab: {}\n", file.paper);
+        .map(|category| {
+            let n = rows
+                .iter()
+                .filter(|r| r.verdict.category() == *category)
+                .count();
+            (category, n)
+        })
+        .filter(|(category, n)| *n > 0 || !matches!(**category, "no data" | "invalid check"))
+        .map(|(category, n)| {
+            let word = match *category {
+                "agrees" => "agree",
+                "disagrees" => "disagree",
+                other => other,
+            };
+            format!("{n} {word}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+const HOW_TO_READ: &str = "Numbers are medians of the runs above unless a row says mean; a ratio \
+is case A's number over case B's. Each compared number has a 95 % bootstrap interval over the \
+repetitions (runs of two cases at one point share their seed and are resampled as pairs). A \
+claim **agrees** when the number and its whole interval meet the check, **disagrees** when the \
+whole interval misses it, and is **inconclusive** otherwise; \"met by\" / \"missed by\" is the \
+distance of the number from the accepted range.";
+
+fn table(rows: &[ClaimRow]) -> String {
+    let mut text = String::new();
     let _ = writeln!(
         text,
-        "{agree} of {checked} checked claims agree (medians of the runs above unless a row says \
-         mean; a ratio is case A's number over case B's; \"met by\" / \"missed by\" is the \
-         distance of the compared number from the target).\n"
-    );
-    let _ = writeln!(
-        text,
-        "| figure | experiment | paper says | we measured | agrees? | why not |"
+        "| figure | experiment | paper says | we measured | verdict | why / note |"
     );
     let _ = writeln!(text, "|---|---|---|---|---|---|");
     for row in rows {
         let verdict = match &row.verdict {
-            Verdict::Agrees => "yes".to_string(),
-            Verdict::Disagrees => "**no**".to_string(),
-            Verdict::NotChecked => "(not checked)".to_string(),
+            Verdict::Agrees => "agrees".to_string(),
+            Verdict::Inconclusive => "inconclusive".to_string(),
+            Verdict::Disagrees => "**disagrees**".to_string(),
+            Verdict::NotTested(why) => format!("not tested: {why}"),
             Verdict::NoData(why) => format!("no data: {why}"),
+            Verdict::Invalid(why) => format!("**invalid check**: {why}"),
         };
         let _ = writeln!(
             text,
@@ -50,17 +86,42 @@ pub(crate) fn render(file: &ClaimsFile, rows: &[ClaimRow]) -> String {
     text
 }
 
-/// Appends the claims table of `file` to the report `text`, when the file has claims (a file
-/// with only `[[plots]]` adds no table).
+/// The markdown sections: the claims file's problems (if any), the paper's claims, midway's
+/// targets.
+pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow]) -> String {
+    let mut text = String::new();
+    let _ = writeln!(text, "## Paper vs lab: {}\n", file.paper);
+    let problems = file.problems();
+    if !problems.is_empty() {
+        let _ = writeln!(text, "Problems in the claims file:\n");
+        for problem in &problems {
+            let _ = writeln!(text, "- {problem}");
+        }
+        text.push('\n');
+    }
+    let _ = writeln!(text, "{HOW_TO_READ}\n");
+    let _ = writeln!(text, "{VERDICTS_LINE} {}.\n", counts(claims));
+    text.push_str(&table(claims));
+    if !targets.is_empty() {
+        let _ = writeln!(text, "\n## midway's targets (not the paper's findings)\n");
+        let _ = writeln!(text, "Verdicts of the targets: {}.\n", counts(targets));
+        text.push_str(&table(targets));
+    }
+    text
+}
+
+/// Appends the claims tables of `file` to the report `text`, when the file has claims or
+/// targets (a file with only `[[plots]]` adds no table).
 pub(crate) fn append_table(file: &ClaimsFile, analysis: &Analysis, mut text: String) -> String {
-    if file.claims.is_empty() {
+    if file.claims.is_empty() && file.targets.is_empty() {
         return text;
     }
-    let rows = evaluate(file, analysis);
+    let claims = evaluate(&file.claims, analysis);
+    let targets = evaluate(&file.targets, analysis);
     if !text.ends_with('\n') {
         text.push('\n');
     }
     text.push('\n');
-    text.push_str(&render(file, &rows));
+    text.push_str(&render(file, &claims, &targets));
     text
 }

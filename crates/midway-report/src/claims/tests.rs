@@ -31,6 +31,7 @@ fn record(case: &str, loss: f64, repetition: u32, mbps: f64) -> RunRecord {
         ok: true,
         error: None,
         started_at: "2026-01-01T00:00:00Z".into(),
+        tree: None,
     }
 }
 
@@ -55,6 +56,7 @@ says = "proxy keeps 90 %"
 a = { case = "proxy", x = 1 }
 b = { case = "proxy", x = 0 }
 op = ">="
+open_side = "test: the ordering only"
 value = 0.9
 
 [[claims]]
@@ -66,6 +68,7 @@ why_not = "loss"
 a = { case = "direct", x = 1 }
 b = { case = "direct", x = 0 }
 op = ">="
+open_side = "test: the ordering only"
 value = 0.9
 
 [[claims]]
@@ -76,6 +79,7 @@ says = "proxy beats direct everywhere"
 a = { case = "proxy" }
 b = { case = "direct" }
 op = ">"
+open_side = "test: the ordering only"
 value = 1.0
 
 [[claims]]
@@ -86,6 +90,7 @@ says = "remote segment finishes early"
 metric = "remote_segment_seconds"
 a = { case = "proxy", x = 1 }
 op = "<"
+open_side = "test: the ordering only"
 value = 2.0
 
 [[claims]]
@@ -98,7 +103,7 @@ why_not = "skipped"
 #[test]
 fn checks_ratios_all_cells_extras_and_missing_experiments() {
     let file = parse(CLAIMS).unwrap();
-    let rows = evaluate(&file, &analysis());
+    let rows = evaluate(&file.claims, &analysis());
     assert_eq!(rows[0].verdict, Verdict::Agrees, "{}", rows[0].measured);
     assert!(rows[0].measured.contains("0.96"), "{}", rows[0].measured);
     assert_eq!(rows[0].why_not, None);
@@ -107,9 +112,15 @@ fn checks_ratios_all_cells_extras_and_missing_experiments() {
     assert_eq!(rows[2].verdict, Verdict::Agrees, "{}", rows[2].measured);
     assert_eq!(rows[3].verdict, Verdict::Agrees, "{}", rows[3].measured);
     assert!(matches!(rows[4].verdict, Verdict::NoData(_)));
-    let table = render(&file, &rows);
-    assert!(table.contains("3 of 4 checked claims agree"), "{table}");
-    assert!(table.contains("| **no** |"), "{table}");
+    let table = render(&file, &rows, &[]);
+    assert!(
+        table.contains(
+            "Verdicts of the paper's claims: 3 agree, 0 inconclusive, 1 disagree, 0 not tested, \
+             1 no data."
+        ),
+        "{table}"
+    );
+    assert!(table.contains("| **disagrees** |"), "{table}");
 }
 
 #[test]
@@ -123,23 +134,26 @@ says = "x"
 [claims.check]
 a = { case = "nope", x = 1 }
 op = ">"
+open_side = "test: the ordering only"
 value = 0.0
 "#,
     )
     .unwrap();
-    let rows = evaluate(&file, &analysis());
+    let rows = evaluate(&file.claims, &analysis());
     assert!(matches!(rows[0].verdict, Verdict::NoData(_)));
 }
 
 #[test]
 fn an_experiment_without_sweep_is_one_point() {
     let mut records = Vec::new();
-    for (case, mbps) in [("tuned", 3.0), ("untuned", 1.0)] {
-        let mut r = record(case, 0.0, 0, mbps);
-        r.experiment = "warm".into();
-        r.sweep_param = None;
-        r.params.clear();
-        records.push(r);
+    for rep in 0..3 {
+        for (case, mbps) in [("tuned", 3.0), ("untuned", 1.0)] {
+            let mut r = record(case, 0.0, rep, mbps);
+            r.experiment = "warm".into();
+            r.sweep_param = None;
+            r.params.clear();
+            records.push(r);
+        }
     }
     let file = parse(
         r#"paper = "p"
@@ -151,11 +165,12 @@ says = "tuned is 2x"
 a = { case = "tuned" }
 b = { case = "untuned" }
 op = ">="
+open_side = "test: the ordering only"
 value = 2.0
 "#,
     )
     .unwrap();
-    let rows = evaluate(&file, &analyse(&records, "untuned"));
+    let rows = evaluate(&file.claims, &analyse(&records, "untuned"));
     assert_eq!(rows[0].verdict, Verdict::Agrees, "{}", rows[0].measured);
     assert!(rows[0].measured.contains("= 3.00"), "{}", rows[0].measured);
 }
@@ -198,7 +213,7 @@ fn check_claim(check: &str) -> String {
 
 fn check_one(analysis: &Analysis, check: &str) -> ClaimRow {
     let file = parse(&check_claim(check)).expect("valid claims");
-    evaluate(&file, analysis).remove(0)
+    evaluate(&file.claims, analysis).remove(0)
 }
 
 #[test]
@@ -210,13 +225,17 @@ fn page_load_checks_show_a_b_ratio_and_margin() {
 a = { case = "midway-http", x = "1.0" }
 b = { case = "direct", x = "1.0" }
 op = "<="
+open_side = "test: the ordering only"
 value = 0.5"#,
     );
-    assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
+    // One load in five (30 s) went the other way: a resample can put it in the middle, so
+    // the interval reaches 3.0 and the claim is not shown, though the median meets it.
+    assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
     assert_eq!(
         row.measured,
         "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-         = 2.000 s / 10.000 s = 0.200, needs <= 0.5: met by 0.300"
+         = 2.000 s / 10.000 s = 0.200, 95 % interval 0.200..3.00 (paired runs), \
+         needs <= 0.5: met by 0.300"
     );
     // A number names the text sweep value that reads as it; without x every cell counts.
     let row = check_one(
@@ -225,12 +244,13 @@ value = 0.5"#,
 a = { case = "midway-http" }
 b = { case = "direct" }
 op = "<="
+open_side = "test: the ordering only"
 value = 0.4"#,
     );
     assert_eq!(row.verdict, Verdict::Disagrees, "{}", row.measured);
     assert!(
         row.measured
-            .contains("@ 1.1 = 3.000 s / 6.000 s = 0.500, needs <= 0.4: missed by 0.100"),
+            .contains("@ 1.1 = 3.000 s / 6.000 s = 0.500, 95 % interval 0.500..0.500 (paired runs), needs <= 0.4: missed by 0.100"),
         "{}",
         row.measured
     );
@@ -240,12 +260,14 @@ value = 0.4"#,
         r#"metric = "page_load_seconds"
 a = { case = "midway-http", x = 1.1 }
 op = "<"
+open_side = "test: the ordering only"
 value = 3.5"#,
     );
     assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
     assert_eq!(
         row.measured,
-        "midway-http median page_load_seconds @ 1.1 = 3.000 s, needs < 3.5: met by 0.500"
+        "midway-http median page_load_seconds @ 1.1 = 3.000 s, 95 % interval 3.00..3.00, \
+         needs < 3.5: met by 0.500"
     );
 }
 
@@ -261,19 +283,23 @@ stat = "{stat}"
 a = {{ case = "midway-http", x = "1.0" }}
 b = {{ case = "direct", x = "1.0" }}
 op = "<="
+open_side = "test: the ordering only"
 value = 0.5"#
             ),
         )
     };
-    // Loads 2, 2, 2, 2, 30: median 2, mean 7.6 against 10.
+    // Loads 2, 2, 2, 2, 30: median 2, mean 7.6 against 10. The median meets the check, the
+    // mean misses it; with one run in five so far out, neither interval decides.
     let median = check("median");
-    assert_eq!(median.verdict, Verdict::Agrees, "{}", median.measured);
+    assert_eq!(median.verdict, Verdict::Inconclusive, "{}", median.measured);
+    assert!(median.measured.contains("= 0.200,"), "{}", median.measured);
     let mean = check("mean");
-    assert_eq!(mean.verdict, Verdict::Disagrees, "{}", mean.measured);
+    assert_eq!(mean.verdict, Verdict::Inconclusive, "{}", mean.measured);
     assert!(
         mean.measured.contains(
             "midway-http mean page_load_seconds @ 1.0 / direct mean page_load_seconds @ 1.0 \
-             = 7.600 s / 10.000 s = 0.760, needs <= 0.5: missed by 0.260"
+             = 7.600 s / 10.000 s = 0.760, 95 % interval 0.200..1.88 (paired runs), \
+             needs <= 0.5: missed by 0.260"
         ),
         "{}",
         mean.measured
@@ -284,12 +310,13 @@ value = 0.5"#
         r#"stat = "mean"
 a = { case = "midway-http", x = "1.0" }
 op = ">"
+open_side = "test: the ordering only"
 value = 0.2"#,
     );
-    assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
+    assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
     assert!(row.measured.contains("= 0.211 Mbit/s"), "{}", row.measured);
     assert!(parse(&check_claim(
-        "stat = \"mode\"\na = { case = \"d\" }\nop = \">\"\nvalue = 1.0"
+        "stat = \"mode\"\na = { case = \"d\" }\nop = \">\"\nvalue = 1.0\nopen_side = \"t\""
     ))
     .is_err());
 }
@@ -304,33 +331,44 @@ fn gos_positive_share_is_the_guarantee_of_improvement() {
                 r#"metric = "gos_positive_share"
 a = {{ case = "midway-http", x = "1.0" }}
 op = ">="
+open_side = "test: the ordering only"
 value = {value}"#
             ),
         )
     };
-    // Four of five repetitions loaded faster than direct's 10 s.
+    // Four of five repetitions loaded faster than direct's 10 s: the share meets 0.8, but five
+    // runs cannot show a share of 0.8 (the interval reaches 0.4).
     let met = share(0.8);
-    assert_eq!(met.verdict, Verdict::Agrees, "{}", met.measured);
+    assert_eq!(met.verdict, Verdict::Inconclusive, "{}", met.measured);
     assert_eq!(
         met.measured,
-        "midway-http gos_positive_share @ 1.0 = 0.800 (4/5 runs with GoS > 0), needs >= 0.8: met by 0.000"
+        "midway-http gos_positive_share @ 1.0 = 0.800 (4/5 runs with GoS > 0), \
+         95 % interval 0.400..1.00, needs >= 0.8: met by 0.000"
     );
     let missed = share(0.9);
-    assert_eq!(missed.verdict, Verdict::Disagrees, "{}", missed.measured);
+    assert_eq!(missed.verdict, Verdict::Inconclusive, "{}", missed.measured);
     assert!(
         missed.measured.ends_with("missed by 0.100"),
         "{}",
         missed.measured
     );
+    // At HTTP/1.1 every run was faster: the share is 1 in every resample.
+    let all = check_one(
+        &analysis,
+        "metric = \"gos_positive_share\"\na = { case = \"midway-http\", x = \"1.1\" }\n\
+         op = \">=\"\nvalue = 0.8\nopen_side = \"a share\"",
+    );
+    assert_eq!(all.verdict, Verdict::Agrees, "{}", all.measured);
     // The median paired gain: 10 / 2 - 1 = 4 in four repetitions.
     let gos = check_one(
         &analysis,
         r#"metric = "gos"
 a = { case = "midway-http", x = "1.0" }
 op = ">"
+open_side = "test: the ordering only"
 value = 3.0"#,
     );
-    assert_eq!(gos.verdict, Verdict::Agrees, "{}", gos.measured);
+    assert_eq!(gos.verdict, Verdict::Inconclusive, "{}", gos.measured);
     assert!(
         gos.measured.contains("= 4.000 (5 pairs)"),
         "{}",
@@ -342,6 +380,7 @@ value = 3.0"#,
         r#"metric = "gos_positive_share"
 a = { case = "direct", x = "1.0" }
 op = ">="
+open_side = "test: the ordering only"
 value = 0.5"#,
     );
     assert!(
@@ -356,8 +395,8 @@ fn an_unchecked_web_claim_shows_page_load_medians() {
     let file =
         parse("paper = \"p\"\n[[claims]]\nfigure = \"F\"\nexperiment = \"web\"\nsays = \"s\"\n")
             .expect("valid");
-    let row = evaluate(&file, &web_analysis()).remove(0);
-    assert_eq!(row.verdict, Verdict::NotChecked);
+    let row = evaluate(&file.claims, &web_analysis()).remove(0);
+    assert_eq!(row.verdict, Verdict::NotTested("no machine check".into()));
     assert!(
         row.measured
             .starts_with("median page load s: direct @ 1.0: 10.00; midway-http @ 1.0: 2.00;"),
@@ -374,6 +413,7 @@ fn unknown_metric_and_sweep_value_are_no_data() {
         r#"metric = "cache_hits"
 a = { case = "midway-http", x = "1.0" }
 op = ">"
+open_side = "test: the ordering only"
 value = 0.0"#,
     );
     match &row.verdict {
@@ -387,6 +427,7 @@ value = 0.0"#,
         &analysis,
         r#"a = { case = "midway-http", x = "pipelining" }
 op = ">"
+open_side = "test: the ordering only"
 value = 0.0"#,
     );
     assert_eq!(
@@ -455,6 +496,7 @@ says = "the other layout doubles the proxy's throughput"
 a = { case = "proxy", x = 0 }
 b = { case = "proxy", x = 0, experiment = "fig8" }
 op = ">="
+open_side = "test: the ordering only"
 value = 2.0
 
 [[claims]]
@@ -464,11 +506,12 @@ says = "an operand in a missing experiment has no data"
 [claims.check]
 a = { case = "proxy", x = 0, experiment = "nowhere" }
 op = ">="
+open_side = "test: the ordering only"
 value = 1.0
 "#,
     )
     .unwrap();
-    let rows = evaluate(&file, &analysis);
+    let rows = evaluate(&file.claims, &analysis);
     assert_eq!(rows[0].verdict, Verdict::Agrees, "{}", rows[0].measured);
     assert!(
         rows[0].measured.contains("fig8/proxy"),
@@ -479,5 +522,184 @@ value = 1.0
         matches!(&rows[1].verdict, Verdict::NoData(why) if why.contains("nowhere")),
         "{:?}",
         rows[1].verdict
+    );
+}
+
+/// Runs of `a` and `b` at one point of experiment `e`, paired by repetition (same seed).
+fn paired_runs(a: &[f64], b: &[f64]) -> Analysis {
+    let mut records = Vec::new();
+    for (rep, (ta, tb)) in a.iter().zip(b).enumerate() {
+        for (case, mbps) in [("proxy", *ta), ("direct", *tb)] {
+            let mut r = record(case, 0.0, rep as u32, mbps);
+            r.experiment = "e".into();
+            records.push(r);
+        }
+    }
+    analyse(&records, "direct")
+}
+
+fn ratio_claim(op_and_value: &str) -> ClaimsFile {
+    parse(&format!(
+        "paper = \"p\"\n[[claims]]\nfigure = \"F\"\nexperiment = \"e\"\nsays = \"s\"\n\
+         [claims.check]\na = {{ case = \"proxy\", x = 0 }}\nb = {{ case = \"direct\", x = 0 }}\n\
+         {op_and_value}\n"
+    ))
+    .expect("valid claims")
+}
+
+#[test]
+fn a_margin_inside_the_run_to_run_spread_is_inconclusive() {
+    // Median ratio 10.5 / 10 = 1.05 > 1, but two of five runs went the other way: the interval
+    // reaches below 1, so "proxy beats direct" is not shown.
+    let analysis = paired_runs(&[8.0, 12.0, 10.5, 9.0, 13.0], &[10.0; 5]);
+    let file = ratio_claim("op = \">\"\nvalue = 1.0\nopen_side = \"ordering\"");
+    let row = evaluate(&file.claims, &analysis).remove(0);
+    assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
+    assert!(
+        row.measured
+            .contains("= 1.05, 95 % interval 0.800..1.30 (paired runs)"),
+        "{}",
+        row.measured
+    );
+    // Every run ahead: the whole interval is above 1.
+    let analysis = paired_runs(&[12.0, 12.5, 13.0, 12.2, 12.8], &[10.0; 5]);
+    let row = evaluate(&file.claims, &analysis).remove(0);
+    assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
+    // Every run behind: the whole interval is below 1.
+    let analysis = paired_runs(&[8.0, 8.5, 9.0, 8.2, 8.8], &[10.0; 5]);
+    let row = evaluate(&file.claims, &analysis).remove(0);
+    assert_eq!(row.verdict, Verdict::Disagrees, "{}", row.measured);
+}
+
+#[test]
+fn a_two_sided_check_fails_when_the_effect_is_zero_or_too_large() {
+    // The paper's effect: a proxy 25 % faster, within 0.1.
+    let file = ratio_claim("op = \"within\"\nvalue = 1.25\ntolerance = 0.1");
+    assert!(file.problems().is_empty(), "{:?}", file.problems());
+    let verdict_for = |proxy: f64| {
+        let analysis = paired_runs(&[proxy; 5], &[10.0; 5]);
+        evaluate(&file.claims, &analysis).remove(0)
+    };
+    assert_eq!(verdict_for(12.4).verdict, Verdict::Agrees);
+    // No effect at all: a one-sided ">= 1" would have agreed.
+    let none = verdict_for(10.0);
+    assert_eq!(none.verdict, Verdict::Disagrees, "{}", none.measured);
+    assert!(
+        none.measured
+            .contains("needs within 1.15..1.35: missed by 0.150"),
+        "{}",
+        none.measured
+    );
+    assert_eq!(verdict_for(20.0).verdict, Verdict::Disagrees);
+}
+
+#[test]
+fn the_claims_file_names_what_a_reviewer_would_reject() {
+    let file = parse(
+        r#"paper = "p"
+[[claims]]
+figure = "F1"
+experiment = "e"
+says = "one-sided without a reason"
+[claims.check]
+a = { case = "proxy" }
+op = ">"
+value = 1.0
+
+[[claims]]
+figure = "F2"
+experiment = "e"
+says = "two-sided without a tolerance"
+[claims.check]
+a = { case = "proxy" }
+op = "within"
+value = 1.0
+
+[[claims]]
+figure = "F3"
+experiment = "e"
+says = "no check, no reason"
+
+[[claims]]
+figure = "F4"
+experiment = "e"
+says = "no check, with a reason"
+not_tested = "the paper gives nothing to compare"
+
+[[targets]]
+figure = "issue 16"
+experiment = "e"
+says = "target with a tolerance on a one-sided check"
+[targets.check]
+a = { case = "proxy" }
+op = ">="
+value = 1.5
+tolerance = 0.1
+"#,
+    )
+    .expect("valid shape");
+    let problems = file.problems();
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(problems[0].contains("claim \"F1\"") && problems[0].contains("open_side"));
+    assert!(problems[1].contains("F2") && problems[1].contains("tolerance"));
+    assert!(problems[2].contains("F3") && problems[2].contains("not_tested"));
+    assert!(problems[3].contains("target \"issue 16\"") && problems[3].contains("within"));
+    // The report shows them, and an invalid check is never counted as agreeing.
+    let text = append_table(&file, &paired_runs(&[12.0; 3], &[10.0; 3]), String::new());
+    assert!(text.contains("Problems in the claims file:"), "{text}");
+    assert!(text.contains("**invalid check**"), "{text}");
+}
+
+#[test]
+fn not_tested_claims_and_targets_have_their_own_places() {
+    let file = parse(
+        r#"paper = "p"
+[[claims]]
+figure = "Fig. 9"
+experiment = "e"
+says = "fast retransmit on the first duplicate ACK doubles throughput"
+not_tested = "no connection in the lab sees a duplicate ACK before its first timeout"
+[claims.check]
+a = { case = "proxy", x = 0 }
+b = { case = "direct", x = 0 }
+op = "within"
+value = 2.0
+tolerance = 0.5
+
+[[targets]]
+figure = "issue 16"
+experiment = "e"
+says = "proxy at least 1.1x direct"
+[targets.check]
+a = { case = "proxy", x = 0 }
+b = { case = "direct", x = 0 }
+op = ">="
+value = 1.1
+open_side = "a target is a threshold"
+"#,
+    )
+    .expect("valid");
+    assert!(file.problems().is_empty(), "{:?}", file.problems());
+    let text = append_table(&file, &paired_runs(&[20.0; 3], &[10.0; 3]), String::new());
+    // The check is measured and shown, but the verdict is "not tested", never "agrees".
+    assert!(
+        text.contains("not tested: no connection in the lab sees a duplicate ACK"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Verdicts of the paper's claims: 0 agree, 0 inconclusive, 0 disagree, 1 not tested."
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("## midway's targets (not the paper's findings)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Verdicts of the targets: 1 agree, 0 inconclusive, 0 disagree, 0 not tested."
+        ),
+        "{text}"
     );
 }

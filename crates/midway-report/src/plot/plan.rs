@@ -201,6 +201,7 @@ mod tests {
             ok: true,
             error: None,
             started_at: "2026-01-01T00:00:00Z".into(),
+            tree: None,
         }
     }
 

@@ -1,0 +1,37 @@
+//! The published reproductions under docs/results: the summary page quotes each report's
+//! verdict counts as the report states them (issue 18: every number in a README comes from a
+//! report it links), so rebuilding a report without updating the summary fails here.
+
+use std::fs;
+use std::path::PathBuf;
+
+use midway_report::claims::VERDICTS_LINE;
+
+fn results_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/results")
+}
+
+#[test]
+fn the_summary_quotes_every_reports_verdict_counts() {
+    let dir = results_dir();
+    let summary = fs::read_to_string(dir.join("README.md")).expect("docs/results/README.md");
+    let mut reports = 0;
+    for entry in fs::read_dir(&dir).expect("docs/results") {
+        let folder = entry.expect("entry").path();
+        let Ok(report) = fs::read_to_string(folder.join("report.md")) else {
+            continue;
+        };
+        let Some(line) = report.lines().find(|l| l.starts_with(VERDICTS_LINE)) else {
+            continue;
+        };
+        reports += 1;
+        let paper = folder.file_name().unwrap().to_string_lossy().into_owned();
+        let counts = line[VERDICTS_LINE.len()..].trim().trim_end_matches('.');
+        let row = format!("| [{paper}]({paper}/report.md) | {counts} |");
+        assert!(
+            summary.contains(&row),
+            "docs/results/README.md lacks the row `{row}` (the counts of {paper}/report.md)"
+        );
+    }
+    assert!(reports >= 5, "only {reports} reports with a claims table");
+}
