@@ -503,6 +503,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
         out_dir: out_dir.clone(),
         commit: tree.commit.clone(),
         tree: tree.state.clone(),
+        quick: options.plan.quick,
         scenario_dir,
         scenario_file: options.scenario.display().to_string(),
         midway_bin: midway_binary()?,

@@ -293,6 +293,7 @@ pub(crate) fn skeleton_record(
         error: None,
         started_at: started_at.to_string(),
         tree: None,
+        quick: None,
     }
 }
 

@@ -129,6 +129,9 @@ pub(crate) struct Experiment {
     /// Scenario files and commits of this experiment's records (for the "reproduce" line).
     pub scenario_files: Vec<String>,
     pub commits: Vec<String>,
+    /// What kind of run the records come from ("full run, 5 runs per point, 1 MB transfers"),
+    /// empty when the records do not say.
+    pub kind: String,
     /// One row per (variant, sweep value, case), ordered by variant, then sweep value (numeric
     /// ascending when numeric, else first appearance), then case.
     pub rows: Vec<CaseRow>,
@@ -382,6 +385,7 @@ fn analyse_experiment(name: &str, records: &[&RunRecord], baseline_case: &str) -
     }
 
     let web = extra_names.contains(PAGE_LOAD_METRIC);
+    let kind = run_kind(records, &rows, &fixed_params);
     Experiment {
         name: name.to_string(),
         sweep_param,
@@ -396,7 +400,50 @@ fn analyse_experiment(name: &str, records: &[&RunRecord], baseline_case: &str) -
         web,
         scenario_files: distinct(records.iter().map(|r| r.scenario_file.as_str())),
         commits: distinct(records.iter().map(|r| r.commit.as_str())),
+        kind,
         rows,
+    }
+}
+
+/// "full run, 5 runs per point, 1 MB transfers": what kind of run an experiment's records come
+/// from, for plot titles (a quick form's numbers must never pass for the full run's).
+fn run_kind(records: &[&RunRecord], rows: &[CaseRow], fixed: &[(String, String)]) -> String {
+    let mut parts = Vec::new();
+    let quick: BTreeSet<Option<bool>> = records.iter().map(|r| r.quick).collect();
+    match quick.into_iter().collect::<Vec<_>>().as_slice() {
+        [Some(true)] => parts.push("quick form".to_string()),
+        [Some(false)] => parts.push("full run".to_string()),
+        [None] => {}
+        _ => parts.push("quick and full runs mixed".to_string()),
+    }
+    let runs: BTreeSet<usize> = rows.iter().map(|r| r.samples.len()).collect();
+    match (runs.first(), runs.last()) {
+        (Some(1), Some(1)) => parts.push("1 run per point".to_string()),
+        (Some(low), Some(high)) if low == high => parts.push(format!("{low} runs per point")),
+        (Some(low), Some(high)) => parts.push(format!("{low}-{high} runs per point")),
+        _ => {}
+    }
+    for (name, value) in fixed {
+        let Ok(number) = value.parse::<f64>() else {
+            continue;
+        };
+        match name.as_str() {
+            "bytes" => parts.push(format!("{} transfers", bytes_text(number))),
+            "duration_s" => parts.push(format!("{number} s transfers")),
+            _ => {}
+        }
+    }
+    parts.join(", ")
+}
+
+/// "1 MB", "3 MB", "300 kB", "512 B" (decimal units, as the papers size their transfers).
+fn bytes_text(bytes: f64) -> String {
+    if bytes >= 1e6 {
+        format!("{} MB", bytes / 1e6)
+    } else if bytes >= 1e3 {
+        format!("{} kB", bytes / 1e3)
+    } else {
+        format!("{bytes} B")
     }
 }
 
@@ -558,6 +605,7 @@ mod tests {
             error: None,
             started_at: format!("2026-01-01T00:00:0{rep}Z"),
             tree: None,
+            quick: None,
         }
     }
 

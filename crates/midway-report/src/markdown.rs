@@ -212,17 +212,41 @@ fn experiment_section(out: &mut String, exp: &Experiment, plots: &ExperimentPlot
         );
     }
 
-    let extra_names = table_extra_names(exp);
+    // Counters that are zero in every row say nothing a reader needs; they stay in the records.
+    let any_nonzero = |value: &dyn Fn(&CaseRow) -> Option<f64>| {
+        exp.rows
+            .iter()
+            .any(|row| value(row).is_some_and(|v| v != 0.0))
+    };
+    let (endpoints, zero_endpoints): (Vec<String>, Vec<String>) =
+        exp.endpoints.iter().cloned().partition(|endpoint| {
+            any_nonzero(&|row: &CaseRow| row.retransmits_median.get(endpoint).copied())
+        });
+    let (extra_names, zero_extras): (Vec<String>, Vec<String>) = table_extra_names(exp)
+        .into_iter()
+        .partition(|name| any_nonzero(&|row: &CaseRow| row.extra_median.get(name).copied()));
     let variants = distinct_variants(exp);
     for variant in &variants {
         if variants.len() > 1 {
             let _ = writeln!(out, "### {variant}\n");
         }
         let rows: Vec<&CaseRow> = exp.rows.iter().filter(|r| &r.variant == variant).collect();
-        main_table(out, exp, &rows);
+        main_table(out, exp, &endpoints, &rows);
         if !extra_names.is_empty() {
             extra_table(out, exp, &extra_names, &rows);
         }
+    }
+    let hidden: Vec<String> = zero_endpoints
+        .iter()
+        .map(|e| format!("`retrans {e}`"))
+        .chain(zero_extras.iter().map(|name| format!("`{name}`")))
+        .collect();
+    if !hidden.is_empty() {
+        let _ = writeln!(
+            out,
+            "Zero in every row, so left out of the tables (kept in results.jsonl): {}.\n",
+            hidden.join(", ")
+        );
     }
 
     let files = code_list(&exp.scenario_files);
@@ -261,8 +285,8 @@ fn gos_cells(row: &CaseRow) -> (String, String, String) {
     }
 }
 
-fn retransmit_cells(out: &mut String, exp: &Experiment, row: &CaseRow) {
-    for endpoint in &exp.endpoints {
+fn retransmit_cells(out: &mut String, endpoints: &[String], row: &CaseRow) {
+    for endpoint in endpoints {
         let value = row
             .retransmits_median
             .get(endpoint)
@@ -275,7 +299,7 @@ fn retransmit_cells(out: &mut String, exp: &Experiment, row: &CaseRow) {
 /// The main table of an experiment: the primary metric's spread per row (page load time in
 /// seconds for a web experiment, with its mean; throughput in Mbit/s otherwise), the gain of
 /// splitting (always on throughput) and the retransmit medians.
-fn main_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
+fn main_table(out: &mut String, exp: &Experiment, endpoints: &[String], rows: &[&CaseRow]) {
     let sweep = exp.sweep_param.as_deref().unwrap_or("point");
     let base = &exp.baseline_case;
     let (label, with_mean) = if exp.web {
@@ -289,11 +313,11 @@ fn main_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
         "| {} | case | n | {label} | Q1 | Q3 |{mean_header} GoS paired vs {base} | GoS of medians | GoS > 0 |",
         cell(sweep)
     );
-    for endpoint in &exp.endpoints {
+    for endpoint in endpoints {
         let _ = write!(out, " retrans {} |", cell(endpoint));
     }
     out.push('\n');
-    let columns = 9 + usize::from(with_mean) + exp.endpoints.len();
+    let columns = 9 + usize::from(with_mean) + endpoints.len();
     out.push_str(&"|---".repeat(columns));
     out.push_str("|\n");
     for row in rows {
@@ -323,7 +347,7 @@ fn main_table(out: &mut String, exp: &Experiment, rows: &[&CaseRow]) {
             cell(&row.sweep_label),
             cell(&row.case)
         );
-        retransmit_cells(out, exp, row);
+        retransmit_cells(out, endpoints, row);
         out.push('\n');
     }
     out.push('\n');

@@ -54,6 +54,10 @@ pub struct RunRecord {
     /// records of another). Absent in records written before the lab recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<String>,
+    /// Whether the run was the short form (`--quick`: fewer sweep values and repetitions,
+    /// shorter transfers); absent in records written before the lab recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick: Option<bool>,
 }
 
 /// [`RunRecord::tree`] of a run from a tree without uncommitted changes.

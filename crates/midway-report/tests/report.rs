@@ -47,6 +47,7 @@ fn record(
         error: None,
         started_at: format!("2026-11-21T06:{:02}:00Z", 10 + rep),
         tree: None,
+        quick: None,
     }
 }
 
@@ -363,6 +364,7 @@ metric = "page_load_seconds"
 a = { case = "midway-http", x = "1.0" }
 b = { case = "direct", x = "1.0" }
 op = "<="
+open_side = "the paper gives a bound"
 value = 0.5
 
 [[claims]]
@@ -373,6 +375,7 @@ says = "squid improves every repetition in every mode"
 metric = "gos_positive_share"
 a = { case = "squid" }
 op = ">="
+open_side = "a share cannot exceed 1"
 value = 1.0
 
 [[claims]]
@@ -385,6 +388,7 @@ stat = "mean"
 a = { case = "squid", x = "1.1" }
 b = { case = "direct", x = "1.1" }
 op = "<="
+open_side = "the paper gives a bound"
 value = 0.333
 
 [[plots]]
@@ -443,14 +447,21 @@ fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
     );
     assert!(report.contains("Web experiment: the measurement is the page load time in seconds"));
     assert!(report.contains("![web-http: page load time by case](plots/web-http.png)"));
-    // Other extras in their own table, without the page load time.
+    // Other extras in their own table, without the page load time, and without a counter that
+    // is zero in every row (named below the tables instead).
     assert!(
         report.contains(
-            "| http | case | cache_hits | connections_opened | objects | page_load_max_seconds | pages |"
+            "| http | case | connections_opened | objects | page_load_max_seconds | pages |"
         ),
         "{report}"
     );
-    assert!(report.contains("| 1.1 | direct | - | 22.0 | 19.0 | 6.00 | 1.00 |"));
+    assert!(report.contains("| 1.1 | direct | 22.0 | 19.0 | 6.00 | 1.00 |"));
+    assert!(
+        report.contains(
+            "Zero in every row, so left out of the tables (kept in results.jsonl): `cache_hits`."
+        ),
+        "{report}"
+    );
     // The bulk experiments next to it are reported as before.
     assert!(report.contains(
         "| 0.01 | midway | 5 | 14.8 | 14.3 | 15.3 | +1.47 | +1.47 | 5/5 (100 %) | 2 | 4 |"
@@ -461,7 +472,8 @@ fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
     assert!(
         report.contains(
             "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-             = 3.500 s / 9.000 s = 0.389, needs <= 0.5: met by 0.111 | yes |"
+             = 3.500 s / 9.000 s = 0.389, 95 % interval 0.375..0.400 (paired runs), \
+             needs <= 0.5: met by 0.111 | agrees |"
         ),
         "{report}"
     );
@@ -470,19 +482,31 @@ fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
     assert!(
         report.contains(
             "squid mean page_load_seconds @ 1.1 / direct mean page_load_seconds @ 1.1 = 3.500 s / \
-             6.000 s = 0.583, needs <= 0.333: missed by 0.250 | **no** |"
+             6.000 s = 0.583, 95 % interval 0.576..0.593 (paired runs), needs <= 0.333: \
+             missed by 0.250 | **disagrees** |"
         ),
         "{report}"
     );
-    assert!(report.contains("2 of 3 checked claims agree"));
+    assert!(report.contains(
+        "Verdicts of the paper's claims: 2 agree, 0 inconclusive, 1 disagree, 0 not tested."
+    ));
 
     // [[plots]]: the extra plot is written and linked; what the results lack is a warning.
-    assert!(report.contains(
-        "![web-http: TCP connections per run](plots/web-http-1.png)\n\n(vector version: \
-         [plots/web-http-1.svg](plots/web-http-1.svg))"
-    ));
-    assert!(report
-        .contains("![fig5-size: remote_segment_seconds vs size_bytes](plots/fig5-size-1.png)"));
+    // Every title says what kind of run it shows.
+    assert!(
+        report.contains(
+            "![web-http: TCP connections per run (5 runs per point)](plots/web-http-1.png)\n\n\
+             (vector version: [plots/web-http-1.svg](plots/web-http-1.svg))"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "![fig5-size: remote_segment_seconds vs size_bytes (3 runs per point)]\
+             (plots/fig5-size-1.png)"
+        ),
+        "{report}"
+    );
     let expected_warnings = [
         "claims.toml [[plots]] #3 (experiment `fig5-size`): metric `no_such_metric` is not measured in experiment `fig5-size`",
         "claims.toml [[plots]] #4: experiment `fig99` is not in the results; nothing drawn for it",

@@ -45,6 +45,8 @@ pub(crate) struct RunContext {
     pub commit: String,
     /// The source tree's state ("clean" or "dirty:<hash>"), recorded in every record.
     pub tree: Option<String>,
+    /// Whether this is the short form of the scenario (`--quick`), recorded in every record.
+    pub quick: bool,
     /// The midway binary run as the proxy of `midway` cases.
     pub midway_bin: PathBuf,
     /// Keep each point's folder (configs, proxy logs) even when the point succeeded.
@@ -147,6 +149,7 @@ pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
     let started_at = crate::time::rfc3339_now();
     let mut record = skeleton_record(point, &context.scenario_file, &context.commit, &started_at);
     record.tree = context.tree.clone();
+    record.quick = Some(context.quick);
     let point_dir = context.out_dir.join("points").join(format!(
         "{:05}-{}-{}-r{}",
         point.index, point.experiment, point.case, point.repetition

@@ -32,6 +32,7 @@ fn record(case: &str, loss: f64, repetition: u32, mbps: f64) -> RunRecord {
         error: None,
         started_at: "2026-01-01T00:00:00Z".into(),
         tree: None,
+        quick: None,
     }
 }
 

@@ -13,6 +13,16 @@ pub(crate) const PAGE_LOAD_AXIS: &str = "page load time (s), median and quartile
 /// Y axis text of a bulk experiment's main plot.
 pub(crate) const THROUGHPUT_AXIS: &str = "throughput (Mbit/s), median and quartiles";
 
+/// The title with the kind of run below it ("full run, 5 runs per point, 1 MB transfers"), so a
+/// plot copied out of its report still says what it shows.
+fn with_kind(exp: &Experiment, title: String) -> String {
+    if exp.kind.is_empty() {
+        title
+    } else {
+        format!("{title} ({})", exp.kind)
+    }
+}
+
 /// The main plot of an experiment: page load time for a web experiment, else throughput, with
 /// the reference lines of its `[[plots]]` entries. Also returns why a line was left out.
 pub(crate) fn main_figure(
@@ -25,12 +35,15 @@ pub(crate) fn main_figure(
     } else {
         ("throughput", THROUGHPUT_AXIS)
     };
-    let title = title
-        .map(str::to_string)
-        .unwrap_or_else(|| match &exp.sweep_param {
-            Some(param) if exp.sweep_points > 1 => format!("{}: {what} vs {param}", exp.name),
-            _ => format!("{}: {what} by case", exp.name),
-        });
+    let title = with_kind(
+        exp,
+        title
+            .map(str::to_string)
+            .unwrap_or_else(|| match &exp.sweep_param {
+                Some(param) if exp.sweep_points > 1 => format!("{}: {what} vs {param}", exp.name),
+                _ => format!("{}: {what} by case", exp.name),
+            }),
+    );
     let spread_of = |row: &CaseRow, _: &str| {
         if exp.web {
             row.page_load_seconds
@@ -96,12 +109,15 @@ pub(crate) fn metrics_figure(
         ));
     }
     let names = known.join(", ");
-    let title = title
-        .map(str::to_string)
-        .unwrap_or_else(|| match &exp.sweep_param {
-            Some(param) if exp.sweep_points > 1 => format!("{}: {names} vs {param}", exp.name),
-            _ => format!("{}: {names} by case", exp.name),
-        });
+    let title = with_kind(
+        exp,
+        title
+            .map(str::to_string)
+            .unwrap_or_else(|| match &exp.sweep_param {
+                Some(param) if exp.sweep_points > 1 => format!("{}: {names} vs {param}", exp.name),
+                _ => format!("{}: {names} by case", exp.name),
+            }),
+    );
     let unit = if known.iter().all(|m| m.ends_with("seconds")) {
         " (s)"
     } else if known.iter().all(|m| *m == THROUGHPUT_METRIC) {

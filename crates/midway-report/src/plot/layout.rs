@@ -71,7 +71,15 @@ pub(super) fn build_figure(
             .filter(|r| &r.variant == variant && &r.case == case)
             .collect();
         for (metric_index, metric) in metrics.iter().enumerate() {
-            let (dash, marker) = METRIC_STYLES[metric_index % METRIC_STYLES.len()];
+            // Several metrics: the style tells the metrics apart (the colour the cases). One
+            // metric: each case gets its own dash and marker besides its colour, so curves that
+            // overlap stay distinguishable (and in print without colour).
+            let style = if metrics.len() > 1 {
+                metric_index
+            } else {
+                index
+            };
+            let (dash, marker) = METRIC_STYLES[style % METRIC_STYLES.len()];
             let mut points: Vec<(f64, Spread)> = rows
                 .iter()
                 .filter_map(|r| spread_of(r, metric).map(|s| (x_of(r), s)))

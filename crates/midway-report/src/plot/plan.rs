@@ -202,6 +202,7 @@ mod tests {
             error: None,
             started_at: "2026-01-01T00:00:00Z".into(),
             tree: None,
+            quick: None,
         }
     }
 
@@ -294,7 +295,7 @@ y = 1.0
         );
         let main = |i: usize| &plan.experiments[i].main.as_ref().expect("main").1;
         let lin = main(0);
-        assert_eq!(lin.title, "annotated");
+        assert_eq!(lin.title, "annotated (3 runs per point)");
         assert_eq!(
             lin.lines,
             vec![
@@ -384,7 +385,10 @@ experiment = "elsewhere"
         assert_eq!(extra[0].0, "lin-1");
         assert_eq!(extra[1].0, "lin-3", "n counts the entries with metrics");
         let figure = &extra[0].1;
-        assert_eq!(figure.title, "lin: a_seconds, b_seconds vs x");
+        assert_eq!(
+            figure.title,
+            "lin: a_seconds, b_seconds vs x (3 runs per point)"
+        );
         assert_eq!(
             figure.y_desc,
             "a_seconds, b_seconds (s), median and quartiles"

@@ -26,7 +26,8 @@ pub(super) const DEFAULT_X_LABELS: usize = 10;
 /// Ratio max/min of a positive numeric sweep above which the x axis is logarithmic.
 pub(super) const LOG_AXIS_MIN_RATIO: f64 = 100.0;
 
-/// Dash patterns and markers of the 1st, 2nd, ... metric of a plot.
+/// Dash patterns and markers of the 1st, 2nd, ... metric of a plot (of the 1st, 2nd, ... case
+/// when the plot shows one metric).
 pub(super) const METRIC_STYLES: [(Option<(u32, u32)>, Marker); 3] = [
     (None, Marker::FilledCircle),
     (Some((10, 6)), Marker::HollowCircle),
