@@ -40,6 +40,11 @@
 //! x = 24000                      # a vertical line at this sweep value (a text sweep value
 //!                                #   such as "pipelining" on a categorical axis) ...
 //! # y = 15.0                     # ... or a horizontal one at this value of the y axis
+//! [[plots.points]]               # optional: the paper's numbers on the same axes (crosses)
+//! label = "paper, direct"        # legend text, shared by the points of one curve
+//! x = 1                          # the sweep value (or `case = "..."` on a one-point bar plot)
+//! y = 0.24                       # in the main plot's unit (Mbit/s, or s of page load time)
+//! source = "Table II"            # where the number comes from ("read off Fig. 6" says so)
 //! ```
 //!
 //! Metrics of a check (`metric`, or per operand `a = { ..., metric = "..." }`):
@@ -91,8 +96,8 @@ use std::path::{Path, PathBuf};
 
 pub(crate) use evaluate::known_metrics;
 pub use model::{
-    parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Criterion, Operand, PlotSpec,
-    ReferenceLine, Stat,
+    parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Criterion, Operand, PaperPoint,
+    PlotSpec, ReferenceLine, Stat,
 };
 pub(crate) use render::append_table;
 pub use render::VERDICTS_LINE;

@@ -314,6 +314,31 @@ pub struct PlotSpec {
     /// Reference lines drawn on the experiment's main plot.
     #[serde(default)]
     pub lines: Vec<ReferenceLine>,
+    /// The paper's own numbers drawn on the experiment's main plot, on the same axes as the
+    /// lab's, each with where it comes from.
+    #[serde(default)]
+    pub points: Vec<PaperPoint>,
+}
+
+/// One of the paper's numbers placed on a plot: at sweep value `x` (or, on a plot of one point,
+/// at the bar of `case`), height `y` in the main plot's unit (Mbit/s, or seconds of page load
+/// time for a web experiment).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaperPoint {
+    /// Legend text ("paper, direct"); points sharing a label share one legend entry.
+    pub label: String,
+    /// Sweep value of the point (a number, or a category's text).
+    #[serde(default)]
+    pub x: Option<AxisValue>,
+    /// On a plot of a single sweep point (bars): the case whose bar the point stands on.
+    #[serde(default)]
+    pub case: Option<String>,
+    /// The paper's value, in the main plot's y unit.
+    pub y: f64,
+    /// Where the number comes from: "Table II", "text, sec. 3.5", or "read off Fig. 6 (our
+    /// reading)".
+    pub source: String,
 }
 
 /// A labelled reference line: vertical at a sweep value `x` or horizontal at `y` (in the unit of

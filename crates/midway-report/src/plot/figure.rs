@@ -20,7 +20,18 @@ pub(crate) struct Figure {
     pub bars: bool,
     pub series: Vec<Series>,
     pub lines: Vec<PlacedLine>,
+    /// The paper's numbers, drawn as crosses on the same axes.
+    pub paper_points: Vec<PlacedPoint>,
     pub y_range: Range<f64>,
+}
+
+/// A paper's number placed on a plot.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PlacedPoint {
+    /// The x coordinate (a category's or a bar's index on a categorical axis).
+    pub x: f64,
+    pub y: f64,
+    pub label: String,
 }
 
 /// One line of a plot: a case (and variant, and metric) with its points.

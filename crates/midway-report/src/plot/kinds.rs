@@ -6,7 +6,7 @@ use super::layout::build_figure;
 use super::style::METRIC_STYLES;
 use super::Figure;
 use crate::analysis::{CaseRow, Experiment, THROUGHPUT_METRIC};
-use crate::claims::{known_metrics, ReferenceLine};
+use crate::claims::{known_metrics, PaperPoint, ReferenceLine};
 
 /// Y axis text of a web experiment's main plot.
 pub(crate) const PAGE_LOAD_AXIS: &str = "page load time (s), median and quartiles; lower is better";
@@ -29,6 +29,7 @@ pub(crate) fn main_figure(
     exp: &Experiment,
     title: Option<&str>,
     lines: &[ReferenceLine],
+    points: &[PaperPoint],
 ) -> (Figure, Vec<String>) {
     let (what, y_desc) = if exp.web {
         ("page load time", PAGE_LOAD_AXIS)
@@ -59,6 +60,7 @@ pub(crate) fn main_figure(
         &[],
         &spread_of,
         lines,
+        points,
     )
 }
 
@@ -127,7 +129,8 @@ pub(crate) fn metrics_figure(
     };
     let y_desc = format!("{names}{unit}, median and quartiles");
     let spread_of = |row: &CaseRow, metric: &str| row.metric_spread(metric);
-    let (figure, line_warnings) = build_figure(exp, title, y_desc, &known, cases, &spread_of, &[]);
+    let (figure, line_warnings) =
+        build_figure(exp, title, y_desc, &known, cases, &spread_of, &[], &[]);
     warnings.extend(line_warnings);
     if figure.series.iter().all(|s| s.points.is_empty()) {
         warnings.push(format!(

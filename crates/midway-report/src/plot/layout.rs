@@ -2,10 +2,10 @@
 //! axis (linear, logarithmic, categories or bars), placing reference lines and sizing the y
 //! range. One place, so the main and the extra plots lay out alike.
 
-use super::figure::{Figure, PlacedLine, Series, XAxis};
+use super::figure::{Figure, PlacedLine, PlacedPoint, Series, XAxis};
 use super::style::{LOG_AXIS_MIN_RATIO, METRIC_STYLES, SERIES_COLORS};
 use crate::analysis::{CaseRow, Experiment};
-use crate::claims::{AxisValue, ReferenceLine};
+use crate::claims::{AxisValue, PaperPoint, ReferenceLine};
 use crate::stats::Spread;
 
 /// Splits the rows into series (one per variant, case and metric), picks the x axis and places
@@ -19,6 +19,7 @@ pub(super) fn build_figure(
     cases: &[String],
     spread_of: &dyn Fn(&CaseRow, &str) -> Option<Spread>,
     lines: &[ReferenceLine],
+    points: &[PaperPoint],
 ) -> (Figure, Vec<String>) {
     let mut warnings = Vec::new();
     // Colours follow the (variant, case) order of the whole experiment, so a case keeps its
@@ -121,6 +122,35 @@ pub(super) fn build_figure(
         }
     }
 
+    let mut paper_points = Vec::new();
+    for point in points {
+        let placed_x = match (&point.x, &point.case, bars) {
+            (None, Some(case), true) => series
+                .iter()
+                .position(|s| s.label == *case)
+                .map(|index| index as f64)
+                .ok_or_else(|| format!("no bar of case `{case}`")),
+            (Some(x), None, false) => place_vertical(exp, bars, &sweep_labels, x),
+            (_, _, true) => Err(format!(
+                "experiment `{}` has a single sweep point (a bar per case): give `case`, not `x`",
+                exp.name
+            )),
+            (_, _, false) => Err("give the sweep value `x` (and no `case`)".to_string()),
+        };
+        match placed_x {
+            Ok(x) if point.y.is_finite() => paper_points.push(PlacedPoint {
+                x,
+                y: point.y,
+                label: point.label.clone(),
+            }),
+            Ok(_) => warnings.push(format!("paper point `{}`: y is not finite", point.label)),
+            Err(why) => warnings.push(format!("paper point `{}`: {why}", point.label)),
+        }
+    }
+    if !bars {
+        vertical_xs.extend(paper_points.iter().map(|p| p.x));
+    }
+
     let axis = if bars {
         // Bar chart: one category per series.
         for (index, s) in series.iter_mut().enumerate() {
@@ -138,6 +168,16 @@ pub(super) fn build_figure(
         // The data decide between a linear and a log axis; lines only widen it.
         let log = data_min > 0.0 && data_max / data_min > LOG_AXIS_MIN_RATIO;
         if log {
+            paper_points.retain(|point| {
+                let keep = point.x > 0.0;
+                if !keep {
+                    warnings.push(format!(
+                        "paper point `{}`: x = {} cannot be drawn on the logarithmic x axis",
+                        point.label, point.x
+                    ));
+                }
+                keep
+            });
             placed.retain(|line| match line {
                 PlacedLine::Vertical { x, label } if *x <= 0.0 => {
                     warnings.push(format!(
@@ -163,10 +203,13 @@ pub(super) fn build_figure(
         }
     };
 
-    let horizontal_ys = placed.iter().filter_map(|line| match line {
-        PlacedLine::Horizontal { y, .. } => Some(*y),
-        PlacedLine::Vertical { .. } => None,
-    });
+    let horizontal_ys = placed
+        .iter()
+        .filter_map(|line| match line {
+            PlacedLine::Horizontal { y, .. } => Some(*y),
+            PlacedLine::Vertical { .. } => None,
+        })
+        .chain(paper_points.iter().map(|p| p.y));
     let y_max = series
         .iter()
         .flat_map(|s| s.points.iter().map(|(_, p)| p.q3))
@@ -194,6 +237,7 @@ pub(super) fn build_figure(
             bars,
             series,
             lines: placed,
+            paper_points,
             y_range,
         },
         warnings,

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::kinds::{main_figure, metrics_figure};
 use super::Figure;
 use crate::analysis::Experiment;
-use crate::claims::{PlotSpec, ReferenceLine, CLAIMS_FILE};
+use crate::claims::{PaperPoint, PlotSpec, ReferenceLine, CLAIMS_FILE};
 
 /// File names (without extension) for the experiments' plots: the name with anything but
 /// letters, digits, `-`, `_` and `.` replaced, made unique by a numeric suffix.
@@ -111,18 +111,25 @@ pub(crate) fn plan(experiments: &[Experiment], specs: &[PlotSpec]) -> PlotPlan {
             .flat_map(|(_, spec)| spec.lines.iter().cloned())
             .collect();
         let main = if has_runs {
-            let (figure, line_warnings) = main_figure(exp, title, &lines);
+            let points: Vec<PaperPoint> = mine
+                .iter()
+                .flat_map(|(_, spec)| spec.points.iter().cloned())
+                .collect();
+            let (figure, line_warnings) = main_figure(exp, title, &lines, &points);
             // A line's warning names its own label; attribute it to the entry holding it.
             for warning in line_warnings {
-                let owner = mine
-                    .iter()
-                    .find(|(_, spec)| {
-                        spec.lines
-                            .iter()
-                            .any(|l| warning.starts_with(&format!("line `{}`", l.label)))
-                    })
-                    .map(|(index, _)| *index)
-                    .unwrap_or(mine.first().map(|(i, _)| *i).unwrap_or(0));
+                let owner =
+                    mine.iter()
+                        .find(|(_, spec)| {
+                            spec.lines
+                                .iter()
+                                .any(|l| warning.starts_with(&format!("line `{}`", l.label)))
+                                || spec.points.iter().any(|p| {
+                                    warning.starts_with(&format!("paper point `{}`", p.label))
+                                })
+                        })
+                        .map(|(index, _)| *index)
+                        .unwrap_or(mine.first().map(|(i, _)| *i).unwrap_or(0));
                 warnings.push((owner, format!("{}: {warning}", context(owner))));
             }
             Some((stem.clone(), figure))
@@ -248,6 +255,68 @@ mod tests {
         assert_eq!(lin.y_range, 0.0..9.5 * 1.25);
         assert_eq!(lin.axis, XAxis::Linear(8.5..41.5));
         assert!(plan.experiments.iter().all(|p| p.extra.is_empty()));
+    }
+
+    #[test]
+    fn the_papers_points_share_the_axes_of_the_lab_s() {
+        let plan = plan_of(
+            r#"
+[[plots]]
+experiment = "lin"
+[[plots.points]]
+label = "paper, proxy"
+x = 20
+y = 30.0
+source = "Table II"
+[[plots.points]]
+label = "paper, proxy"
+x = 80
+y = 28.0
+source = "Table II"
+[[plots]]
+experiment = "cat"
+[[plots.points]]
+label = "paper"
+x = "pipelining"
+y = 4.0
+source = "text"
+[[plots]]
+experiment = "one"
+[[plots.points]]
+label = "paper, proxy"
+case = "proxy"
+y = 7.0
+source = "text"
+[[plots.points]]
+label = "on a bar plot, x names nothing"
+x = 5
+y = 7.0
+source = "text"
+"#,
+        );
+        let main = |i: usize| &plan.experiments[i].main.as_ref().expect("main").1;
+        let lin = main(0);
+        let placed: Vec<(f64, f64)> = lin.paper_points.iter().map(|p| (p.x, p.y)).collect();
+        assert_eq!(placed, [(20.0, 30.0), (80.0, 28.0)]);
+        // The axes widen to hold the paper's numbers: x to 80, y above 30.
+        assert!(
+            matches!(&lin.axis, XAxis::Linear(r) if r.end > 80.0),
+            "{:?}",
+            lin.axis
+        );
+        assert!(lin.y_range.end > 30.0, "{:?}", lin.y_range);
+        let cat = main(2);
+        assert_eq!(cat.paper_points[0].x, 2.0, "the third category");
+        let one = main(3);
+        assert_eq!(one.paper_points.len(), 1);
+        assert_eq!(one.paper_points[0].x, 1.0, "the proxy's bar");
+        assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+        assert!(
+            plan.warnings[0].contains("paper point `on a bar plot, x names nothing`")
+                && plan.warnings[0].contains("give `case`"),
+            "{:?}",
+            plan.warnings
+        );
     }
 
     #[test]

@@ -242,7 +242,29 @@ where
             });
     }
 
-    if !bars || !figure.lines.is_empty() {
+    // The paper's numbers: crosses in the reference colours, one legend entry per label.
+    let mut point_labels: Vec<&str> = Vec::new();
+    for point in &figure.paper_points {
+        if !point_labels.contains(&point.label.as_str()) {
+            point_labels.push(&point.label);
+        }
+    }
+    for (index, label) in point_labels.iter().enumerate() {
+        let color = REFERENCE_COLORS[index % REFERENCE_COLORS.len()];
+        let style = color.stroke_width(3);
+        chart
+            .draw_series(
+                figure
+                    .paper_points
+                    .iter()
+                    .filter(|p| p.label == *label)
+                    .map(|p| Cross::new((p.x, p.y), 7, style)),
+            )?
+            .label(*label)
+            .legend(move |(x, y)| Cross::new((x + 10, y), 6, style));
+    }
+
+    if !bars || !figure.lines.is_empty() || !figure.paper_points.is_empty() {
         chart
             .configure_series_labels()
             .position(legend_position)
