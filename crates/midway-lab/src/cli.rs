@@ -487,6 +487,21 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
     let planned = points.len();
     let points = if options.resume && results.exists() {
         let records = midway_report::read_records(&results)?;
+        let other_policy = records
+            .iter()
+            .filter_map(|r| r.load.as_ref())
+            .find(|load| load.jobs as usize != options.jobs);
+        if let Some(load) = other_policy {
+            bail!(
+                "{}: its runs were measured with --jobs {}, this one would use --jobs {}; runs \
+                 measured under different loads are not comparable and one report does not mix \
+                 them: resume with --jobs {}, or choose another --out",
+                results.display(),
+                load.jobs,
+                options.jobs,
+                load.jobs
+            );
+        }
         plan::skip_done(points, &plan::done_keys(&records))
     } else {
         points
@@ -504,6 +519,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
         commit: tree.commit.clone(),
         tree: tree.state.clone(),
         quick: options.plan.quick,
+        jobs: options.jobs,
         scenario_dir,
         scenario_file: options.scenario.display().to_string(),
         midway_bin: midway_binary()?,

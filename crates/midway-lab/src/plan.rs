@@ -294,6 +294,7 @@ pub(crate) fn skeleton_record(
         started_at: started_at.to_string(),
         tree: None,
         quick: None,
+        load: None,
     }
 }
 

@@ -36,6 +36,11 @@ pub(crate) struct Analysis {
     pub commits: Vec<String>,
     /// The source trees the records come from, in order of first appearance.
     pub trees: Vec<SourceTree>,
+    /// The load the records were measured under: `--jobs` values and CPU counts seen, and the
+    /// 1-minute load averages at the runs' starts (empty for records older than the field).
+    pub load_jobs: BTreeSet<u32>,
+    pub load_cpus: BTreeSet<u32>,
+    pub load_averages: Vec<f64>,
     /// Earliest and latest `started_at` (RFC 3339 UTC strings compare in time order).
     pub first_start: Option<String>,
     pub last_start: Option<String>,
@@ -249,6 +254,20 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
         scenario_files: distinct(records.iter().map(|r| r.scenario_file.as_str())),
         commits: distinct(records.iter().map(|r| r.commit.as_str())),
         trees: source_trees(records),
+        load_jobs: records
+            .iter()
+            .filter_map(|r| r.load.as_ref())
+            .map(|l| l.jobs)
+            .collect(),
+        load_cpus: records
+            .iter()
+            .filter_map(|r| r.load.as_ref())
+            .map(|l| l.cpus)
+            .collect(),
+        load_averages: records
+            .iter()
+            .filter_map(|r| r.load.as_ref()?.loadavg_1m)
+            .collect(),
         first_start: records.iter().map(|r| &r.started_at).min().cloned(),
         last_start: records.iter().map(|r| &r.started_at).max().cloned(),
         records: records.len(),
@@ -606,6 +625,7 @@ mod tests {
             started_at: format!("2026-01-01T00:00:0{rep}Z"),
             tree: None,
             quick: None,
+            load: None,
         }
     }
 

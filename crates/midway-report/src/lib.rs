@@ -27,7 +27,7 @@ use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 pub use plot::{PngError, SvgError};
-pub use record::{RunRecord, RESULTS_FILE, TREE_CLEAN, TREE_DIRTY_PREFIX};
+pub use record::{RunLoad, RunRecord, RESULTS_FILE, TREE_CLEAN, TREE_DIRTY_PREFIX};
 
 /// File name of the markdown report inside a run's output folder.
 pub const REPORT_FILE: &str = "report.md";
@@ -106,6 +106,18 @@ pub enum ReportError {
     NoRecords {
         /// The results file.
         path: PathBuf,
+    },
+    /// The records were measured under different load policies (different `--jobs`): their
+    /// numbers are not comparable, so no report mixes them.
+    #[error(
+        "{path} mixes runs measured under different load policies ({policies}); report each \
+         policy from its own folder"
+    )]
+    MixedLoad {
+        /// The results file.
+        path: PathBuf,
+        /// The policies found, e.g. "--jobs 1 (40 records), --jobs 2 (100 records)".
+        policies: String,
     },
     /// The report or the plots folder could not be written.
     #[error("cannot write {path}")]
@@ -192,6 +204,22 @@ pub fn read_records(path: &Path) -> Result<Vec<RunRecord>, ReportError> {
     Ok(records)
 }
 
+/// The load policies of `records` when there is more than one ("--jobs 1 (40 records), --jobs 2
+/// (100 records)"); records that do not say are not counted. A report refuses to mix them
+/// ([`ReportError::MixedLoad`]), and the lab refuses to resume a run with another `--jobs`.
+pub fn mixed_load_policies(records: &[RunRecord]) -> Option<String> {
+    let mut jobs: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
+    for load in records.iter().filter_map(|r| r.load.as_ref()) {
+        *jobs.entry(load.jobs).or_default() += 1;
+    }
+    (jobs.len() > 1).then(|| {
+        jobs.iter()
+            .map(|(jobs, n)| format!("--jobs {jobs} ({n} records)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
 /// Read `DIR/results.jsonl`, write `DIR/report.md` and `DIR/plots/<experiment>.{png,svg}`.
 ///
 /// When DIR holds a claims file ([`claims::CLAIMS_FILE`]), its `[[plots]]` entries add reference
@@ -206,6 +234,12 @@ pub fn write_report(dir: &Path, opts: &ReportOptions) -> Result<ReportSummary, R
     let records = read_records(&results_path)?;
     if records.is_empty() {
         return Err(ReportError::NoRecords { path: results_path });
+    }
+    if let Some(policies) = mixed_load_policies(&records) {
+        return Err(ReportError::MixedLoad {
+            path: results_path,
+            policies,
+        });
     }
     let analysis = analysis::analyse(&records, &opts.baseline_case);
     let claims = claims::load(dir)?;

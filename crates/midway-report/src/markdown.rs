@@ -103,6 +103,33 @@ fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions, warnings:
         })
         .collect();
     let _ = writeln!(out, "- Source trees: {}", trees.join("; "));
+    if !analysis.load_jobs.is_empty() {
+        let list = |set: &std::collections::BTreeSet<u32>| {
+            set.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let averages = match (
+            crate::stats::quantile(&analysis.load_averages, 0.0),
+            crate::stats::median(&analysis.load_averages),
+            crate::stats::quantile(&analysis.load_averages, 1.0),
+        ) {
+            (Some(low), Some(median), Some(high)) => format!(
+                "; 1-minute load average at the runs' starts {}..{} (median {})",
+                number(low),
+                number(high),
+                number(median)
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "- Load: `--jobs {}` on {} CPUs{averages}",
+            list(&analysis.load_jobs),
+            list(&analysis.load_cpus)
+        );
+    }
     if let (Some(first), Some(last)) = (&analysis.first_start, &analysis.last_start) {
         let _ = writeln!(out, "- Runs started: {first} to {last}");
     }

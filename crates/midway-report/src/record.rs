@@ -58,6 +58,23 @@ pub struct RunRecord {
     /// shorter transfers); absent in records written before the lab recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quick: Option<bool>,
+    /// How loaded the machine was: the run's load policy and the load average at its start;
+    /// absent in records written before the lab recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<RunLoad>,
+}
+
+/// The load a run was measured under. One report holds one load policy ([`RunLoad::jobs`]): runs
+/// measured several at a time share the CPUs and must not be mixed with runs measured alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunLoad {
+    /// Topologies the lab measured at once (`--jobs`): the load policy.
+    pub jobs: u32,
+    /// Online CPUs of the machine.
+    pub cpus: u32,
+    /// The 1-minute load average when the run started (`/proc/loadavg`), if it could be read.
+    pub loadavg_1m: Option<f64>,
 }
 
 /// [`RunRecord::tree`] of a run from a tree without uncommitted changes.

@@ -48,6 +48,7 @@ fn record(
         started_at: format!("2026-11-21T06:{:02}:00Z", 10 + rep),
         tree: None,
         quick: None,
+        load: None,
     }
 }
 
@@ -472,7 +473,7 @@ fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
     assert!(
         report.contains(
             "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-             = 3.500 s / 9.000 s = 0.389, 95 % interval 0.375..0.400 (paired runs), \
+             = 3.500 s / 9.000 s = 0.389, 95 % interval 0.375..0.400 (5 paired runs), \
              needs <= 0.5: met by 0.111 | agrees |"
         ),
         "{report}"
@@ -482,7 +483,7 @@ fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
     assert!(
         report.contains(
             "squid mean page_load_seconds @ 1.1 / direct mean page_load_seconds @ 1.1 = 3.500 s / \
-             6.000 s = 0.583, 95 % interval 0.576..0.593 (paired runs), needs <= 0.333: \
+             6.000 s = 0.583, 95 % interval 0.576..0.593 (5 paired runs), needs <= 0.333: \
              missed by 0.250 | **disagrees** |"
         ),
         "{report}"
@@ -573,4 +574,46 @@ fn a_broken_claims_file_is_a_clear_error() {
             .ends_with("claims.toml: not a valid claims file"),
         "{err}"
     );
+}
+
+/// Issue 18: the load a run was measured under is recorded and shown, and a report refuses to
+/// mix runs measured under different load policies (`--jobs`).
+#[test]
+fn the_load_is_shown_and_mixed_load_policies_are_refused() {
+    use midway_report::RunLoad;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut records = synthetic_records();
+    for (index, r) in records.iter_mut().enumerate() {
+        r.load = Some(RunLoad {
+            jobs: 2,
+            cpus: 2,
+            loadavg_1m: Some(1.0 + index as f64 / 100.0),
+        });
+    }
+    write_results(dir.path(), &records);
+    let summary = write_report(dir.path(), &ReportOptions::default()).expect("one policy");
+    let report = std::fs::read_to_string(summary.report_path).expect("report.md");
+    assert!(
+        report.contains(
+            "- Load: `--jobs 2` on 2 CPUs; 1-minute load average at the runs' starts 1.00.."
+        ),
+        "{report}"
+    );
+
+    records[0].load = Some(RunLoad {
+        jobs: 1,
+        cpus: 2,
+        loadavg_1m: None,
+    });
+    write_results(dir.path(), &records);
+    match write_report(dir.path(), &ReportOptions::default()) {
+        Err(error @ ReportError::MixedLoad { .. }) => {
+            let text = error.to_string();
+            assert!(
+                text.contains("--jobs 1 (1 records), --jobs 2 (75 records)"),
+                "{text}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }

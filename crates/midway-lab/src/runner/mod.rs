@@ -47,6 +47,8 @@ pub(crate) struct RunContext {
     pub tree: Option<String>,
     /// Whether this is the short form of the scenario (`--quick`), recorded in every record.
     pub quick: bool,
+    /// Topologies measured at once (`--jobs`), recorded in every record as its load policy.
+    pub jobs: usize,
     /// The midway binary run as the proxy of `midway` cases.
     pub midway_bin: PathBuf,
     /// Keep each point's folder (configs, proxy logs) even when the point succeeded.
@@ -150,6 +152,12 @@ pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
     let mut record = skeleton_record(point, &context.scenario_file, &context.commit, &started_at);
     record.tree = context.tree.clone();
     record.quick = Some(context.quick);
+    record.load = Some(midway_report::RunLoad {
+        jobs: u32::try_from(context.jobs).unwrap_or(u32::MAX),
+        cpus: std::thread::available_parallelism()
+            .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        loadavg_1m: one_minute_load(),
+    });
     let point_dir = context.out_dir.join("points").join(format!(
         "{:05}-{}-{}-r{}",
         point.index, point.experiment, point.case, point.repetition
@@ -508,4 +516,14 @@ fn netstat_all(topology: &Topology) -> NetstatCounters {
         }
     }
     all
+}
+
+/// The 1-minute load average (`/proc/loadavg`), recorded with each run.
+fn one_minute_load() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }

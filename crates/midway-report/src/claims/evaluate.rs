@@ -443,15 +443,25 @@ fn interval_of(a: &Measured, b: Option<&Measured>) -> (Option<Interval>, bool) {
     }
 }
 
-/// "95 % interval 0.91..1.20 (paired runs)", or why there is none.
-fn interval_text(interval: Option<Interval>, paired: bool) -> String {
+/// "95 % interval 0.91..1.20 (5 paired runs)", or why there is none. The run counts let a
+/// reader see a cell measured fewer than 5 times.
+fn interval_text(
+    interval: Option<Interval>,
+    paired: bool,
+    a: &Measured,
+    b: Option<&Measured>,
+) -> String {
+    let runs = match (paired, b) {
+        (true, _) => format!("{} paired runs", a.samples.len()),
+        (false, Some(b)) => format!("{} and {} runs", a.samples.len(), b.samples.len()),
+        (false, None) => format!("{} runs", a.samples.len()),
+    };
     match interval {
         Some(i) => format!(
-            "{:.0} % interval {}..{}{}",
+            "{:.0} % interval {}..{} ({runs})",
             stats::INTERVAL_LEVEL * 100.0,
             number(i.low),
             number(i.high),
-            if paired { " (paired runs)" } else { "" }
         ),
         None => format!(
             "no interval (fewer than {} runs a side)",
@@ -512,7 +522,7 @@ fn run_check(
                     value_text(&a, metric_a),
                     value_text(&b, metric_b),
                     number(ratio),
-                    interval_text(interval, paired),
+                    interval_text(interval, paired, &a, Some(&b)),
                     target_text(ratio, criterion)
                 ));
             }
@@ -522,7 +532,7 @@ fn run_check(
                 parts.push(format!(
                     "{label_a} = {}, {}, {}",
                     value_text(&a, metric_a),
-                    interval_text(interval, paired),
+                    interval_text(interval, paired, &a, None),
                     target_text(a.value, criterion)
                 ));
             }

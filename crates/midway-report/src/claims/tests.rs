@@ -33,6 +33,7 @@ fn record(case: &str, loss: f64, repetition: u32, mbps: f64) -> RunRecord {
         started_at: "2026-01-01T00:00:00Z".into(),
         tree: None,
         quick: None,
+        load: None,
     }
 }
 
@@ -235,7 +236,7 @@ value = 0.5"#,
     assert_eq!(
         row.measured,
         "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-         = 2.000 s / 10.000 s = 0.200, 95 % interval 0.200..3.00 (paired runs), \
+         = 2.000 s / 10.000 s = 0.200, 95 % interval 0.200..3.00 (5 paired runs), \
          needs <= 0.5: met by 0.300"
     );
     // A number names the text sweep value that reads as it; without x every cell counts.
@@ -251,7 +252,7 @@ value = 0.4"#,
     assert_eq!(row.verdict, Verdict::Disagrees, "{}", row.measured);
     assert!(
         row.measured
-            .contains("@ 1.1 = 3.000 s / 6.000 s = 0.500, 95 % interval 0.500..0.500 (paired runs), needs <= 0.4: missed by 0.100"),
+            .contains("@ 1.1 = 3.000 s / 6.000 s = 0.500, 95 % interval 0.500..0.500 (5 paired runs), needs <= 0.4: missed by 0.100"),
         "{}",
         row.measured
     );
@@ -267,7 +268,7 @@ value = 3.5"#,
     assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
     assert_eq!(
         row.measured,
-        "midway-http median page_load_seconds @ 1.1 = 3.000 s, 95 % interval 3.00..3.00, \
+        "midway-http median page_load_seconds @ 1.1 = 3.000 s, 95 % interval 3.00..3.00 (5 runs), \
          needs < 3.5: met by 0.500"
     );
 }
@@ -299,7 +300,7 @@ value = 0.5"#
     assert!(
         mean.measured.contains(
             "midway-http mean page_load_seconds @ 1.0 / direct mean page_load_seconds @ 1.0 \
-             = 7.600 s / 10.000 s = 0.760, 95 % interval 0.200..1.88 (paired runs), \
+             = 7.600 s / 10.000 s = 0.760, 95 % interval 0.200..1.88 (5 paired runs), \
              needs <= 0.5: missed by 0.260"
         ),
         "{}",
@@ -344,7 +345,7 @@ value = {value}"#
     assert_eq!(
         met.measured,
         "midway-http gos_positive_share @ 1.0 = 0.800 (4/5 runs with GoS > 0), \
-         95 % interval 0.400..1.00, needs >= 0.8: met by 0.000"
+         95 % interval 0.400..1.00 (5 runs), needs >= 0.8: met by 0.000"
     );
     let missed = share(0.9);
     assert_eq!(missed.verdict, Verdict::Inconclusive, "{}", missed.measured);
@@ -558,7 +559,7 @@ fn a_margin_inside_the_run_to_run_spread_is_inconclusive() {
     assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
     assert!(
         row.measured
-            .contains("= 1.05, 95 % interval 0.800..1.30 (paired runs)"),
+            .contains("= 1.05, 95 % interval 0.800..1.30 (5 paired runs)"),
         "{}",
         row.measured
     );

@@ -2,7 +2,7 @@
 //! experiment) and an extra plot of chosen `extra` measurements. Each picks its title, y axis
 //! text and the value it plots, then hands over to [`super::layout`].
 
-use super::layout::build_figure;
+use super::layout::{build_figure, Annotations};
 use super::style::METRIC_STYLES;
 use super::Figure;
 use crate::analysis::{CaseRow, Experiment, THROUGHPUT_METRIC};
@@ -59,8 +59,7 @@ pub(crate) fn main_figure(
         &[""],
         &[],
         &spread_of,
-        lines,
-        points,
+        Annotations { lines, points },
     )
 }
 
@@ -129,8 +128,15 @@ pub(crate) fn metrics_figure(
     };
     let y_desc = format!("{names}{unit}, median and quartiles");
     let spread_of = |row: &CaseRow, metric: &str| row.metric_spread(metric);
-    let (figure, line_warnings) =
-        build_figure(exp, title, y_desc, &known, cases, &spread_of, &[], &[]);
+    let (figure, line_warnings) = build_figure(
+        exp,
+        title,
+        y_desc,
+        &known,
+        cases,
+        &spread_of,
+        Annotations::default(),
+    );
     warnings.extend(line_warnings);
     if figure.series.iter().all(|s| s.points.is_empty()) {
         warnings.push(format!(

@@ -8,6 +8,13 @@ use crate::analysis::{CaseRow, Experiment};
 use crate::claims::{AxisValue, PaperPoint, ReferenceLine};
 use crate::stats::Spread;
 
+/// What a claims file adds to a plot: reference lines and the paper's own numbers.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Annotations<'a> {
+    pub lines: &'a [ReferenceLine],
+    pub points: &'a [PaperPoint],
+}
+
 /// Splits the rows into series (one per variant, case and metric), picks the x axis and places
 /// the reference lines. `metrics` are passed to `spread_of`; with more than one the series
 /// labels name them. `cases` filters the series (empty: all).
@@ -18,9 +25,9 @@ pub(super) fn build_figure(
     metrics: &[&str],
     cases: &[String],
     spread_of: &dyn Fn(&CaseRow, &str) -> Option<Spread>,
-    lines: &[ReferenceLine],
-    points: &[PaperPoint],
+    annotations: Annotations<'_>,
 ) -> (Figure, Vec<String>) {
+    let Annotations { lines, points } = annotations;
     let mut warnings = Vec::new();
     // Colours follow the (variant, case) order of the whole experiment, so a case keeps its
     // colour in every plot of the experiment whatever the filter.

@@ -210,6 +210,7 @@ mod tests {
             started_at: "2026-01-01T00:00:00Z".into(),
             tree: None,
             quick: None,
+            load: None,
         }
     }
 
