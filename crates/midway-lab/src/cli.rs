@@ -513,6 +513,15 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
         fs::write(&copy, &loaded.text)
             .with_context(|| format!("cannot write {}", copy.display()))?;
     }
+    // A scenario's claims (SCENARIO.claims.toml beside it: the papers' numbers to set beside the
+    // lab's) go with it, so its report ends with the "paper vs lab" table as a reproduction's
+    // does. `reproduce` has already put its own there.
+    let claims_copy = out_dir.join(midway_report::claims::CLAIMS_FILE);
+    let claims_beside = options.scenario.with_extension("claims.toml");
+    if !claims_copy.exists() && claims_beside.is_file() {
+        fs::copy(&claims_beside, &claims_copy)
+            .with_context(|| format!("cannot copy {}", claims_beside.display()))?;
+    }
     midway_labnet::install_cleanup_on_signal()?;
     let context = RunContext {
         out_dir: out_dir.clone(),
