@@ -112,12 +112,20 @@ pub fn assert_claims_table_filled(report: &str, paper: &str) {
         .nth(1)
         .unwrap_or_else(|| panic!("no claims table in the report:\n{report}"));
     assert!(
-        section.contains("| figure | experiment | paper says | we measured | agrees? | why not |"),
+        section
+            .contains("| figure | experiment | paper says | we measured | verdict | why / note |"),
         "{section}"
     );
+    // A row judged on measured numbers: agrees, disagrees, or (one run a side in the quick form,
+    // so no interval) inconclusive; never "no data" or "not tested".
     let measured_rows = section
         .lines()
-        .filter(|l| l.starts_with("| ") && (l.contains("| yes |") || l.contains("| **no** |")))
+        .filter(|l| {
+            l.starts_with("| ")
+                && (l.contains("| agrees |")
+                    || l.contains("| **disagrees** |")
+                    || l.contains("| inconclusive |"))
+        })
         .count();
     assert!(
         measured_rows >= 1,
