@@ -115,18 +115,31 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
     let left = namespaces_of_pid(std::process::id());
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
 
+    // Every record says how the machine was loaded: the run's --jobs.
+    assert!(summary
+        .records_written
+        .iter()
+        .all(|r| r.load.as_ref().is_some_and(|l| l.jobs == 3)));
+    // Resuming with another --jobs would mix load policies in one report: refused.
+    let resume = |jobs: usize| {
+        run(&RunOptions {
+            scenario: scenario.clone(),
+            out: Some(out.clone()),
+            plan: PlanOptions::default(),
+            jobs,
+            resume: true,
+            keep_point_dirs: false,
+            progress: false,
+            allow_dirty: false,
+        })
+    };
+    let refused = resume(2).expect_err("another --jobs");
+    assert!(
+        refused.to_string().contains("measured with --jobs 3"),
+        "{refused:#}"
+    );
     // Resume: nothing left to do, nothing appended.
-    let again = run(&RunOptions {
-        scenario,
-        out: Some(out.clone()),
-        plan: PlanOptions::default(),
-        jobs: 2,
-        resume: true,
-        keep_point_dirs: false,
-        progress: false,
-        allow_dirty: false,
-    })
-    .unwrap();
+    let again = resume(3).unwrap();
     assert_eq!((again.records, again.skipped), (0, 6));
     let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 6);
