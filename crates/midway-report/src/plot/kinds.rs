@@ -13,9 +13,16 @@ pub(crate) const PAGE_LOAD_AXIS: &str = "page load time (s), median and quartile
 /// Y axis text of a bulk experiment's main plot.
 pub(crate) const THROUGHPUT_AXIS: &str = "throughput (Mbit/s), median and quartiles";
 
-/// The title with the kind of run below it ("full run, 5 runs per point, 1 MB transfers"), so a
-/// plot copied out of its report still says what it shows.
-fn with_kind(exp: &Experiment, title: String) -> String {
+/// The given title, else "EXPERIMENT: WHAT vs PARAM" (or "by case" without a sweep), followed by
+/// the kind of run ("full run, 5 runs per point, 1 MB transfers"), so a plot copied out of its
+/// report still says what it shows.
+fn title_of(exp: &Experiment, title: Option<&str>, what: &str) -> String {
+    let title = title
+        .map(str::to_string)
+        .unwrap_or_else(|| match &exp.sweep_param {
+            Some(param) if exp.sweep_points > 1 => format!("{}: {what} vs {param}", exp.name),
+            _ => format!("{}: {what} by case", exp.name),
+        });
     if exp.kind.is_empty() {
         title
     } else {
@@ -36,15 +43,7 @@ pub(crate) fn main_figure(
     } else {
         ("throughput", THROUGHPUT_AXIS)
     };
-    let title = with_kind(
-        exp,
-        title
-            .map(str::to_string)
-            .unwrap_or_else(|| match &exp.sweep_param {
-                Some(param) if exp.sweep_points > 1 => format!("{}: {what} vs {param}", exp.name),
-                _ => format!("{}: {what} by case", exp.name),
-            }),
-    );
+    let title = title_of(exp, title, what);
     let spread_of = |row: &CaseRow, _: &str| {
         if exp.web {
             row.page_load_seconds
@@ -110,15 +109,7 @@ pub(crate) fn metrics_figure(
         ));
     }
     let names = known.join(", ");
-    let title = with_kind(
-        exp,
-        title
-            .map(str::to_string)
-            .unwrap_or_else(|| match &exp.sweep_param {
-                Some(param) if exp.sweep_points > 1 => format!("{}: {names} vs {param}", exp.name),
-                _ => format!("{}: {names} by case", exp.name),
-            }),
-    );
+    let title = title_of(exp, title, &names);
     let unit = if known.iter().all(|m| m.ends_with("seconds")) {
         " (s)"
     } else if known.iter().all(|m| *m == THROUGHPUT_METRIC) {
