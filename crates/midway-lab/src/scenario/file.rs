@@ -468,6 +468,10 @@ pub struct ExperimentFile {
     /// Fixed overrides for this experiment.
     #[serde(default)]
     pub set: OverridesFile,
+    /// `--quick` overrides of this experiment, replacing the file's `[quick]` for it (an
+    /// experiment with a workload of its own may not take the file's quick settings).
+    #[serde(default)]
+    pub quick: Option<QuickFile>,
     /// The swept parameter, if any; without one the experiment is one point per case.
     #[serde(default)]
     pub sweep: Option<SweepFile>,

@@ -23,11 +23,13 @@ pub struct Override {
 }
 
 impl LoadedScenario {
-    /// Fixed overrides of an experiment: its `set`, then (with `quick`) the file's `[quick] set`.
+    /// Fixed overrides of an experiment: its `set`, then (with `quick`) its own `quick.set` if
+    /// it has one, else the file's `[quick] set`.
     pub fn fixed_overrides(&self, experiment: &ExperimentFile, quick: bool) -> Vec<Override> {
         let mut out: Vec<Override> = experiment.set.iter().map(to_override).collect();
         if quick {
-            out.extend(self.file.quick.set.iter().map(to_override));
+            let quick_set = experiment.quick.as_ref().unwrap_or(&self.file.quick);
+            out.extend(quick_set.set.iter().map(to_override));
         }
         out
     }

@@ -213,7 +213,7 @@ fn validate_case(
     }
     let midway = if kind == CaseKind::Midway {
         refuse_proxy_on_endpoint(name, case, &host, scenario)?;
-        Some(midway_case(name, case, scenario)?)
+        Some(midway_case(name, case)?)
     } else {
         // A chain has profiles of its own segments; the rest is the chain's to generate.
         let chain_fields = ["local_profile", "remote_profile", "profiles"];
@@ -228,7 +228,7 @@ fn validate_case(
         None
     };
     let squid = if kind == CaseKind::Squid {
-        Some(squid_case(name, case, scenario)?)
+        Some(squid_case(case))
     } else {
         None
     };
@@ -339,7 +339,7 @@ fn refuse_proxy_on_endpoint(
 }
 
 /// The settings of a `midway` case, checked against its intercept mode and the workload.
-fn midway_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<MidwayCase, Blame> {
+fn midway_case(name: &str, case: &CaseFile) -> Result<MidwayCase, Blame> {
     let intercept = case
         .intercept
         .as_ref()
@@ -359,19 +359,6 @@ fn midway_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<Midwa
             format!("case `{name}`: `http` applies only with intercept = \"http\""),
         ));
     }
-    if intercept == Intercept::Http && matches!(scenario.workload, Workload::Bulk(_)) {
-        let span = case
-            .intercept
-            .as_ref()
-            .map_or(case.kind.span(), |s| s.span());
-        return Err((
-            span,
-            format!(
-                "case `{name}`: an HTTP proxy needs HTTP requests; a bulk workload sends \
-                 none (use a web or command workload)"
-            ),
-        ));
-    }
     Ok(MidwayCase {
         intercept,
         relay: case
@@ -387,29 +374,32 @@ fn midway_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<Midwa
     })
 }
 
-/// The settings of a `squid` case, which needs a workload that sends HTTP requests.
-fn squid_case(name: &str, case: &CaseFile, scenario: &Scenario) -> Result<SquidCase, Blame> {
-    if matches!(scenario.workload, Workload::Bulk(_)) {
-        return Err((
-            case.kind.span(),
-            format!(
-                "case `{name}`: Squid needs HTTP requests; a bulk workload sends none \
-                 (use a web or command workload)"
-            ),
-        ));
-    }
-    Ok(SquidCase {
+/// The settings of a `squid` case.
+fn squid_case(case: &CaseFile) -> SquidCase {
+    SquidCase {
         cache: case.cache.as_ref().is_none_or(|c| *c.get_ref()),
         upstream_persistence: case
             .upstream_persistence
             .as_ref()
             .map_or(UpstreamPersistence::Default, |u| *u.get_ref()),
-    })
+    }
 }
 
 /// Why a point cannot run `case` with its workload, for combinations that depend on both (a case
 /// may be fine for one experiment's workload and not for another's).
 pub(crate) fn case_workload_conflict(scenario: &Scenario, case: &Case) -> Option<String> {
+    let answers_http = match case.kind {
+        CaseKind::Squid => true,
+        CaseKind::Midway => case.midway.as_ref().map(|m| m.intercept) == Some(Intercept::Http),
+        CaseKind::Direct | CaseKind::Haproxy | CaseKind::Chain => false,
+    };
+    if answers_http && matches!(scenario.workload, Workload::Bulk(_)) {
+        return Some(format!(
+            "case `{}` is an HTTP proxy, which needs HTTP requests; a bulk workload sends none \
+             (use a web or command workload, or leave the case out of this experiment)",
+            case.name
+        ));
+    }
     let chromium =
         matches!(&scenario.workload, Workload::Web(w) if w.client == WebClient::Chromium);
     let forward = match case.kind {
