@@ -99,10 +99,62 @@ pub enum LabCommand {
         /// scenarios/repro in the current folder or in the source tree of this binary).
         #[arg(long)]
         scenarios: Option<PathBuf>,
+        /// "i/n": run only every n-th point starting at i (what each task of `midway lab
+        /// slurm` runs); shards' results.jsonl files concatenate.
+        #[arg(long)]
+        shard: Option<String>,
         /// Run into docs/results even from a source tree with uncommitted changes (the report
         /// says so at its top).
         #[arg(long)]
         allow_dirty: bool,
+    },
+    /// Run a paper's reproduction as a Slurm job array: pins the current commit (a clone of it
+    /// beside the results, and a midway built from it), submits one shard per array task (one
+    /// task per node unless --share-nodes), waits, merges the shards' results and builds the
+    /// report. The tasks run `midway lab reproduce`, so they need root on the nodes.
+    Slurm {
+        /// hfc-proxy, hfc-tuning, overlay, satellite or umts.
+        paper: String,
+        /// Output folder on storage every node sees (default lab-results/<paper>-slurm-<time>);
+        /// must be new unless --resume.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Array tasks, i.e. shards of the plan (default 4).
+        #[arg(long, default_value_t = 4)]
+        tasks: usize,
+        /// Short version: first, middle and last sweep value, one repetition.
+        #[arg(long)]
+        quick: bool,
+        /// Run only this experiment (repeatable).
+        #[arg(long)]
+        experiment: Vec<String>,
+        /// Run only this case of each experiment (repeatable).
+        #[arg(long)]
+        case: Vec<String>,
+        /// Topologies each task measures at once (default: one per CPU of its node).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Slurm partition (default: the cluster's default partition).
+        #[arg(long)]
+        partition: Option<String>,
+        /// Time limit of each task, in Slurm's format (e.g. 4:00:00).
+        #[arg(long)]
+        time_limit: Option<String>,
+        /// Let tasks share a node (default: each task has a node to itself, so runs do not
+        /// share a kernel; every record keeps its load average either way).
+        #[arg(long)]
+        share_nodes: bool,
+        /// Use this midway binary in the tasks instead of building one from the pinned commit
+        /// (it must have been built from that commit; the job's manifest says which was used).
+        #[arg(long)]
+        binary: Option<PathBuf>,
+        /// Further arguments for sbatch (repeatable), e.g. --sbatch-arg=--account=lab.
+        #[arg(long, allow_hyphen_values = true)]
+        sbatch_arg: Vec<String>,
+        /// Submit again into an existing --out (same pinned commit and binary): every task
+        /// skips the points its shard has already measured.
+        #[arg(long)]
+        resume: bool,
     },
     /// Rebuild the report of a results folder.
     Report {
@@ -176,9 +228,11 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             case,
             resume,
             scenarios,
+            shard,
             allow_dirty,
         } => {
             midway_labnet::require_root().context("midway lab reproduce")?;
+            let shard = shard.map(|s| s.parse::<Shard>()).transpose()?;
             let dir = match scenarios {
                 Some(dir) => dir,
                 None => repro_dir()?,
@@ -201,6 +255,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                     quick,
                     experiments: experiment,
                     cases: case,
+                    shard,
                     ..PlanOptions::default()
                 },
                 jobs: jobs.unwrap_or_else(default_jobs),
@@ -210,6 +265,42 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 allow_dirty,
             };
             run_and_summarise(&options)
+        }
+        LabCommand::Slurm {
+            paper,
+            out,
+            tasks,
+            quick,
+            experiment,
+            case,
+            jobs,
+            partition,
+            time_limit,
+            share_nodes,
+            binary,
+            sbatch_arg,
+            resume,
+        } => {
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from(DEFAULT_RESULTS_ROOT)
+                    .join(format!("{paper}-slurm-{}", crate::time::compact_now()))
+            });
+            let request = crate::slurm::SlurmRequest {
+                paper,
+                out,
+                tasks,
+                quick,
+                experiments: experiment,
+                cases: case,
+                jobs,
+                partition,
+                time_limit,
+                share_nodes,
+                binary,
+                sbatch_args: sbatch_arg,
+                resume,
+            };
+            crate::slurm::run(&request)
         }
         LabCommand::Report { dir } => {
             let summary =

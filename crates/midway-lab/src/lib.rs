@@ -21,6 +21,7 @@ mod plan;
 mod provenance;
 mod runner;
 mod scenario;
+mod slurm;
 mod time;
 mod units;
 mod web;

@@ -1,0 +1,318 @@
+// Tests: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+//! CI: `midway lab slurm` on a real single-node Slurm cluster (munged, slurmctld and slurmd
+//! from Debian's packages, started here with a configuration of the test's own, on free local
+//! ports, and stopped after, pass or fail). The quick form of the umts bulk experiment runs as a
+//! 2-task job array from a clean clone of this checkout's commit; the merged results must hold
+//! every point once, measured by both tasks, each record naming the pinned commit as clean, and
+//! the report must be built from them with the paper's claims.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use midway_testkit::host::{is_root, on_path, repo_root, TempDir};
+use midway_testkit::wait::{poll_until, wait_exit};
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
+/// The node's name in the test cluster's configuration (slurmd is told to be it).
+const NODE: &str = "midway-lab-node";
+/// The whole job: 6 quick points of about 5 s, two tasks one after the other (each wants the
+/// node to itself), plus sbatch's polling.
+const JOB_LIMIT: Duration = Duration::from_secs(600);
+
+/// A single-node Slurm cluster living in one folder; stops its daemons when dropped.
+struct Cluster {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl Cluster {
+    fn start(dir: &Path) -> Cluster {
+        use std::os::unix::fs::PermissionsExt;
+        let munge = dir.join("munge");
+        std::fs::create_dir_all(&munge).unwrap();
+        // munged wants its key private; the socket's folder must be enterable by all.
+        std::fs::set_permissions(&munge, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut key = [0u8; 128];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut key)
+            .unwrap();
+        let key_file = munge.join("munge.key");
+        std::fs::write(&key_file, key).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let socket = munge.join("munge.sock");
+        let conf = dir.join("slurm.conf");
+        let cluster = Cluster {
+            dir: dir.to_path_buf(),
+            conf: conf.clone(),
+        };
+        // From here on, a failure stops whatever has started.
+        run(Command::new("munged")
+            .arg("--force")
+            .arg(format!("--key-file={}", key_file.display()))
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--pid-file={}", munge.join("munged.pid").display()))
+            .arg(format!("--log-file={}", munge.join("munged.log").display()))
+            .arg(format!("--seed-file={}", munge.join("seed").display())));
+        for sub in ["state", "spool"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let [controller_port, node_port] = free_ports();
+        // slurmctld runs only where the configuration names this host as the controller.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let host = host.trim().split('.').next().unwrap().to_string();
+        let d = dir.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "ClusterName=midwaytest\n\
+                 SlurmctldHost={host}(127.0.0.1)\n\
+                 SlurmctldPort={controller_port}\n\
+                 SlurmdPort={node_port}\n\
+                 SlurmUser=root\n\
+                 SlurmdUser=root\n\
+                 AuthType=auth/munge\n\
+                 AuthInfo=socket={}\n\
+                 CredType=cred/munge\n\
+                 StateSaveLocation={d}/state\n\
+                 SlurmdSpoolDir={d}/spool\n\
+                 SlurmctldPidFile={d}/slurmctld.pid\n\
+                 SlurmdPidFile={d}/slurmd.pid\n\
+                 SlurmctldLogFile={d}/slurmctld.log\n\
+                 SlurmdLogFile={d}/slurmd.log\n\
+                 ProctrackType=proctrack/linuxproc\n\
+                 TaskPlugin=task/none\n\
+                 JobAcctGatherType=jobacct_gather/none\n\
+                 AccountingStorageType=accounting_storage/none\n\
+                 SelectType=select/cons_tres\n\
+                 SelectTypeParameters=CR_Core\n\
+                 SwitchType=switch/none\n\
+                 MpiDefault=none\n\
+                 ReturnToService=2\n\
+                 PlugStackConfig=/dev/null\n\
+                 NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n\
+                 PartitionName=lab Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n",
+                socket.display()
+            ),
+        )
+        .unwrap();
+        run(Command::new("slurmctld").arg("-f").arg(&conf).arg("-i"));
+        run(Command::new("slurmd")
+            .arg("-f")
+            .arg(&conf)
+            .args(["-N", NODE]));
+        let idle = poll_until(Duration::from_secs(30), || {
+            let out = cluster
+                .command("sinfo")
+                .args(["-h", "-o", "%T"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim() == "idle"
+        });
+        assert!(idle, "the node never became idle:\n{}", cluster.logs());
+        cluster
+    }
+
+    /// A Slurm client command talking to this cluster.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", &self.conf);
+        command
+    }
+
+    fn logs(&self) -> String {
+        ["slurmctld.log", "slurmd.log"]
+            .iter()
+            .map(|name| {
+                let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                format!(
+                    "--- {name}:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Cluster {
+    /// The daemons' process ids, from their pid files.
+    fn pids(&self) -> Vec<(&'static str, i32)> {
+        [
+            ("slurmctld", "slurmctld.pid"),
+            ("slurmd", "slurmd.pid"),
+            ("munged", "munge/munged.pid"),
+        ]
+        .into_iter()
+        .filter_map(|(name, file)| {
+            let text = std::fs::read_to_string(self.dir.join(file)).ok()?;
+            Some((name, text.trim().parse().ok()?))
+        })
+        .collect()
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let pids = self.pids();
+        let _ = self
+            .command("scancel")
+            .args(["--full", "--user=root"])
+            .status();
+        // slurmctld and slurmd stop on `scontrol shutdown`, munged on SIGTERM; whatever has not
+        // stopped 20 s later is killed.
+        let _ = self.command("scontrol").arg("shutdown").status();
+        for (name, pid) in pids {
+            if name == "munged" {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+            if !poll_until(Duration::from_secs(20), || !alive(pid)) {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        }
+    }
+}
+
+/// Two free TCP ports on this host for the daemons (found by binding port 0, then released).
+fn free_ports() -> [u16; 2] {
+    let a = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = TcpListener::bind("127.0.0.1:0").unwrap();
+    [
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    ]
+}
+
+fn run(command: &mut Command) {
+    let status = command.stdin(Stdio::null()).status().unwrap();
+    assert!(status.success(), "{command:?}: {status}");
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the Slurm daemons and the lab's namespaces)");
+        return;
+    }
+    for program in [
+        "munged",
+        "slurmctld",
+        "slurmd",
+        "sbatch",
+        "sinfo",
+        "scontrol",
+    ] {
+        assert!(
+            on_path(program),
+            "{program} is not installed: run scripts/install-deps"
+        );
+    }
+    let dir = TempDir::new("slurm");
+    // The commit under test, cloned clean: uncommitted edits of a developer's checkout are not
+    // in it, as they would not be in a cluster's job.
+    let checkout = dir.path().join("checkout");
+    git(
+        &repo_root(),
+        &["clone", "--quiet", ".", checkout.to_str().unwrap()],
+    );
+    let head = git(&checkout, &["rev-parse", "--short", "HEAD"]);
+    let cluster = Cluster::start(&dir.path().join("cluster"));
+
+    let out = dir.path().join("run");
+    let mut midway = cluster.command(MIDWAY);
+    midway
+        .args([
+            "lab",
+            "slurm",
+            "umts",
+            "--quick",
+            "--experiment",
+            "fig5-bulk",
+        ])
+        .args(["--tasks", "2", "--jobs", "1", "--binary", MIDWAY, "--out"])
+        .arg(&out)
+        .env("MIDWAY_REPRO_DIR", checkout.join("scenarios/repro"))
+        .current_dir(dir.path())
+        .stdin(Stdio::null());
+    let mut child = midway.spawn().unwrap();
+    let status = wait_exit(&mut child, JOB_LIMIT, "midway lab slurm did not finish");
+    let task_logs: String = (0..2)
+        .map(|t| {
+            std::fs::read_to_string(out.join(format!("slurm/task-{t}.log"))).unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    assert!(
+        status.success(),
+        "midway lab slurm: {status}\ntask logs:\n{task_logs}\n{}",
+        cluster.logs()
+    );
+
+    let records = midway_report::read_records(&out.join(midway_report::RESULTS_FILE)).unwrap();
+    // 3 loss rates x 2 cases, one repetition each, every point exactly once.
+    assert_eq!(records.len(), 6, "{records:#?}");
+    let mut keys: Vec<String> = records
+        .iter()
+        .map(|r| format!("{} {}", r.case, r.params[r.sweep_param.as_deref().unwrap()]))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    for record in &records {
+        assert!(record.ok, "{record:#?}");
+        assert!(
+            record.commit.starts_with(&head),
+            "{} vs {head}",
+            record.commit
+        );
+        assert_eq!(record.tree.as_deref(), Some("clean"), "{record:#?}");
+    }
+    // Both tasks measured their shard.
+    for task in 0..2 {
+        let shard = midway_report::read_records(&out.join(format!(
+            "shards/task-{task}/{}",
+            midway_report::RESULTS_FILE
+        )))
+        .unwrap();
+        assert_eq!(shard.len(), 3, "task {task}: {shard:#?}");
+    }
+    let manifest = std::fs::read_to_string(out.join("slurm/manifest.txt")).unwrap();
+    assert!(manifest.contains("one task per node"), "{manifest}");
+    let report = std::fs::read_to_string(out.join(midway_report::REPORT_FILE)).unwrap();
+    assert!(report.contains("fig5-bulk"), "{report}");
+    assert!(
+        report.contains(midway_report::claims::VERDICTS_LINE),
+        "{report}"
+    );
+    assert!(
+        report.contains(&head) && report.contains("clean"),
+        "{report}"
+    );
+
+    let pids = cluster.pids();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    drop(cluster);
+    for (name, pid) in pids {
+        assert!(
+            !alive(pid),
+            "{name} ({pid}) still runs after the cluster stopped"
+        );
+    }
+}
