@@ -149,6 +149,10 @@ pub struct WorkloadFile {
     /// Bulk: TCP_CONGESTION of the client socket.
     #[serde(default)]
     pub client_congestion_control: Option<String>,
+    /// Bulk: `false` makes the client acknowledge every segment at once (route metric
+    /// `quickack` on its routes), a receiver without delayed ACK; default true (the kernel's).
+    #[serde(default)]
+    pub client_delayed_ack: Option<bool>,
     /// Bulk: bytes of an unmeasured first transfer over the same path before the measured one,
     /// so the measured connection is a returning client's (Linux's tcp_metrics cache then holds
     /// the peer, and route-metric knobs such as `reordering` apply; see midway-tcp's README).

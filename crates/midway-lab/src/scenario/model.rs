@@ -148,6 +148,9 @@ pub struct BulkWorkload {
     pub server_congestion_control: Option<String>,
     /// TCP_CONGESTION of the client socket; `None` = the host's default.
     pub client_congestion_control: Option<String>,
+    /// Whether the client delays its ACKs (the kernel's default); `false` = it acknowledges
+    /// every segment at once (hfc-tuning fig. 13).
+    pub client_delayed_ack: bool,
     /// Bytes of an unmeasured first transfer over the same path, so the measured connection is
     /// a returning client's; `None` = no warm-up transfer.
     pub warmup_bytes: Option<u64>,
@@ -371,6 +374,9 @@ impl Scenario {
                 }
                 if let Some(b) = bulk.warmup_bytes {
                     params.insert("warmup_bytes".into(), json!(b));
+                }
+                if !bulk.client_delayed_ack {
+                    params.insert("client_delayed_ack".into(), json!(false));
                 }
                 if bulk.connections > 1 {
                     params.insert("connections".into(), json!(bulk.connections));

@@ -96,6 +96,7 @@ pub(super) fn validate(file: &ScenarioFile) -> Result<Scenario, Blame> {
             server_send_buffer: None,
             server_congestion_control: None,
             client_congestion_control: None,
+            client_delayed_ack: true,
             warmup_bytes: None,
             connections: 1,
             port: 0,

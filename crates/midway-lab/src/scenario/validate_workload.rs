@@ -125,6 +125,12 @@ fn refuse_fields_of_other_kinds(workload: &WorkloadFile) -> Result<(), Blame> {
         )?;
         refuse_if(
             &kind_span,
+            workload.client_delayed_ack.is_some(),
+            "client_delayed_ack",
+            kind_text,
+        )?;
+        refuse_if(
+            &kind_span,
             workload.server_send_buffer.is_some(),
             "server_send_buffer",
             kind_text,
@@ -204,6 +210,7 @@ fn validate_bulk(
         server_send_buffer: workload.server_send_buffer.map(|b| b.0).filter(|&b| b > 0),
         server_congestion_control: workload.server_congestion_control.clone(),
         client_congestion_control: workload.client_congestion_control.clone(),
+        client_delayed_ack: workload.client_delayed_ack.unwrap_or(true),
         warmup_bytes: workload.warmup_bytes.map(|b| b.0).filter(|&b| b > 0),
         connections,
         port,
