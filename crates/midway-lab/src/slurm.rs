@@ -272,7 +272,16 @@ pub(crate) fn run(request: &SlurmRequest) -> anyhow::Result<()> {
                 out.display()
             );
         }
-        let tasks = tasks_of_script(&fs::read_to_string(&script)?)
+        let text = fs::read_to_string(&script)?;
+        let job_name = format!("#SBATCH --job-name=midway-{}", request.paper);
+        if !text.lines().any(|line| line == job_name) {
+            bail!(
+                "--resume: {} is not a job for paper `{}`",
+                script.display(),
+                request.paper
+            );
+        }
+        let tasks = tasks_of_script(&text)
             .with_context(|| format!("{}: no --array line", script.display()))?;
         println!("resuming {}: {tasks} tasks", out.display());
         tasks

@@ -306,6 +306,24 @@ fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
         "{report}"
     );
 
+    // Submitting the same job again (what an operator does after a failed task) measures only
+    // what is missing, here nothing: the merged results stay the same 6 records.
+    let mut again = cluster.command(MIDWAY);
+    again
+        .args(["lab", "slurm", "umts", "--resume", "--out"])
+        .arg(&out)
+        .current_dir(dir.path())
+        .stdin(Stdio::null());
+    let mut child = again.spawn().unwrap();
+    let status = wait_exit(
+        &mut child,
+        JOB_LIMIT,
+        "midway lab slurm --resume did not finish",
+    );
+    assert!(status.success(), "midway lab slurm --resume: {status}");
+    let resumed = midway_report::read_records(&out.join(midway_report::RESULTS_FILE)).unwrap();
+    assert_eq!(resumed.len(), 6, "{resumed:#?}");
+
     let pids = cluster.pids();
     assert_eq!(pids.len(), 3, "{pids:?}");
     drop(cluster);
