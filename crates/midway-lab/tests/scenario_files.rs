@@ -59,7 +59,16 @@ fn every_shipped_scenario_parses_and_plans() {
 fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
     let loaded = LoadedScenario::load(&repo_root().join("scenarios/hfc-demo.toml")).unwrap();
     let cases: Vec<_> = loaded.base.cases.keys().cloned().collect();
-    assert_eq!(cases, ["direct", "haproxy", "midway"]);
+    assert_eq!(
+        cases,
+        [
+            "direct",
+            "haproxy",
+            "haproxy-tuned",
+            "midway",
+            "midway-spool"
+        ]
+    );
     let quick = build_plan(
         &loaded,
         &PlanOptions {
@@ -68,8 +77,30 @@ fn the_demo_scenario_has_the_readme_cases_and_a_loss_sweep() {
         },
     )
     .unwrap();
-    // 3 loss values x 3 cases x 1 repetition.
-    assert_eq!(quick.len(), 9);
+    // The loss sweep: 3 loss values x 3 cases x 1 repetition; then server-held: 2 cases, one
+    // point each, at its own quick size.
+    assert_eq!(quick.len(), 11);
+    let server_held: Vec<_> = quick
+        .iter()
+        .filter(|p| p.experiment == "server-held")
+        .map(|p| match &p.scenario.workload {
+            midway_lab::Workload::Bulk(bulk) => (p.case.clone(), bulk.amount),
+            other => panic!("not bulk: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        server_held,
+        [
+            (
+                "haproxy-tuned".to_string(),
+                midway_lab::BulkAmount::Bytes(10_000_000)
+            ),
+            (
+                "midway-spool".to_string(),
+                midway_lab::BulkAmount::Bytes(10_000_000)
+            )
+        ]
+    );
     let midway_bytes = match &quick[0].scenario.workload {
         midway_lab::Workload::Bulk(bulk) => bulk.amount,
         other => panic!("not bulk: {other:?}"),

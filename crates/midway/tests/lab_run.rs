@@ -34,9 +34,16 @@ fn quick_hfc_demo_measures_every_case_and_writes_the_report() {
     assert!(stdout.contains("report: "), "{stdout}");
 
     let records = midway_report::read_records(&out_dir.join(midway_report::RESULTS_FILE)).unwrap();
-    assert_eq!(records.len(), 9, "3 loss values x 3 cases");
+    assert_eq!(
+        records.len(),
+        11,
+        "3 loss values x 3 cases, then server-held's 2 cases"
+    );
     for case in ["direct", "midway", "haproxy"] {
-        let mine: Vec<&RunRecord> = records.iter().filter(|r| r.case == case).collect();
+        let mine: Vec<&RunRecord> = records
+            .iter()
+            .filter(|r| r.case == case && r.experiment == "local-loss")
+            .collect();
         assert_eq!(mine.len(), 3, "{case}");
         for record in mine {
             assert!(record.ok, "{case} failed: {:?}", record.error);
@@ -46,6 +53,23 @@ fn quick_hfc_demo_measures_every_case_and_writes_the_report() {
             assert_eq!(record.scenario_file, "scenarios/hfc-demo.toml");
             assert_eq!(record.sweep_param.as_deref(), Some("local loss (%)"));
         }
+    }
+    // server-held: 10 MB in the quick form, and the server's connection time was measured.
+    for case in ["haproxy-tuned", "midway-spool"] {
+        let record = records
+            .iter()
+            .find(|r| r.case == case && r.experiment == "server-held")
+            .unwrap_or_else(|| panic!("no server-held run of {case}"));
+        assert!(record.ok, "{case} failed: {:?}", record.error);
+        assert_eq!(record.bytes, 10_000_000);
+        assert!(
+            record
+                .extra
+                .get("remote_segment_seconds")
+                .is_some_and(|s| *s > 0.0),
+            "{case}: {:?}",
+            record.extra
+        );
     }
     // midway's own counters were read from its metrics endpoint.
     let midway_record = records.iter().find(|r| r.case == "midway").unwrap();
