@@ -119,7 +119,7 @@ pub enum LabCommand {
         /// must be new unless --resume.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Array tasks, i.e. shards of the plan (default 4).
+        /// Array tasks, i.e. shards of the plan.
         #[arg(long, default_value_t = 4)]
         tasks: usize,
         /// Short version: first, middle and last sweep value, one repetition.
