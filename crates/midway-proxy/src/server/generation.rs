@@ -48,14 +48,6 @@ pub(super) struct ListenerState {
     pub(super) http: Option<HttpListener>,
 }
 
-/// Registries a new generation's metrics go to.
-pub(super) struct Registries<'a> {
-    /// The caller's registry (at start only; a reload has none).
-    pub(super) caller: Option<&'a mut Registry>,
-    /// The one the `/metrics` endpoint serves.
-    pub(super) served: &'a mut Registry,
-}
-
 impl Generation {
     /// Builds generation `number` of `config`, with `profiles` (marks filled in). An HTTP
     /// listener that `previous` has under the same name with the same `http` settings keeps
@@ -67,9 +59,8 @@ impl Generation {
         profiles: &BTreeMap<String, Arc<TcpProfile>>,
         shared: &Shared,
         previous: Option<&Generation>,
-        registries: Registries<'_>,
+        mut caller: Option<&mut Registry>,
     ) -> Result<Generation, ProxyError> {
-        let Registries { mut caller, served } = registries;
         let mut listeners = BTreeMap::new();
         for listener in &config.listeners {
             let listener_profiles = Arc::new(ListenerProfiles::resolve(listener, profiles)?);
@@ -105,7 +96,6 @@ impl Generation {
                         &listener_profiles,
                         shared,
                         caller.as_deref_mut(),
-                        served,
                     )?)
                 }
             };
@@ -155,6 +145,29 @@ impl Generation {
         })
     }
 
+    /// Registers the metrics of the HTTP engines this generation created (not those it kept
+    /// from `previous`) into `served`, the registry `/metrics` serves. Called once the
+    /// generation is in use: a start or reload that fails after building it leaves the served
+    /// registry as it was, so retrying it does not register an engine twice.
+    pub(super) fn register_new_http_metrics(
+        &self,
+        previous: Option<&Generation>,
+        served: &mut Registry,
+    ) {
+        for (name, listener) in &self.listeners {
+            let Some(http) = &listener.http else { continue };
+            let kept =
+                previous.is_some_and(|p| p.http_engines().any(|e| Arc::ptr_eq(e, &http.engine)));
+            if !kept {
+                http.engine.metrics().register(
+                    served
+                        .sub_registry_with_prefix("midway")
+                        .sub_registry_with_label(listener_label(name)),
+                );
+            }
+        }
+    }
+
     /// The HTTP engines this generation created or kept.
     pub(super) fn http_engines(&self) -> impl Iterator<Item = &Arc<HttpProxy>> + '_ {
         self.listeners
@@ -163,8 +176,22 @@ impl Generation {
     }
 }
 
-/// A new HTTP engine for `listener`. Its metrics are registered into the served registry and,
-/// at start, into the caller's too (both hold clones of the same values).
+/// The `listener` label of a listener's metrics.
+fn listener_label(
+    name: &str,
+) -> (
+    std::borrow::Cow<'static, str>,
+    std::borrow::Cow<'static, str>,
+) {
+    (
+        std::borrow::Cow::Borrowed("listener"),
+        std::borrow::Cow::Owned(name.to_string()),
+    )
+}
+
+/// A new HTTP engine for `listener`. At start its metrics go into the caller's registry too;
+/// the served registry gets them once the generation is in use
+/// ([`Generation::register_new_http_metrics`]).
 fn http_listener(
     listener: &ListenerConfig,
     http_config: &HttpProxyConfig,
@@ -172,14 +199,7 @@ fn http_listener(
     profiles: &ListenerProfiles,
     shared: &Shared,
     caller: Option<&mut Registry>,
-    served: &mut Registry,
 ) -> Result<HttpListener, ProxyError> {
-    let labels = || {
-        (
-            std::borrow::Cow::Borrowed("listener"),
-            std::borrow::Cow::Owned(listener.name.clone()),
-        )
-    };
     let mut own = Registry::default();
     let engine = HttpProxy::new(
         http_config.clone(),
@@ -188,17 +208,12 @@ fn http_listener(
             None => &mut own,
         }
         .sub_registry_with_prefix("midway")
-        .sub_registry_with_label(labels()),
+        .sub_registry_with_label(listener_label(&listener.name)),
     )
     .map_err(|source| ProxyError::Http {
         listener: listener.name.clone(),
         source,
     })?;
-    engine.metrics().register(
-        served
-            .sub_registry_with_prefix("midway")
-            .sub_registry_with_label(labels()),
-    );
     Ok(HttpListener {
         engine,
         connect_upstream: connect::upstream_connector(

@@ -81,7 +81,7 @@ pub use handover::HandoverError;
 pub use profiles::check_kernel_support;
 pub use reload::ReloadSummary;
 
-use generation::{Generation, Registries};
+use generation::Generation;
 use handover::{Inherited, ListenerKey, UpgradeSocket};
 
 /// Backlog of every listener. Large, so bursts and the total-limit wait queue in the kernel.
@@ -482,19 +482,11 @@ impl Proxy {
             Some(_) => None,
             None => upgrade_socket(&config.spool_dir, false),
         };
-        let generation = Generation::build(
-            1,
-            config,
-            &profiles,
-            &shared,
-            None,
-            Registries {
-                caller: Some(registry),
-                served: &mut served,
-            },
-        )?;
+        let generation = Generation::build(1, config, &profiles, &shared, None, Some(registry))?;
         shared.metrics.register(registry);
         shared.metrics.register(&mut served);
+        // A start that fails from here on ends the process; the served registry is its own.
+        generation.register_new_http_metrics(None, &mut served);
         let config = &generation.config;
 
         let plan = nft::plan(config);
@@ -765,22 +757,14 @@ impl Proxy {
                 _ => added.push(bind_listener(listener, local, None)?),
             }
         }
-        let mut served = self
-            .served_registry
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
         let generation = Generation::build(
             old.number + 1,
             config,
             &profiles,
             &self.shared,
             Some(&old),
-            Registries {
-                caller: None,
-                served: &mut served,
-            },
+            None,
         )?;
-        drop(served);
 
         let plan = nft::plan(&generation.config);
         // `nft` and `ip` run for a few milliseconds, like at a start.
@@ -789,7 +773,15 @@ impl Proxy {
             .map_err(ProxyError::Intercept)?;
         self.shared.set_intercept_tables(self.intercept.tables());
 
-        // From here on nothing fails: switch.
+        // From here on nothing fails: switch. The new HTTP engines' metrics are served from
+        // now on (a reload refused above registered nothing, so a retry cannot double them).
+        generation.register_new_http_metrics(
+            Some(&old),
+            &mut self
+                .served_registry
+                .write()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         let new_max = generation.config.max_connections;
         let old_max = self.shared.max_connections.swap(new_max, Ordering::Relaxed);
         resize_limit(&self.shared.total_limit, old_max, new_max);
