@@ -62,12 +62,17 @@ pub struct HttpProxy {
     pool: pool::UpstreamPool,
     cache: cache::Cache,
     metrics: HttpMetrics,
+    /// What CONNECT tunnels relay with: midway's relay, so a tunnel ends by the same close rule
+    /// as every split connection (the embedding proxy's pipes and limits).
+    relay: Arc<midway_relay::RelayResources>,
 }
 
 impl HttpProxy {
-    /// Validates the config, prepares the cache and registers metrics under `http_`.
+    /// Validates the config, prepares the cache and registers metrics under `http_`. CONNECT
+    /// tunnels relay with `relay` (buffer-and-forward, no spool).
     pub fn new(
         config: HttpProxyConfig,
+        relay: Arc<midway_relay::RelayResources>,
         registry: &mut prometheus_client::registry::Registry,
     ) -> Result<Arc<Self>, HttpError> {
         config.validate()?;
@@ -80,6 +85,7 @@ impl HttpProxy {
             pool,
             cache,
             metrics,
+            relay,
         }))
     }
 

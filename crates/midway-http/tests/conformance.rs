@@ -396,6 +396,45 @@ async fn connect_tunnel_relays_both_ways() {
     assert_eq!(proxy.metric("http_tunnels_total"), 1.0);
 }
 
+/// The close rule through a tunnel: an origin that resets after sending part of its answer makes
+/// the client see a reset too, never a clean end of stream after the truncated bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_tunnel_passes_an_origin_reset_on_as_a_reset() {
+    let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin_addr = origin.local_addr().unwrap();
+    let origin_task = tokio::spawn(async move {
+        let (mut stream, _) = origin.accept().await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, b"part of an answer")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(stream);
+    });
+    let proxy = start_proxy(config()).await;
+    let mut client = Client::connect(proxy.addr).await;
+    client
+        .send(&format!(
+            "CONNECT {origin_addr} HTTP/1.1\r\nHost: {origin_addr}\r\n\r\n"
+        ))
+        .await;
+    let response = client.read_response(&Method::CONNECT).await;
+    assert_eq!(response.head.status, 200);
+    let mut received = client.take_buffered();
+    let end = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut client.stream, &mut received),
+    )
+    .await
+    .unwrap();
+    let error = end.expect_err("the tunnel ended with a clean end of stream after a reset");
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+    assert_eq!(String::from_utf8_lossy(&received), "part of an answer");
+    origin_task.await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_gets_400_and_a_clean_close() {
     let proxy = start_proxy(config()).await;

@@ -104,6 +104,9 @@ pub struct RelayOptions {
     /// See [`OnClose`]; called however the relay ends (done, reset, idle, cancelled, error),
     /// but not when the model config is rejected before relaying starts.
     pub on_close: Option<OnClose>,
+    /// Bytes the caller already read from the client (an HTTP CONNECT request's tail): the
+    /// relay delivers them to the server first, under the same close rule as the rest.
+    pub client_prefix: Vec<u8>,
 }
 
 impl std::fmt::Debug for RelayOptions {
@@ -112,6 +115,7 @@ impl std::fmt::Debug for RelayOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("counters", &self.counters)
             .field("on_close", &self.on_close.as_ref().map(|_| "<callback>"))
+            .field("client_prefix_bytes", &self.client_prefix.len())
             .finish()
     }
 }

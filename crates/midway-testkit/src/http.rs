@@ -350,7 +350,10 @@ pub async fn start_proxy_with(
     connect: midway_http::ConnectUpstream,
 ) -> ProxyHarness {
     let mut registry = prometheus_client::registry::Registry::default();
-    let proxy = HttpProxy::new(config, &mut registry).unwrap();
+    // Tunnels relay buffer-and-forward only, so the spool folder (the system's temp folder,
+    // which exists) is never written.
+    let relay = midway_relay::RelayResources::new(std::env::temp_dir(), 0, 16).unwrap();
+    let proxy = HttpProxy::new(config, relay, &mut registry).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let cancel = CancellationToken::new();

@@ -3,9 +3,11 @@
 //! tunnel once every earlier response is out.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use http::StatusCode;
+use midway_relay::{BufferConfig, RelayCounters, RelayModel, RelayOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
@@ -87,7 +89,7 @@ impl ResponseWriter<'_> {
         let conn = self.conn;
         let proxy = &conn.proxy;
         let mut write_half = self.write_half;
-        let mut upstream = match proxy.connect_origin(&head, &conn.connect).await {
+        let upstream = match proxy.connect_origin(&head, &conn.connect).await {
             Ok(stream) => stream,
             Err(error) => {
                 debug!(%error, origin = %head.origin.authority(), "CONNECT target unreachable");
@@ -115,38 +117,46 @@ impl ResponseWriter<'_> {
             .map_err(HttpError::ClientIo)?;
         proxy.metrics.tunnels.inc();
         conn.counters.tunnels.fetch_add(1, Ordering::Relaxed);
-        let mut client = read_half
+        let client = read_half
             .reunite(write_half)
             .expect("halves of the same stream");
-        // The close rule of every relay in midway: until both directions have ended cleanly,
-        // a close (an error, a cancellation, a crash of the process) is a reset toward both
-        // ends, never a FIN that passes a truncated stream off as complete. SO_LINGER {on, 0}
-        // makes the close send a RST; a clean end disarms it.
-        arm_reset(&client, &upstream, true);
-        upstream
-            .write_all(&leftover)
-            .await
-            .map_err(HttpError::UpstreamIo)?;
-        tokio::select! {
-            _ = conn.stop.cancelled() => Ok(()),
-            result = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
-                // Peers resetting a tunnel is their business, not a proxy error.
-                if let Ok((from_client, to_client)) = result {
-                    conn.counters.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
-                    conn.counters.bytes_from_client.fetch_add(from_client, Ordering::Relaxed);
-                    arm_reset(&client, &upstream, false);
-                }
-                Ok(())
-            }
+        // midway's relay carries the tunnel, and with it the close rule of every relay in
+        // midway: until both directions have ended cleanly, a close (an error, a cancellation,
+        // a crash of the process) is a reset toward both ends, never a FIN that passes a
+        // truncated stream off as complete. The bytes the client sent after its CONNECT head
+        // go first. A tunnel holds at most what one response may.
+        let counters = Arc::new(RelayCounters::default());
+        let options = RelayOptions {
+            counters: counters.clone(),
+            client_prefix: leftover.to_vec(),
+            ..RelayOptions::default()
+        };
+        let model = RelayModel::Buffer(BufferConfig {
+            buffer_bytes: proxy.config.chunk_bytes * proxy.config.response_buffer_chunks,
+            splice: true,
+        });
+        let result = midway_relay::relay(
+            client,
+            upstream,
+            &model,
+            &proxy.relay,
+            options,
+            conn.stop.clone(),
+        )
+        .await;
+        conn.counters.bytes_to_client.fetch_add(
+            counters.server_to_client.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        conn.counters.bytes_from_client.fetch_add(
+            counters.client_to_server.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        // Peers resetting a tunnel is their business, not a proxy error; the relay has already
+        // closed both ends as the rule says.
+        if let Err(error) = result {
+            debug!(%error, "CONNECT tunnel ended with an error");
         }
-    }
-}
-
-/// Sets (or clears) SO_LINGER {on, 0} on both ends of a tunnel: with it set, closing them sends
-/// a RST.
-fn arm_reset(client: &tokio::net::TcpStream, upstream: &tokio::net::TcpStream, armed: bool) {
-    let linger = armed.then_some(std::time::Duration::ZERO);
-    for stream in [client, upstream] {
-        let _ = socket2::SockRef::from(stream).set_linger(linger);
+        Ok(())
     }
 }

@@ -203,6 +203,8 @@ fn http_listener(
     let mut own = Registry::default();
     let engine = HttpProxy::new(
         http_config.clone(),
+        // CONNECT tunnels relay with the proxy's own pipes and limits.
+        shared.resources.clone(),
         match caller {
             Some(registry) => registry,
             None => &mut own,

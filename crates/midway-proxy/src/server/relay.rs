@@ -58,6 +58,7 @@ impl Connection {
             idle_timeout: Some(self.generation.config.idle_timeout),
             counters: counters.clone(),
             on_close: Some(on_close),
+            client_prefix: Vec::new(),
         };
         let mut sampler = SegmentSampler::new(name, (&client, segments.0), (&server, segments.1));
         sampler.sample(metrics);

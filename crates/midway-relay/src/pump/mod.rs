@@ -160,6 +160,30 @@ fn validate(model: &RelayModel) -> Result<(), RelayError> {
     Ok(())
 }
 
+/// Writes `prefix` (client bytes the caller read before the relay started) to the server, held
+/// and counted like the client-to-server direction's own bytes.
+async fn deliver_prefix(server: &TcpStream, prefix: &[u8], ctx: &Ctx<'_>) -> Result<(), PumpError> {
+    let mut sent = 0;
+    while sent < prefix.len() {
+        ctx.held(Direction::ClientToServer, prefix.len() - sent);
+        server
+            .writable()
+            .await
+            .map_err(|e| PumpError::new(Side::Server, "waiting to write", true, e))?;
+        match server.try_write(&prefix[sent..]) {
+            Ok(n) => {
+                sent += n;
+                ctx.touch();
+                ctx.delivered(Direction::ClientToServer, n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(PumpError::new(Side::Server, "writing", true, e)),
+        }
+    }
+    ctx.held(Direction::ClientToServer, 0);
+    Ok(())
+}
+
 /// How the select loop in [`run`] stopped.
 enum Stop {
     BothDone,
@@ -210,14 +234,18 @@ pub(crate) async fn run(
             RelayModel::Buffer(config) => (config.buffer_bytes, config.splice),
             RelayModel::Spool(config) => (config.buffer_bytes, true),
         };
-        let c2s = forward(
-            &client,
-            &server,
-            Direction::ClientToServer,
-            buffer_bytes,
-            use_splice,
-            &ctx,
-        );
+        let c2s = async {
+            deliver_prefix(&server, &options.client_prefix, &ctx).await?;
+            forward(
+                &client,
+                &server,
+                Direction::ClientToServer,
+                buffer_bytes,
+                use_splice,
+                &ctx,
+            )
+            .await
+        };
         let s2c = async {
             match &spool {
                 Some(spool) => spool_server_to_client(&server, &client, spool, &ctx).await,
