@@ -365,20 +365,34 @@ fn apply_route_tuning(
     placement: &Placement,
 ) -> anyhow::Result<()> {
     if let Some(args) = cases::route_tuning_args(tuning, placement) {
-        let output = topology
-            .command(&case.host, "ip")
-            .args(&args)
-            .output()
-            .context("cannot run ip route")?;
-        if !output.status.success() {
-            bail!(
-                "ip {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
+        run_ip(topology, &case.host, &args)?;
     }
     Ok(())
+}
+
+/// Runs `ip ARGS` in `host`'s namespace; its stdout, or an error with its stderr.
+pub(super) fn run_ip<S: AsRef<std::ffi::OsStr>>(
+    topology: &Topology,
+    host: &str,
+    args: &[S],
+) -> anyhow::Result<String> {
+    let output = topology
+        .command(host, "ip")
+        .args(args)
+        .output()
+        .context("cannot run ip")?;
+    if !output.status.success() {
+        let words: Vec<String> = args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into_owned())
+            .collect();
+        bail!(
+            "ip {} in {host} failed: {}",
+            words.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Adds every host's loss-recovery counters to `measurement`.
@@ -430,21 +444,7 @@ fn add_link_drops(scenario: &Scenario, topology: &Topology, measurement: &mut Me
 /// on each hop waits for ARP, which costs one extra round trip per link on the first connection:
 /// 0.5 s on a GEO hop, more than a small transfer itself.
 fn pin_neighbours(scenario: &Scenario, topology: &Topology) -> anyhow::Result<()> {
-    let run = |host: &str, args: &[&str]| -> anyhow::Result<String> {
-        let output = topology
-            .command(host, "ip")
-            .args(args)
-            .output()
-            .context("cannot run ip")?;
-        if !output.status.success() {
-            bail!(
-                "ip {} in {host} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    };
+    let run = |host: &str, args: &[&str]| run_ip(topology, host, args);
     for link in &scenario.links {
         for (host, neighbour) in [(&link.a, &link.b), (&link.b, &link.a)] {
             let neighbour_iface = topology.iface(neighbour, host).to_string();

@@ -62,21 +62,7 @@ impl From<Measurement> for WorkloadOutcome {
 /// IPv4 routes (the bulk transfer is IPv4). A per-socket TCP_QUICKACK would not do: the kernel
 /// clears it again, so it holds only until the next delayed ACK.
 fn acknowledge_every_segment(topology: &Topology, host: &str) -> anyhow::Result<()> {
-    let run = |args: &[String]| -> anyhow::Result<String> {
-        let output = topology
-            .command(host, "ip")
-            .args(args)
-            .output()
-            .context("cannot run ip")?;
-        if !output.status.success() {
-            bail!(
-                "{host}: ip {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    };
+    let run = |args: &[String]| super::run_ip(topology, host, args);
     let routes = run(&["-4".into(), "route".into(), "show".into()])?;
     let changes = quickack_route_changes(&routes);
     if changes.is_empty() {
