@@ -80,7 +80,7 @@ pub(crate) fn is_published_results(out: &Path) -> bool {
 }
 
 /// Stdout of a successful `git ARGS` in `dir`.
-fn git(dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
     Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -67,88 +67,74 @@ const JOB_SCRIPT: &str = "slurm/job.sh";
 const MANIFEST: &str = "slurm/manifest.txt";
 const SHARDS_DIR: &str = "shards";
 
-/// What the job script runs, all paths absolute (tasks start in Slurm's working folder).
+/// What `prepare` pinned for a job: the tasks actually used, the run's folder (absolute: the
+/// tasks start in Slurm's working folder), the binary and scenarios inside it, and the commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct JobSpec {
-    /// The paper.
-    pub paper: String,
-    /// Array tasks.
+pub(crate) struct PinnedJob {
+    /// Array tasks (at most the plan's points).
     pub tasks: usize,
+    /// `OUT`: task i writes `shards/task-i` and logs to `slurm/task-i.log` in it.
+    pub out: PathBuf,
     /// The pinned midway binary.
     pub binary: PathBuf,
     /// The pinned scenarios folder (`OUT/source/scenarios/repro`).
     pub scenarios: PathBuf,
-    /// `OUT/shards`; task i writes `task-i` in it.
-    pub shards: PathBuf,
-    /// `OUT/slurm`; task i logs to `task-i.log` in it.
-    pub logs: PathBuf,
-    /// The quick form.
-    pub quick: bool,
-    /// `--experiment` filters.
-    pub experiments: Vec<String>,
-    /// `--case` filters.
-    pub cases: Vec<String>,
-    /// `--jobs` of each task.
-    pub jobs: Option<usize>,
-    /// Each task alone on its node.
-    pub exclusive: bool,
-    /// The commit the binary and scenarios come from, for the job's name and the log.
+    /// The commit the binary and scenarios come from, for the script's header.
     pub commit: String,
 }
 
-/// The sbatch script of a job array: one `midway lab reproduce` shard per task.
-pub(crate) fn job_script(spec: &JobSpec) -> String {
+/// The sbatch script of a job array: one `midway lab reproduce` shard per task, with the
+/// request's filters and `--jobs`.
+pub(crate) fn job_script(request: &SlurmRequest, job: &PinnedJob) -> String {
+    let path = |p: &Path| quote(&p.display().to_string());
     let mut lines = vec![
         "#!/bin/sh".to_string(),
-        format!("#SBATCH --job-name=midway-{}", spec.paper),
-        format!("#SBATCH --array=0-{}", spec.tasks.saturating_sub(1)),
+        format!("#SBATCH --job-name=midway-{}", request.paper),
+        format!("#SBATCH --array=0-{}", job.tasks.saturating_sub(1)),
         "#SBATCH --nodes=1".to_string(),
         "#SBATCH --ntasks=1".to_string(),
         format!(
             "#SBATCH --output={}",
-            spec.logs.join("task-%a.log").display()
+            job.out.join(SLURM_DIR).join("task-%a.log").display()
         ),
     ];
-    if spec.exclusive {
+    if !request.share_nodes {
         // One task per node: runs measured beside another task's emulator would share its
         // kernel and CPUs.
         lines.push("#SBATCH --exclusive".to_string());
     }
     lines.push(format!(
         "# midway lab slurm: {} at commit {}, {} shards",
-        spec.paper, spec.commit, spec.tasks
+        request.paper, job.commit, job.tasks
     ));
     lines.push("set -eu".to_string());
     lines.push(r#"task="$SLURM_ARRAY_TASK_ID""#.to_string());
     let mut command = vec![
-        quote(&spec.binary.display().to_string()),
+        path(&job.binary),
         "lab".into(),
         "reproduce".into(),
-        quote(&spec.paper),
+        quote(&request.paper),
         "--scenarios".into(),
-        quote(&spec.scenarios.display().to_string()),
+        path(&job.scenarios),
         "--shard".into(),
-        format!(r#""$task/{}""#, spec.tasks),
+        format!(r#""$task/{}""#, job.tasks),
         "--out".into(),
-        format!(
-            r#"{}/"task-$task""#,
-            quote(&spec.shards.display().to_string())
-        ),
+        format!(r#"{}/"task-$task""#, path(&job.out.join(SHARDS_DIR))),
         // A task that Slurm requeues (node failure, preemption) goes on where it stopped.
         "--resume".into(),
     ];
-    if spec.quick {
+    if request.quick {
         command.push("--quick".into());
     }
-    for experiment in &spec.experiments {
+    for experiment in &request.experiments {
         command.push("--experiment".into());
         command.push(quote(experiment));
     }
-    for case in &spec.cases {
+    for case in &request.cases {
         command.push("--case".into());
         command.push(quote(case));
     }
-    if let Some(jobs) = spec.jobs {
+    if let Some(jobs) = request.jobs {
         command.push("--jobs".into());
         command.push(jobs.to_string());
     }
@@ -445,21 +431,14 @@ fn prepare(request: &SlurmRequest, out: &Path) -> anyhow::Result<usize> {
             "built from the pinned commit (cargo build --release --locked -p midway)".to_string()
         }
     };
-    let spec = JobSpec {
-        paper: request.paper.clone(),
+    let job = PinnedJob {
         tasks,
+        out: out.to_path_buf(),
         binary,
         scenarios,
-        shards: out.join(SHARDS_DIR),
-        logs: out.join(SLURM_DIR),
-        quick: request.quick,
-        experiments: request.experiments.clone(),
-        cases: request.cases.clone(),
-        jobs: request.jobs,
-        exclusive: !request.share_nodes,
         commit: commit.clone(),
     };
-    fs::write(out.join(JOB_SCRIPT), job_script(&spec))?;
+    fs::write(out.join(JOB_SCRIPT), job_script(request, &job))?;
     fs::write(
         out.join(MANIFEST),
         format!(
@@ -485,22 +464,12 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// The first line of `git ARGS`' output in `dir`.
+/// The trimmed output of `git ARGS` in `dir` (the provenance module's git), or why not.
 fn git_line(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .context("cannot run git")?;
-    if !output.status.success() {
-        bail!(
-            "git {} in {}: {}",
-            args.join(" "),
-            dir.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    crate::provenance::git(dir, args)
+        .map(|out| String::from_utf8_lossy(&out).trim().to_string())
+        .filter(|line| !line.is_empty())
+        .with_context(|| format!("git {} failed in {}", args.join(" "), dir.display()))
 }
 
 /// Runs `command`, failing with its name and status if it fails.
@@ -518,26 +487,37 @@ fn run_checked(command: &mut Command) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn spec() -> JobSpec {
-        JobSpec {
+    fn request() -> SlurmRequest {
+        SlurmRequest {
             paper: "umts".into(),
-            tasks: 3,
-            binary: "/srv/run/bin/midway".into(),
-            scenarios: "/srv/run/source/scenarios/repro".into(),
-            shards: "/srv/run/shards".into(),
-            logs: "/srv/my run/slurm".into(),
+            out: "/srv/my run".into(),
+            tasks: 4,
             quick: true,
             experiments: vec!["fig5-bulk".into()],
             cases: vec![],
             jobs: Some(1),
-            exclusive: true,
+            partition: None,
+            time_limit: None,
+            share_nodes: false,
+            binary: None,
+            sbatch_args: vec![],
+            resume: false,
+        }
+    }
+
+    fn job() -> PinnedJob {
+        PinnedJob {
+            tasks: 3,
+            out: "/srv/my run".into(),
+            binary: "/srv/my run/bin/midway".into(),
+            scenarios: "/srv/my run/source/scenarios/repro".into(),
             commit: "abc123".into(),
         }
     }
 
     #[test]
     fn the_job_script_runs_one_pinned_shard_per_task_alone_on_its_node() {
-        let script = job_script(&spec());
+        let script = job_script(&request(), &job());
         assert!(script.starts_with("#!/bin/sh\n"), "{script}");
         assert!(script.contains("#SBATCH --array=0-2\n"), "{script}");
         assert!(script.contains("#SBATCH --exclusive\n"), "{script}");
@@ -547,17 +527,21 @@ mod tests {
         );
         assert!(
             script.contains(
-                "exec /srv/run/bin/midway lab reproduce umts --scenarios \
-                 /srv/run/source/scenarios/repro --shard \"$task/3\" --out \
-                 /srv/run/shards/\"task-$task\" --resume --quick --experiment fig5-bulk --jobs 1\n"
+                "exec '/srv/my run/bin/midway' lab reproduce umts --scenarios \
+                 '/srv/my run/source/scenarios/repro' --shard \"$task/3\" --out \
+                 '/srv/my run/shards'/\"task-$task\" --resume --quick --experiment fig5-bulk \
+                 --jobs 1\n"
             ),
             "{script}"
         );
         assert_eq!(tasks_of_script(&script), Some(3));
-        let shared = job_script(&JobSpec {
-            exclusive: false,
-            ..spec()
-        });
+        let shared = job_script(
+            &SlurmRequest {
+                share_nodes: true,
+                ..request()
+            },
+            &job(),
+        );
         assert!(!shared.contains("--exclusive"), "{shared}");
     }
 
