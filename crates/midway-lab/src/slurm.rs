@@ -420,14 +420,23 @@ fn prepare(request: &SlurmRequest, out: &Path) -> anyhow::Result<usize> {
         }
         None => {
             println!("building midway from the pinned commit (cargo build --release --locked)");
-            run_checked(Command::new("cargo").current_dir(&source).args([
-                "build",
-                "--release",
-                "--locked",
-                "-p",
-                "midway",
-            ]))?;
-            fs::copy(source.join("target/release/midway"), &binary)?;
+            // The clone's own target folder, named explicitly: a CARGO_TARGET_DIR or a cargo
+            // config of the operator's would otherwise put the binary somewhere else.
+            let target = source.join("target");
+            run_checked(
+                Command::new("cargo")
+                    .current_dir(&source)
+                    .args([
+                        "build",
+                        "--release",
+                        "--locked",
+                        "-p",
+                        "midway",
+                        "--target-dir",
+                    ])
+                    .arg(&target),
+            )?;
+            fs::copy(target.join("release/midway"), &binary)?;
             "built from the pinned commit (cargo build --release --locked -p midway)".to_string()
         }
     };

@@ -5,7 +5,9 @@
 //! ports, and stopped after, pass or fail). The quick form of the umts bulk experiment runs as a
 //! 2-task job array from a clean clone of this checkout's commit; the merged results must hold
 //! every point once, measured by both tasks, each record naming the pinned commit as clean, and
-//! the report must be built from them with the paper's claims.
+//! the report must be built from them with the paper's claims. The job builds its midway from the
+//! pinned clone, as an operator's does; `MIDWAY_SLURM_TEST_PREBUILT=1` hands it this test's
+//! binary instead (`--binary`), which skips the build.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,13 @@ const NODE: &str = "midway-lab-node";
 /// The whole job: 6 quick points of about 5 s, two tasks one after the other (each wants the
 /// node to itself), plus sbatch's polling.
 const JOB_LIMIT: Duration = Duration::from_secs(600);
+/// With this variable set to 1 the test hands the job the midway it was built with
+/// (`--binary`) instead of letting `midway lab slurm` build one from the pinned clone, the path
+/// an operator takes and the one CI runs (a release build of the workspace from scratch: about
+/// 2.5 minutes on 2 cores).
+const PREBUILT: &str = "MIDWAY_SLURM_TEST_PREBUILT";
+/// The time a release build from scratch may add to the job.
+const BUILD_LIMIT: Duration = Duration::from_secs(1800);
 
 /// A single-node Slurm cluster living in one folder; stops its daemons when dropped.
 struct Cluster {
@@ -236,6 +245,7 @@ fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
     let cluster = Cluster::start(&dir.path().join("cluster"));
 
     let out = dir.path().join("run");
+    let build_from_clone = !std::env::var(PREBUILT).is_ok_and(|v| v == "1");
     let mut midway = cluster.command(MIDWAY);
     midway
         .args([
@@ -246,13 +256,23 @@ fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
             "--experiment",
             "fig5-bulk",
         ])
-        .args(["--tasks", "2", "--jobs", "1", "--binary", MIDWAY, "--out"])
+        .args(["--tasks", "2", "--jobs", "1"]);
+    if !build_from_clone {
+        midway.args(["--binary", MIDWAY]);
+    }
+    midway
+        .arg("--out")
         .arg(&out)
         .env("MIDWAY_REPRO_DIR", checkout.join("scenarios/repro"))
         .current_dir(dir.path())
         .stdin(Stdio::null());
+    let limit = if build_from_clone {
+        JOB_LIMIT + BUILD_LIMIT
+    } else {
+        JOB_LIMIT
+    };
     let mut child = midway.spawn().unwrap();
-    let status = wait_exit(&mut child, JOB_LIMIT, "midway lab slurm did not finish");
+    let status = wait_exit(&mut child, limit, "midway lab slurm did not finish");
     let task_logs: String = (0..2)
         .map(|t| {
             std::fs::read_to_string(out.join(format!("slurm/task-{t}.log"))).unwrap_or_default()
@@ -295,6 +315,12 @@ fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
     }
     let manifest = std::fs::read_to_string(out.join("slurm/manifest.txt")).unwrap();
     assert!(manifest.contains("one task per node"), "{manifest}");
+    let origin = if build_from_clone {
+        "built from the pinned commit"
+    } else {
+        "given with --binary"
+    };
+    assert!(manifest.contains(origin), "{manifest}");
     let report = std::fs::read_to_string(out.join(midway_report::REPORT_FILE)).unwrap();
     assert!(report.contains("fig5-bulk"), "{report}");
     assert!(
