@@ -109,6 +109,10 @@ pub(crate) fn job_script(request: &SlurmRequest, job: &PinnedJob) -> String {
     ));
     lines.push("set -eu".to_string());
     lines.push(r#"task="$SLURM_ARRAY_TASK_ID""#.to_string());
+    // Which node ran the task, in its log: where a failed or slow shard ran.
+    lines.push(
+        r#"echo "midway lab slurm: task $task on node ${SLURMD_NODENAME:-unknown}""#.to_string(),
+    );
     let mut command = vec![
         path(&job.binary),
         "lab".into(),
@@ -532,6 +536,12 @@ mod tests {
         assert!(script.contains("#SBATCH --exclusive\n"), "{script}");
         assert!(
             script.contains("#SBATCH --output=/srv/my run/slurm/task-%a.log\n"),
+            "{script}"
+        );
+        assert!(
+            script.contains(
+                "echo \"midway lab slurm: task $task on node ${SLURMD_NODENAME:-unknown}\"\n"
+            ),
             "{script}"
         );
         assert!(

@@ -1,11 +1,13 @@
 // Tests: an unwrap that fails is the test failing.
 #![allow(clippy::unwrap_used)]
-//! CI: `midway lab slurm` on a real single-node Slurm cluster (munged, slurmctld and slurmd
-//! from Debian's packages, started here with a configuration of the test's own, on free local
+//! CI: `midway lab slurm` on a real two-node Slurm cluster on this one host (munged, slurmctld
+//! and two slurmds from Debian's packages, Slurm's "multiple slurmd": each node a slurmd of its
+//! own on its own port, started here with a configuration of the test's own, on free local
 //! ports, and stopped after, pass or fail). The quick form of the umts bulk experiment runs as a
-//! 2-task job array from a clean clone of this checkout's commit; the merged results must hold
-//! every point once, measured by both tasks, each record naming the pinned commit as clean, and
-//! the report must be built from them with the paper's claims. The job builds its midway from the
+//! 2-task job array from a clean clone of this checkout's commit, one task per node at the same
+//! time; the task logs must name two different nodes, the merged results must hold every point
+//! once, measured by both tasks, each record naming the pinned commit as clean, and the report
+//! must be built from them with the paper's claims. The job builds its midway from the
 //! pinned clone, as an operator's does; `MIDWAY_SLURM_TEST_PREBUILT=1` hands it this test's
 //! binary instead (`--binary`), which skips the build.
 
@@ -18,10 +20,11 @@ use midway_testkit::host::{is_root, on_path, repo_root, TempDir};
 use midway_testkit::wait::{poll_until, wait_exit};
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
-/// The node's name in the test cluster's configuration (slurmd is told to be it).
-const NODE: &str = "midway-lab-node";
-/// The whole job: 6 quick points of about 5 s, two tasks one after the other (each wants the
-/// node to itself), plus sbatch's polling.
+/// The nodes' names in the test cluster's configuration, one slurmd each (told which with
+/// `-N`); both are this host.
+const NODES: [&str; 2] = ["midway-lab-a", "midway-lab-b"];
+/// The whole job: 6 quick points of about 5 s, two tasks at the same time (one per node, each
+/// wants its node to itself), plus sbatch's polling.
 const JOB_LIMIT: Duration = Duration::from_secs(600);
 /// With this variable set to 1 the test hands the job the midway it was built with
 /// (`--binary`) instead of letting `midway lab slurm` build one from the pinned clone, the path
@@ -31,7 +34,8 @@ const PREBUILT: &str = "MIDWAY_SLURM_TEST_PREBUILT";
 /// The time a release build from scratch may add to the job.
 const BUILD_LIMIT: Duration = Duration::from_secs(1800);
 
-/// A single-node Slurm cluster living in one folder; stops its daemons when dropped.
+/// A Slurm cluster of [`NODES`] on this host living in one folder; stops its daemons when
+/// dropped.
 struct Cluster {
     dir: PathBuf,
     conf: PathBuf,
@@ -64,33 +68,42 @@ impl Cluster {
             .arg(format!("--pid-file={}", munge.join("munged.pid").display()))
             .arg(format!("--log-file={}", munge.join("munged.log").display()))
             .arg(format!("--seed-file={}", munge.join("seed").display())));
-        for sub in ["state", "spool"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-        }
+        std::fs::create_dir_all(dir.join("state")).unwrap();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let [controller_port, node_port] = free_ports();
+        let [controller_port, ports @ ..] = free_ports::<{ NODES.len() + 1 }>();
         // slurmctld runs only where the configuration names this host as the controller.
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
         let host = host.trim().split('.').next().unwrap().to_string();
         let d = dir.display();
+        // Both nodes are this host: each slurmd has its own port, and its own spool folder, pid
+        // file and log (`%n`: the node's name).
+        let nodes: String = NODES
+            .iter()
+            .zip(ports)
+            .map(|(node, port)| {
+                format!(
+                    "NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} \
+                     CPUs={cpus} State=UNKNOWN\n"
+                )
+            })
+            .collect();
         std::fs::write(
             &conf,
             format!(
                 "ClusterName=midwaytest\n\
                  SlurmctldHost={host}(127.0.0.1)\n\
                  SlurmctldPort={controller_port}\n\
-                 SlurmdPort={node_port}\n\
                  SlurmUser=root\n\
                  SlurmdUser=root\n\
                  AuthType=auth/munge\n\
                  AuthInfo=socket={}\n\
                  CredType=cred/munge\n\
                  StateSaveLocation={d}/state\n\
-                 SlurmdSpoolDir={d}/spool\n\
+                 SlurmdSpoolDir={d}/spool-%n\n\
                  SlurmctldPidFile={d}/slurmctld.pid\n\
-                 SlurmdPidFile={d}/slurmd.pid\n\
+                 SlurmdPidFile={d}/slurmd-%n.pid\n\
                  SlurmctldLogFile={d}/slurmctld.log\n\
-                 SlurmdLogFile={d}/slurmd.log\n\
+                 SlurmdLogFile={d}/slurmd-%n.log\n\
                  ProctrackType=proctrack/linuxproc\n\
                  TaskPlugin=task/none\n\
                  JobAcctGatherType=jobacct_gather/none\n\
@@ -101,26 +114,36 @@ impl Cluster {
                  MpiDefault=none\n\
                  ReturnToService=2\n\
                  PlugStackConfig=/dev/null\n\
-                 NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n\
-                 PartitionName=lab Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n",
-                socket.display()
+                 {nodes}\
+                 PartitionName=lab Nodes={} Default=YES MaxTime=INFINITE State=UP\n",
+                socket.display(),
+                NODES.join(","),
             ),
         )
         .unwrap();
         run(Command::new("slurmctld").arg("-f").arg(&conf).arg("-i"));
-        run(Command::new("slurmd")
-            .arg("-f")
-            .arg(&conf)
-            .args(["-N", NODE]));
+        for node in NODES {
+            run(Command::new("slurmd")
+                .arg("-f")
+                .arg(&conf)
+                .args(["-N", node]));
+        }
+        let mut expected: Vec<String> = NODES.iter().map(|n| format!("{n} idle")).collect();
+        expected.sort();
         let idle = poll_until(Duration::from_secs(30), || {
             let out = cluster
                 .command("sinfo")
-                .args(["-h", "-o", "%T"])
+                .args(["-h", "-N", "-o", "%N %T"])
                 .output()
                 .unwrap();
-            String::from_utf8_lossy(&out.stdout).trim() == "idle"
+            let mut states: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| l.trim().to_string())
+                .collect();
+            states.sort();
+            states == expected
         });
-        assert!(idle, "the node never became idle:\n{}", cluster.logs());
+        assert!(idle, "the nodes never became idle:\n{}", cluster.logs());
         cluster
     }
 
@@ -132,10 +155,10 @@ impl Cluster {
     }
 
     fn logs(&self) -> String {
-        ["slurmctld.log", "slurmd.log"]
-            .iter()
+        std::iter::once("slurmctld.log".to_string())
+            .chain(NODES.iter().map(|node| format!("slurmd-{node}.log")))
             .map(|name| {
-                let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+                let text = std::fs::read_to_string(self.dir.join(&name)).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
                 format!(
                     "--- {name}:\n{}",
@@ -149,18 +172,19 @@ impl Cluster {
 
 impl Cluster {
     /// The daemons' process ids, from their pid files.
-    fn pids(&self) -> Vec<(&'static str, i32)> {
-        [
-            ("slurmctld", "slurmctld.pid"),
-            ("slurmd", "slurmd.pid"),
-            ("munged", "munge/munged.pid"),
-        ]
-        .into_iter()
-        .filter_map(|(name, file)| {
-            let text = std::fs::read_to_string(self.dir.join(file)).ok()?;
-            Some((name, text.trim().parse().ok()?))
-        })
-        .collect()
+    fn pids(&self) -> Vec<(String, i32)> {
+        std::iter::once("slurmctld".to_string())
+            .chain(NODES.iter().map(|node| format!("slurmd-{node}")))
+            .map(|name| (name.clone(), format!("{name}.pid")))
+            .chain(std::iter::once((
+                "munged".to_string(),
+                "munge/munged.pid".to_string(),
+            )))
+            .filter_map(|(name, file)| {
+                let text = std::fs::read_to_string(self.dir.join(file)).ok()?;
+                Some((name, text.trim().parse().ok()?))
+            })
+            .collect()
     }
 }
 
@@ -175,7 +199,7 @@ impl Drop for Cluster {
             .command("scancel")
             .args(["--full", "--user=root"])
             .status();
-        // slurmctld and slurmd stop on `scontrol shutdown`, munged on SIGTERM; whatever has not
+        // slurmctld and the slurmds stop on `scontrol shutdown`, munged on SIGTERM; whatever has not
         // stopped 20 s later is killed.
         let _ = self.command("scontrol").arg("shutdown").status();
         for (name, pid) in pids {
@@ -189,14 +213,12 @@ impl Drop for Cluster {
     }
 }
 
-/// Two free TCP ports on this host for the daemons (found by binding port 0, then released).
-fn free_ports() -> [u16; 2] {
-    let a = TcpListener::bind("127.0.0.1:0").unwrap();
-    let b = TcpListener::bind("127.0.0.1:0").unwrap();
-    [
-        a.local_addr().unwrap().port(),
-        b.local_addr().unwrap().port(),
-    ]
+/// `N` distinct free TCP ports on this host for the daemons (found by binding port 0, all held
+/// until each is found, then released).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [TcpListener; N] =
+        std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").unwrap());
+    listeners.map(|l| l.local_addr().unwrap().port())
 }
 
 fn run(command: &mut Command) {
@@ -284,6 +306,23 @@ fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
         "midway lab slurm: {status}\ntask logs:\n{task_logs}\n{}",
         cluster.logs()
     );
+    // One task per node: each task's log names the node that ran it (the job script's echo
+    // before the exec), and the two are the cluster's two nodes.
+    let ran_on: Vec<String> = (0..2)
+        .map(|t| {
+            let log = std::fs::read_to_string(out.join(format!("slurm/task-{t}.log"))).unwrap();
+            let prefix = format!("midway lab slurm: task {t} on node ");
+            log.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("task {t}'s log names no node:\n{log}"))
+                .trim()
+                .to_string()
+        })
+        .collect();
+    for node in &ran_on {
+        assert!(NODES.contains(&node.as_str()), "{ran_on:?} vs {NODES:?}");
+    }
+    assert_ne!(ran_on[0], ran_on[1], "both tasks ran on one node");
 
     let records = midway_report::read_records(&out.join(midway_report::RESULTS_FILE)).unwrap();
     // 3 loss rates x 2 cases, one repetition each, every point exactly once.
@@ -351,7 +390,7 @@ fn a_quick_reproduction_runs_as_a_slurm_job_array_from_a_pinned_commit() {
     assert_eq!(resumed.len(), 6, "{resumed:#?}");
 
     let pids = cluster.pids();
-    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_eq!(pids.len(), NODES.len() + 2, "{pids:?}");
     drop(cluster);
     for (name, pid) in pids {
         assert!(
