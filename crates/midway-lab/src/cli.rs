@@ -1,6 +1,5 @@
 //! The `midway lab` subcommands.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -60,10 +59,14 @@ pub enum LabCommand {
         /// "i/n": run only every n-th point starting at i; shards' results.jsonl files concatenate.
         #[arg(long)]
         shard: Option<String>,
-        /// Run the points twice, with --jobs 1 and with --jobs N, into OUT/jobs-1 and OUT/jobs-N,
-        /// and print the median throughputs side by side.
+        /// Run the points twice, with --baseline-jobs B and with --jobs N, into OUT/jobs-B and
+        /// OUT/jobs-N, and print each cell's ratio of median throughputs with a 95 % interval
+        /// (repetitions paired by seed) and whether it differs.
         #[arg(long)]
         check_concurrency: bool,
+        /// The baseline's jobs for --check-concurrency.
+        #[arg(long, default_value_t = 1, requires = "check_concurrency")]
+        baseline_jobs: usize,
         /// Keep every point's folder (generated configs, proxy logs), not only failed ones.
         #[arg(long)]
         keep_point_dirs: bool,
@@ -191,6 +194,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             seed,
             shard,
             check_concurrency,
+            baseline_jobs,
             keep_point_dirs,
             allow_dirty,
         } => {
@@ -214,7 +218,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 allow_dirty,
             };
             if check_concurrency {
-                check_concurrency_run(&options)
+                check_concurrency_run(&options, baseline_jobs)
             } else {
                 run_and_summarise(&options)
             }
@@ -681,45 +685,22 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
     })
 }
 
-/// Median throughput (Mbit/s) per (experiment, case, sweep x) of successful records.
-pub(crate) fn medians(records: &[RunRecord]) -> BTreeMap<(String, String, String), f64> {
-    let mut groups: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
-    for record in records.iter().filter(|r| r.ok) {
-        let x = record
-            .sweep_param
-            .as_ref()
-            .and_then(|p| record.params.get(p))
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| "-".into());
-        groups
-            .entry((record.experiment.clone(), record.case.clone(), x))
-            .or_default()
-            .push(record.throughput_bps / 1e6);
-    }
-    groups
-        .into_iter()
-        .map(|(key, mut values)| {
-            values.sort_by(f64::total_cmp);
-            let n = values.len();
-            let median = if n % 2 == 1 {
-                values[n / 2]
-            } else {
-                (values[n / 2 - 1] + values[n / 2]) / 2.0
-            };
-            (key, median)
-        })
-        .collect()
-}
-
-/// Runs the plan with one job, then with N, and prints the medians side by side.
-fn check_concurrency_run(options: &RunOptions) -> anyhow::Result<()> {
+/// Runs the plan with the baseline's jobs, then with N, and prints each cell's ratio of medians
+/// with its paired interval and verdict ([`crate::concurrency`]).
+fn check_concurrency_run(options: &RunOptions, baseline_jobs: usize) -> anyhow::Result<()> {
     let base = options.out.clone().unwrap_or_else(|| {
         PathBuf::from(DEFAULT_RESULTS_ROOT)
             .join(format!("concurrency-{}", crate::time::compact_now()))
     });
-    let jobs = options.jobs.max(2);
-    let mut by_jobs = Vec::new();
-    for j in [1, jobs] {
+    let jobs = options.jobs;
+    if baseline_jobs == 0 || jobs == baseline_jobs {
+        bail!(
+            "--check-concurrency compares --baseline-jobs {baseline_jobs} with --jobs {jobs}: \
+             give two different, non-zero counts"
+        );
+    }
+    let mut runs = Vec::new();
+    for j in [baseline_jobs, jobs] {
         let mut one = options.clone();
         one.jobs = j;
         one.out = Some(base.join(format!("jobs-{j}")));
@@ -731,30 +712,44 @@ fn check_concurrency_run(options: &RunOptions) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64(),
             summary.failed
         );
-        by_jobs.push(medians(&summary.records_written));
+        runs.push(summary.records_written);
     }
+    let rows = crate::concurrency::compare(&runs[0], &runs[1]);
     println!(
-        "{:<14} {:<16} {:>10} {:>12} {:>12} {:>8}",
+        "{:<26} {:<30} {:>10} {:>5} {:>10} {:>10} {:>7} {:>15}  verdict",
         "experiment",
         "case",
         "x",
-        "jobs=1",
+        "pairs",
+        format!("jobs={baseline_jobs}"),
         format!("jobs={jobs}"),
-        "ratio"
+        "ratio",
+        "95 % interval"
     );
-    for (key, serial) in &by_jobs[0] {
-        let parallel = by_jobs[1].get(key).copied();
-        let ratio = parallel.map(|p| p / serial);
+    for row in &rows {
+        let interval = row
+            .interval
+            .map_or("-".into(), |i| format!("{:.3}..{:.3}", i.low, i.high));
         println!(
-            "{:<14} {:<16} {:>10} {:>12.3} {:>12} {:>8}",
-            key.0,
-            key.1,
-            key.2,
-            serial,
-            parallel.map_or("-".into(), |p| format!("{p:.3}")),
-            ratio.map_or("-".into(), |r| format!("{r:.3}"))
+            "{:<26} {:<30} {:>10} {:>5} {:>10.3} {:>10.3} {:>7.3} {:>15}  {}",
+            row.key.0,
+            row.key.1,
+            row.key.2,
+            row.pairs,
+            row.baseline_median,
+            row.parallel_median,
+            row.ratio,
+            interval,
+            row.verdict()
         );
     }
+    let differing = rows.iter().filter(|r| r.verdict() == "differs").count();
+    println!(
+        "{differing} of {} cells differ (95 % interval of the ratio excludes 1); medians in \
+         Mbit/s; records in {}",
+        rows.len(),
+        base.display()
+    );
     Ok(())
 }
 

@@ -16,6 +16,7 @@
 
 mod cases;
 mod cli;
+mod concurrency;
 mod netstat;
 mod plan;
 mod provenance;

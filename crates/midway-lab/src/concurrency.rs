@@ -1,0 +1,158 @@
+//! `--check-concurrency`: does measuring N topologies at once change the results?
+//!
+//! The same points (same seeds) run twice, once with the baseline's jobs and once with N. Each
+//! cell (experiment, case, sweep value) is compared by the ratio of the median throughputs, with a
+//! 95 % bootstrap interval over the repetitions paired by their index (a repetition has the same
+//! seed in both runs). A cell "differs" when the interval excludes 1; otherwise no difference was
+//! found at this number of repetitions, which is not proof of none: the interval's width says how
+//! large a difference could still hide. Pure: records in, rows out.
+
+use std::collections::BTreeMap;
+
+use midway_report::stats::{self, Interval, Resampling};
+use midway_report::RunRecord;
+
+/// (experiment, case, sweep value as text) of a cell.
+pub(crate) type CellKey = (String, String, String);
+
+/// One cell of the comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ConcurrencyRow {
+    /// The cell.
+    pub key: CellKey,
+    /// Repetitions measured successfully in both runs.
+    pub pairs: usize,
+    /// Median throughput (Mbit/s) with the baseline's jobs.
+    pub baseline_median: f64,
+    /// Median throughput (Mbit/s) with N jobs.
+    pub parallel_median: f64,
+    /// `parallel_median / baseline_median`.
+    pub ratio: f64,
+    /// 95 % paired bootstrap interval of the ratio; `None` with fewer than two pairs.
+    pub interval: Option<Interval>,
+}
+
+impl ConcurrencyRow {
+    /// "differs" when the interval excludes 1, "no difference found" when it holds 1, "too few
+    /// runs" without an interval.
+    pub(crate) fn verdict(&self) -> &'static str {
+        match self.interval {
+            None => "too few runs",
+            Some(i) if i.low > 1.0 || i.high < 1.0 => "differs",
+            Some(_) => "no difference found",
+        }
+    }
+}
+
+fn cell_key(record: &RunRecord) -> CellKey {
+    let x = record
+        .sweep_param
+        .as_ref()
+        .and_then(|p| record.params.get(p))
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".into());
+    (record.experiment.clone(), record.case.clone(), x)
+}
+
+/// Successful throughputs (Mbit/s) by cell and repetition.
+fn by_cell(records: &[RunRecord]) -> BTreeMap<CellKey, BTreeMap<u32, f64>> {
+    let mut cells: BTreeMap<CellKey, BTreeMap<u32, f64>> = BTreeMap::new();
+    for record in records
+        .iter()
+        .filter(|r| r.ok && r.throughput_bps.is_finite())
+    {
+        cells
+            .entry(cell_key(record))
+            .or_default()
+            .insert(record.repetition, record.throughput_bps / 1e6);
+    }
+    cells
+}
+
+/// Compares the two runs cell by cell; cells missing from either run, or without a repetition
+/// that succeeded in both, are left out.
+pub(crate) fn compare(baseline: &[RunRecord], parallel: &[RunRecord]) -> Vec<ConcurrencyRow> {
+    let parallel = by_cell(parallel);
+    by_cell(baseline)
+        .into_iter()
+        .filter_map(|(key, serial_runs)| {
+            let parallel_runs = parallel.get(&key)?;
+            let pairs: Vec<(f64, f64)> = serial_runs
+                .iter()
+                .filter_map(|(rep, serial)| parallel_runs.get(rep).map(|p| (*p, *serial)))
+                .collect();
+            let parallel_values: Vec<f64> = pairs.iter().map(|(p, _)| *p).collect();
+            let baseline_values: Vec<f64> = pairs.iter().map(|(_, s)| *s).collect();
+            let baseline_median = stats::median(&baseline_values)?;
+            let parallel_median = stats::median(&parallel_values)?;
+            Some(ConcurrencyRow {
+                pairs: pairs.len(),
+                baseline_median,
+                parallel_median,
+                ratio: parallel_median / baseline_median,
+                interval: stats::bootstrap_interval(Resampling::Paired(&pairs), stats::median),
+                key,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(case: &str, repetition: u32, mbit: f64, ok: bool) -> RunRecord {
+        let line = serde_json::json!({
+            "scenario": "s", "scenario_file": "s.toml", "commit": "c", "experiment": "e",
+            "case": case, "sweep_param": null, "params": {}, "repetition": repetition, "seed": 1,
+            "bytes": 1, "seconds": 1.0, "throughput_bps": mbit * 1e6, "retransmits": {},
+            "extra": {}, "ok": ok, "error": null, "started_at": "2026-01-01T00:00:00Z"
+        });
+        serde_json::from_value(line).expect("a valid record")
+    }
+
+    #[test]
+    fn a_clear_slowdown_differs_and_a_tie_does_not() {
+        let baseline: Vec<RunRecord> = (0..5)
+            .flat_map(|r| {
+                [
+                    record("slow", r, 10.0 + r as f64 * 0.1, true),
+                    record("same", r, 5.0 + r as f64 * 0.1, true),
+                ]
+            })
+            .collect();
+        let parallel: Vec<RunRecord> = (0..5)
+            .flat_map(|r| {
+                [
+                    record("slow", r, 8.0 + r as f64 * 0.1, true),
+                    record("same", r, 5.0 + [0.05, -0.05][r as usize % 2], true),
+                ]
+            })
+            .collect();
+        let rows = compare(&baseline, &parallel);
+        let row = |case: &str| rows.iter().find(|r| r.key.1 == case).expect("row");
+        assert_eq!(row("slow").verdict(), "differs");
+        assert!((row("slow").ratio - 8.2 / 10.2).abs() < 1e-9);
+        assert_eq!(row("same").verdict(), "no difference found");
+        assert_eq!(row("same").pairs, 5);
+    }
+
+    #[test]
+    fn failed_runs_and_unpaired_repetitions_are_left_out() {
+        let baseline = vec![
+            record("a", 0, 1.0, true),
+            record("a", 1, 1.0, false),
+            record("a", 2, 1.0, true),
+            record("only-baseline", 0, 1.0, true),
+        ];
+        let parallel = vec![
+            record("a", 0, 2.0, true),
+            record("a", 1, 2.0, true),
+            record("a", 3, 2.0, true),
+        ];
+        let rows = compare(&baseline, &parallel);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].pairs, 1);
+        assert_eq!(rows[0].verdict(), "too few runs");
+    }
+}
