@@ -61,7 +61,8 @@ pub enum LabCommand {
         shard: Option<String>,
         /// Run the points twice, with --baseline-jobs B and with --jobs N, into OUT/jobs-B and
         /// OUT/jobs-N, and print each cell's ratio of median throughputs with a 95 % interval
-        /// (repetitions paired by seed) and whether it differs.
+        /// (repetitions paired by seed) and whether it differs. With --resume each pass measures
+        /// only what its folder lacks (a finished check just prints its table again).
         #[arg(long)]
         check_concurrency: bool,
         /// The baseline's jobs for --check-concurrency.
@@ -712,7 +713,10 @@ fn check_concurrency_run(options: &RunOptions, baseline_jobs: usize) -> anyhow::
             started.elapsed().as_secs_f64(),
             summary.failed
         );
-        runs.push(summary.records_written);
+        // Every record in the folder, not only this call's: with --resume a pass measures only
+        // what its folder lacks, and a finished check prints its table again from the records.
+        let results = summary.out_dir.join(midway_report::RESULTS_FILE);
+        runs.push(midway_report::read_records(&results)?);
     }
     let rows = crate::concurrency::compare(&runs[0], &runs[1]);
     println!(

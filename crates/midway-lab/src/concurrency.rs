@@ -69,11 +69,12 @@ fn by_cell(records: &[RunRecord]) -> BTreeMap<CellKey, BTreeMap<u32, f64>> {
     cells
 }
 
-/// Compares the two runs cell by cell; cells missing from either run, or without a repetition
-/// that succeeded in both, are left out.
+/// Compares the two runs cell by cell, in the order experiment, case, sweep value (numerically
+/// where the values are numbers); cells missing from either run, or without a repetition that
+/// succeeded in both, are left out.
 pub(crate) fn compare(baseline: &[RunRecord], parallel: &[RunRecord]) -> Vec<ConcurrencyRow> {
     let parallel = by_cell(parallel);
-    by_cell(baseline)
+    let mut rows: Vec<ConcurrencyRow> = by_cell(baseline)
         .into_iter()
         .filter_map(|(key, serial_runs)| {
             let parallel_runs = parallel.get(&key)?;
@@ -94,7 +95,15 @@ pub(crate) fn compare(baseline: &[RunRecord], parallel: &[RunRecord]) -> Vec<Con
                 key,
             })
         })
-        .collect()
+        .collect();
+    let number = |x: &str| x.parse::<f64>().unwrap_or(f64::NAN);
+    rows.sort_by(|a, b| {
+        (&a.key.0, &a.key.1)
+            .cmp(&(&b.key.0, &b.key.1))
+            .then_with(|| number(&a.key.2).total_cmp(&number(&b.key.2)))
+            .then_with(|| a.key.2.cmp(&b.key.2))
+    });
+    rows
 }
 
 #[cfg(test)]
@@ -135,6 +144,22 @@ mod tests {
         assert!((row("slow").ratio - 8.2 / 10.2).abs() < 1e-9);
         assert_eq!(row("same").verdict(), "no difference found");
         assert_eq!(row("same").pairs, 5);
+    }
+
+    #[test]
+    fn sweep_values_sort_as_numbers() {
+        let at = |x: f64| {
+            let mut r = record("a", 0, 1.0, true);
+            r.sweep_param = Some("loss".into());
+            r.params.insert("loss".into(), serde_json::json!(x));
+            r
+        };
+        let records = vec![at(10.0), at(3.0), at(0.0)];
+        let xs: Vec<String> = compare(&records, &records)
+            .into_iter()
+            .map(|r| r.key.2)
+            .collect();
+        assert_eq!(xs, ["0.0", "3.0", "10.0"]);
     }
 
     #[test]
