@@ -155,7 +155,8 @@ pub struct WorkloadFile {
     pub client_delayed_ack: Option<bool>,
     /// Bulk: bytes of an unmeasured first transfer over the same path before the measured one,
     /// so the measured connection is a returning client's (Linux's tcp_metrics cache then holds
-    /// the peer, and route-metric knobs such as `reordering` apply; see midway-tcp's README).
+    /// the peer, and route-metric knobs such as `reordering` apply; see midway-tcp's README). The
+    /// runner repeats it, three times at most, while the sender has cached nothing for the client.
     #[serde(default)]
     pub warmup_bytes: Option<ByteSize>,
     /// Bulk: parallel connections the client opens at once (default 1), each downloading
