@@ -744,10 +744,13 @@ fn check_concurrency_run(options: &RunOptions, baseline_jobs: usize) -> anyhow::
             row.parallel_median,
             row.ratio,
             interval,
-            row.verdict()
+            row.verdict().text()
         );
     }
-    let differing = rows.iter().filter(|r| r.verdict() == "differs").count();
+    let differing = rows
+        .iter()
+        .filter(|r| r.verdict() == crate::concurrency::ConcurrencyVerdict::Differs)
+        .count();
     println!(
         "{differing} of {} cells differ (95 % interval of the ratio excludes 1); medians in \
          Mbit/s; records in {}",

@@ -32,14 +32,35 @@ pub(crate) struct ConcurrencyRow {
     pub interval: Option<Interval>,
 }
 
+/// Whether a cell's throughput moved between the two loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConcurrencyVerdict {
+    /// Fewer than two paired repetitions: no interval.
+    TooFewRuns,
+    /// The interval of the ratio excludes 1.
+    Differs,
+    /// The interval holds 1 (a difference as large as its width could still hide).
+    NoDifferenceFound,
+}
+
+impl ConcurrencyVerdict {
+    /// The words printed in the table.
+    pub(crate) fn text(self) -> &'static str {
+        match self {
+            Self::TooFewRuns => "too few runs",
+            Self::Differs => "differs",
+            Self::NoDifferenceFound => "no difference found",
+        }
+    }
+}
+
 impl ConcurrencyRow {
-    /// "differs" when the interval excludes 1, "no difference found" when it holds 1, "too few
-    /// runs" without an interval.
-    pub(crate) fn verdict(&self) -> &'static str {
+    /// [`ConcurrencyVerdict`] of the row's interval.
+    pub(crate) fn verdict(&self) -> ConcurrencyVerdict {
         match self.interval {
-            None => "too few runs",
-            Some(i) if i.low > 1.0 || i.high < 1.0 => "differs",
-            Some(_) => "no difference found",
+            None => ConcurrencyVerdict::TooFewRuns,
+            Some(i) if i.low > 1.0 || i.high < 1.0 => ConcurrencyVerdict::Differs,
+            Some(_) => ConcurrencyVerdict::NoDifferenceFound,
         }
     }
 }
@@ -140,9 +161,9 @@ mod tests {
             .collect();
         let rows = compare(&baseline, &parallel);
         let row = |case: &str| rows.iter().find(|r| r.key.1 == case).expect("row");
-        assert_eq!(row("slow").verdict(), "differs");
+        assert_eq!(row("slow").verdict(), ConcurrencyVerdict::Differs);
         assert!((row("slow").ratio - 8.2 / 10.2).abs() < 1e-9);
-        assert_eq!(row("same").verdict(), "no difference found");
+        assert_eq!(row("same").verdict(), ConcurrencyVerdict::NoDifferenceFound);
         assert_eq!(row("same").pairs, 5);
     }
 
@@ -178,6 +199,6 @@ mod tests {
         let rows = compare(&baseline, &parallel);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].pairs, 1);
-        assert_eq!(rows[0].verdict(), "too few runs");
+        assert_eq!(rows[0].verdict(), ConcurrencyVerdict::TooFewRuns);
     }
 }
