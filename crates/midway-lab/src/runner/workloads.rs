@@ -376,9 +376,11 @@ impl CompetingOutcome {
 
 /// Warm-up transfers at most before the measured one. Another is run while the local segment's
 /// sender has no tcp_metrics entry for the client: Linux does not cache a connection that closes
-/// in retransmission backoff (`tcp_update_metrics`). A 100 KB warm-up at 5-10 % loss on legacy
-/// hosts did so in 20 of 100 runs (hfc-tuning's fig. 18 experiments, pinned cases), and the
-/// measured connection then started as a first one.
+/// in retransmission backoff (`tcp_update_metrics`), and the measured connection would start as
+/// a first one. With 100 KB warm-ups at 5-10 % loss on legacy hosts about a quarter of the runs
+/// need a second warm-up (`extra.warmups`; hfc-tuning's fig. 18 experiments, pinned cases:
+/// `midway lab run scenarios/repro/hfc-tuning.toml --experiment fig18-10pct-legacy --experiment
+/// fig18-5pct-legacy --case both-pinned --case untuned-pinned`).
 const MAX_WARMUPS: u32 = 3;
 
 /// What an unmeasured warm-up transfer left for the measured one.
