@@ -382,9 +382,14 @@ pub fn check_summary(loaded: &LoadedScenario) -> anyhow::Result<String> {
                 )
             })
             .unwrap_or_else(|| "no sweep".into());
+        let limit = experiment
+            .max_jobs
+            .as_ref()
+            .map(|m| format!("; at most {} at once", m.get_ref()))
+            .unwrap_or_default();
         let _ = writeln!(
             text,
-            "  experiment {name}: {sweep}; {} points ({} with --quick)",
+            "  experiment {name}: {sweep}; {} points ({} with --quick){limit}",
             count(&full),
             count(&quick)
         );

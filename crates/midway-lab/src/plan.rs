@@ -103,6 +103,8 @@ pub struct Point {
     /// Parameters recorded with the result: the sweep's x value under its label, and every
     /// effective parameter that is the same for all points of the experiment.
     pub params: BTreeMap<String, Value>,
+    /// The experiment's own limit on topologies measured at once (`max_jobs`), if it has one.
+    pub max_jobs: Option<usize>,
 }
 
 /// The seed of a point: the same for every case at one sweep value and repetition, so cases are
@@ -230,6 +232,7 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
             })
             .unwrap_or_default();
         let label = experiment.sweep.as_ref().map(|s| s.label.clone());
+        let max_jobs = experiment.max_jobs.as_ref().map(|m| *m.get_ref() as usize);
         for (sweep_index, x, scenario) in &values {
             let mut params = constant.clone();
             if let (Some(label), Some(x)) = (&label, x) {
@@ -251,6 +254,7 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
                         seed,
                         scenario: Arc::clone(scenario),
                         params: params.clone(),
+                        max_jobs,
                     });
                 }
             }

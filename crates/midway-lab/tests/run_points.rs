@@ -145,6 +145,44 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
     assert_eq!(lines.lines().count(), 6);
 }
 
+/// An experiment with a limit of its own (`max_jobs = 1`) runs between unlimited ones without
+/// holding the run up, and each of its records says the limit it ran under.
+#[test]
+fn an_experiment_with_its_own_limit_runs_and_records_it() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("runner-limit-test.toml");
+    let limited = "\n[[experiments]]\nname = \"alone\"\ncases = [\"direct\"]\nrepetitions = 2\nmax_jobs = 1\n";
+    std::fs::write(&scenario, format!("{SCENARIO}{limited}")).unwrap();
+    let summary = run(&RunOptions {
+        scenario,
+        out: Some(dir.path().join("out")),
+        plan: PlanOptions::default(),
+        jobs: 3,
+        resume: false,
+        keep_point_dirs: false,
+        progress: false,
+        allow_dirty: false,
+    })
+    .unwrap();
+    assert_eq!(summary.records, 8);
+    for record in &summary.records_written {
+        assert!(record.ok, "{} failed: {:?}", record.case, record.error);
+        let load = record.load.as_ref().unwrap();
+        assert_eq!(load.jobs, 3);
+        let expected = (record.experiment == "alone").then_some(1);
+        assert_eq!(load.max_jobs, expected, "{}", record.experiment);
+    }
+    let left = namespaces_of_pid(std::process::id());
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
 const COMMAND_SCENARIO: &str = r#"
 name = "command-test"
 description = "iperf3 as an external workload"

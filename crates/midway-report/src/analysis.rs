@@ -40,6 +40,8 @@ pub(crate) struct Analysis {
     /// 1-minute load averages at the runs' starts (empty for records older than the field).
     pub load_jobs: BTreeSet<u32>,
     pub load_cpus: BTreeSet<u32>,
+    /// Experiments measured with a limit of their own (`max_jobs`), and that limit.
+    pub load_limits: BTreeMap<String, u32>,
     pub load_averages: Vec<f64>,
     /// Earliest and latest `started_at` (RFC 3339 UTC strings compare in time order).
     pub first_start: Option<String>,
@@ -263,6 +265,10 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
             .iter()
             .filter_map(|r| r.load.as_ref())
             .map(|l| l.cpus)
+            .collect(),
+        load_limits: records
+            .iter()
+            .filter_map(|r| Some((r.experiment.clone(), r.load.as_ref()?.max_jobs?)))
             .collect(),
         load_averages: records
             .iter()

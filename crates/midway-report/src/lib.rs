@@ -205,19 +205,38 @@ pub fn read_records(path: &Path) -> Result<Vec<RunRecord>, ReportError> {
 }
 
 /// The load policies of `records` when there is more than one ("--jobs 1 (40 records), --jobs 2
-/// (100 records)"); records that do not say are not counted. A report refuses to mix them
+/// (100 records)"), or when one experiment's runs had different limits of their own
+/// (`max_jobs`); records that do not say are not counted. A report refuses to mix them
 /// ([`ReportError::MixedLoad`]), and the lab refuses to resume a run with another `--jobs`.
 pub fn mixed_load_policies(records: &[RunRecord]) -> Option<String> {
-    let mut jobs: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
-    for load in records.iter().filter_map(|r| r.load.as_ref()) {
+    use std::collections::BTreeMap;
+    let mut jobs: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, BTreeMap<Option<u32>, usize>> = BTreeMap::new();
+    for record in records {
+        let Some(load) = record.load.as_ref() else {
+            continue;
+        };
         *jobs.entry(load.jobs).or_default() += 1;
+        *limits
+            .entry(record.experiment.as_str())
+            .or_default()
+            .entry(load.max_jobs)
+            .or_default() += 1;
     }
-    (jobs.len() > 1).then(|| {
-        jobs.iter()
-            .map(|(jobs, n)| format!("--jobs {jobs} ({n} records)"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    })
+    let mut mixed: Vec<String> = Vec::new();
+    if jobs.len() > 1 {
+        mixed.extend(
+            jobs.iter()
+                .map(|(jobs, n)| format!("--jobs {jobs} ({n} records)")),
+        );
+    }
+    for (experiment, by_limit) in limits.iter().filter(|(_, l)| l.len() > 1) {
+        mixed.extend(by_limit.iter().map(|(limit, n)| match limit {
+            Some(limit) => format!("`{experiment}` at most {limit} at once ({n} records)"),
+            None => format!("`{experiment}` without a limit of its own ({n} records)"),
+        }));
+    }
+    (!mixed.is_empty()).then(|| mixed.join(", "))
 }
 
 /// Read `DIR/results.jsonl`, write `DIR/report.md` and `DIR/plots/<experiment>.{png,svg}`.

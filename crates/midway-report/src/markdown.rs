@@ -123,9 +123,23 @@ fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions, warnings:
             ),
             _ => String::new(),
         };
+        let limits = if analysis.load_limits.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = analysis
+                .load_limits
+                .iter()
+                .map(|(experiment, limit)| format!("`{experiment}` at most {limit}"))
+                .collect();
+            format!(
+                "; experiments with a limit of their own (the scenario's `max_jobs`, topologies \
+                 at once while one of their runs goes on): {}",
+                each.join(", ")
+            )
+        };
         let _ = writeln!(
             out,
-            "- Load: `--jobs {}` on {} CPUs{averages}",
+            "- Load: `--jobs {}` on {} CPUs{averages}{limits}",
             list(&analysis.load_jobs),
             list(&analysis.load_cpus)
         );

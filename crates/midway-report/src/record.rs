@@ -75,6 +75,10 @@ pub struct RunLoad {
     pub cpus: u32,
     /// The 1-minute load average when the run started (`/proc/loadavg`), if it could be read.
     pub loadavg_1m: Option<f64>,
+    /// The experiment's own limit (`max_jobs` in the scenario): at most this many topologies
+    /// were measured at once while this run went on. Part of the load policy, per experiment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
 }
 
 /// [`RunRecord::tree`] of a run from a tree without uncommitted changes.

@@ -588,6 +588,7 @@ fn the_load_is_shown_and_mixed_load_policies_are_refused() {
             jobs: 2,
             cpus: 2,
             loadavg_1m: Some(1.0 + index as f64 / 100.0),
+            max_jobs: None,
         });
     }
     write_results(dir.path(), &records);
@@ -604,6 +605,7 @@ fn the_load_is_shown_and_mixed_load_policies_are_refused() {
         jobs: 1,
         cpus: 2,
         loadavg_1m: None,
+        max_jobs: None,
     });
     write_results(dir.path(), &records);
     match write_report(dir.path(), &ReportOptions::default()) {
@@ -611,6 +613,49 @@ fn the_load_is_shown_and_mixed_load_policies_are_refused() {
             let text = error.to_string();
             assert!(
                 text.contains("--jobs 1 (1 records), --jobs 2 (75 records)"),
+                "{text}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// An experiment's own limit (`max_jobs`) is part of the load policy: the header names it, and a
+/// report refuses one experiment measured partly with and partly without it.
+#[test]
+fn an_experiments_own_limit_is_shown_and_mixing_it_is_refused() {
+    use midway_report::RunLoad;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut records = synthetic_records();
+    for r in records.iter_mut() {
+        r.load = Some(RunLoad {
+            jobs: 16,
+            cpus: 2,
+            loadavg_1m: None,
+            max_jobs: (r.experiment == "single").then_some(2),
+        });
+    }
+    write_results(dir.path(), &records);
+    let summary = write_report(dir.path(), &ReportOptions::default()).expect("one policy");
+    let report = std::fs::read_to_string(summary.report_path).expect("report.md");
+    assert!(
+        report.contains("- Load: `--jobs 16` on 2 CPUs; experiments with a limit of their own")
+            && report.contains("`single` at most 2"),
+        "{report}"
+    );
+
+    let first_single = records
+        .iter_mut()
+        .find(|r| r.experiment == "single")
+        .expect("a single record");
+    first_single.load.as_mut().expect("load").max_jobs = None;
+    write_results(dir.path(), &records);
+    match write_report(dir.path(), &ReportOptions::default()) {
+        Err(error @ ReportError::MixedLoad { .. }) => {
+            let text = error.to_string();
+            assert!(
+                text.contains("`single` without a limit of its own (1 records)")
+                    && text.contains("`single` at most 2 at once (5 records)"),
                 "{text}"
             );
         }

@@ -1,6 +1,7 @@
 //! Runs a plan: each point builds a fresh topology with a unique tag, starts its case's proxy,
 //! runs the workload, writes one [`RunRecord`] line (flushed), and tears everything down. Several
-//! points run at once (`jobs`); a failed point is recorded with `ok = false` and the run goes on.
+//! points run at once (`jobs`, and an experiment's own `max_jobs`, see `admission`); a failed
+//! point is recorded with `ok = false` and the run goes on.
 //!
 //! The case's proxy is in `proxy`; each workload kind's run is one impl in `workloads`.
 
@@ -9,8 +10,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -21,9 +21,11 @@ use crate::cases::{self, Placement};
 use crate::plan::{skeleton_record, Point};
 use crate::scenario::{Case, CaseKind, RouteTuning, Scenario};
 
+mod admission;
 mod proxy;
 mod workloads;
 
+use admission::Admission;
 use proxy::{remove_squid_segments, start_proxies, stop_proxies};
 use workloads::{measured, PointContext, WorkloadOutcome};
 
@@ -70,22 +72,25 @@ pub(crate) fn run_points(
         .open(results)
         .with_context(|| format!("cannot open {}", results.display()))?;
     let _held = hold_bpf_congestion_controls(points);
-    let next = AtomicUsize::new(0);
+    let queue = PointQueue {
+        state: Mutex::new((0, Admission::new(jobs))),
+        changed: Condvar::new(),
+    };
     let (sender, receiver) = mpsc::channel::<RunRecord>();
     let mut written = Vec::with_capacity(points.len());
     std::thread::scope(|scope| -> anyhow::Result<()> {
         for worker in 0..jobs.max(1).min(points.len().max(1)) {
             let sender = sender.clone();
-            let next = &next;
+            let queue = &queue;
             std::thread::Builder::new()
                 .name(format!("lab-worker-{worker}"))
-                .spawn_scoped(scope, move || loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(point) = points.get(index) else {
-                        break;
-                    };
-                    if sender.send(run_point(context, point)).is_err() {
-                        break;
+                .spawn_scoped(scope, move || {
+                    while let Some(point) = queue.next_point(points) {
+                        let record = run_point(context, point);
+                        queue.finished(point);
+                        if sender.send(record).is_err() {
+                            break;
+                        }
                     }
                 })
                 .context("cannot start a worker thread")?;
@@ -102,6 +107,41 @@ pub(crate) fn run_points(
         Ok(())
     })?;
     Ok(written)
+}
+
+/// The points not started yet (an index into the plan) and the ones running, shared by the
+/// workers: a worker waits until the next point may start ([`Admission`]).
+struct PointQueue {
+    state: Mutex<(usize, Admission)>,
+    changed: Condvar,
+}
+
+impl PointQueue {
+    fn lock(&self) -> MutexGuard<'_, (usize, Admission)> {
+        // A worker that panicked left the counts as they were; the rest go on with them.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next point in plan order once it may start, or `None` when every point has started.
+    /// Each wait ends when a running point finishes, and points are finite, so this returns.
+    fn next_point<'p>(&self, points: &'p [Point]) -> Option<&'p Point> {
+        let mut state = self.lock();
+        loop {
+            let (next, admission) = &mut *state;
+            let point = points.get(*next)?;
+            if admission.can_start(point.max_jobs) {
+                admission.start(point.max_jobs);
+                *next += 1;
+                return Some(point);
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn finished(&self, point: &Point) {
+        self.lock().1.finish(point.max_jobs);
+        self.changed.notify_all();
+    }
 }
 
 /// Registers midway's BPF congestion controls that the points' profiles name, for the whole
@@ -157,6 +197,9 @@ pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
         cpus: std::thread::available_parallelism()
             .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         loadavg_1m: one_minute_load(),
+        max_jobs: point
+            .max_jobs
+            .map(|limit| u32::try_from(limit.min(context.jobs)).unwrap_or(u32::MAX)),
     });
     let point_dir = context.out_dir.join("points").join(format!(
         "{:05}-{}-{}-r{}",

@@ -470,6 +470,11 @@ pub struct ExperimentFile {
     /// Measurements of every point (default 1).
     #[serde(default = "one")]
     pub repetitions: Spanned<u32>,
+    /// At most this many topologies are measured at once while a point of this experiment
+    /// runs, whatever `--jobs` says: for experiments whose flows are fast enough that sharing
+    /// the CPUs moves their results (`--check-concurrency` shows which). Recorded in each record.
+    #[serde(default)]
+    pub max_jobs: Option<Spanned<u32>>,
     /// Fixed overrides for this experiment.
     #[serde(default)]
     pub set: OverridesFile,

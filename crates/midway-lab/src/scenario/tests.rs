@@ -506,3 +506,19 @@ fn a_competing_flow_needs_a_duration_and_a_port_of_its_own() {
         "{error}"
     );
 }
+
+#[test]
+fn an_experiments_own_limit_is_read_and_zero_is_refused() {
+    let limited = "[[experiments]]\nname = \"alone\"\ncases = [\"direct\"]\nmax_jobs = 2\n";
+    let loaded =
+        LoadedScenario::from_text(Path::new("web.toml"), format!("{WEB}{limited}")).unwrap();
+    let max_jobs = loaded.file.experiments[1].max_jobs.as_ref().unwrap();
+    assert_eq!(*max_jobs.get_ref(), 2);
+    let error = LoadedScenario::from_text(
+        Path::new("web.toml"),
+        format!("{WEB}{}", limited.replace("= 2", "= 0")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("max_jobs must be at least 1"), "{error}");
+}

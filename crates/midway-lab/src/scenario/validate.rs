@@ -444,6 +444,9 @@ pub(super) fn validate_experiments(file: &ScenarioFile, base: &Scenario) -> Resu
                 "repetitions must be at least 1".into(),
             ));
         }
+        if let Some(max_jobs) = experiment.max_jobs.as_ref().filter(|m| *m.get_ref() == 0) {
+            return Err((max_jobs.span(), "max_jobs must be at least 1".into()));
+        }
         if experiment.cases.is_empty() {
             return Err((
                 experiment.name.span(),

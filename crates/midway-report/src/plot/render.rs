@@ -93,6 +93,30 @@ fn draw<DB: DrawingBackend>(
     root.present()
 }
 
+/// Space around the chart, in pixels.
+const CHART_MARGIN: u32 = 16;
+/// The caption's font size and the smallest it may shrink to.
+const CAPTION_SIZE: u32 = 26;
+const CAPTION_MIN_SIZE: u32 = 12;
+
+/// The largest caption size at which the title fits the plot's width. A title names the
+/// experiment, the swept parameter and the run's kind, and plotters centres it and cuts what
+/// does not fit at both ends, which hid the experiment's name on long ones.
+fn caption_font_size<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+) -> Result<u32, DrawingAreaErrorKind<DB::ErrorType>> {
+    let available = root.dim_in_pixel().0.saturating_sub(2 * CHART_MARGIN);
+    for size in (CAPTION_MIN_SIZE..=CAPTION_SIZE).rev() {
+        let (width, _) =
+            root.estimate_text_size(title, &("sans-serif", size).into_text_style(root))?;
+        if width <= available {
+            return Ok(size);
+        }
+    }
+    Ok(CAPTION_MIN_SIZE)
+}
+
 /// Draws frame, mesh, series, reference lines and legend on any x coordinate (linear, log,
 /// categories).
 fn draw_chart<DB, X>(
@@ -108,9 +132,10 @@ where
 {
     let bars = figure.bars;
     let legend_position = legend_side(&figure.series);
+    let caption_size = caption_font_size(root, &figure.title)?;
     let mut chart = ChartBuilder::on(root)
-        .caption(&figure.title, ("sans-serif", 26))
-        .margin(16)
+        .caption(&figure.title, ("sans-serif", caption_size))
+        .margin(CHART_MARGIN)
         .x_label_area_size(54)
         .y_label_area_size(72)
         .build_cartesian_2d(x_range, figure.y_range.clone())?;
