@@ -58,6 +58,25 @@ label = "loss"
 values = [{ bernoulli = 0.0 }, { bernoulli = 0.02 }]
 "#;
 
+/// The options `midway lab run SCENARIO --out OUT --jobs JOBS [--resume]` gives the library.
+fn options(
+    scenario: std::path::PathBuf,
+    out: std::path::PathBuf,
+    jobs: usize,
+    resume: bool,
+) -> RunOptions {
+    RunOptions {
+        scenario,
+        out: Some(out),
+        plan: PlanOptions::default(),
+        jobs,
+        resume,
+        keep_point_dirs: false,
+        progress: false,
+        allow_dirty: false,
+    }
+}
+
 /// Tests of this file run one at a time: each checks that no namespace of this process is left,
 /// which another test's live topology would break.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -75,17 +94,7 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
     let scenario = dir.path().join("runner-test.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     let out = dir.path().join("out");
-    let summary = run(&RunOptions {
-        scenario: scenario.clone(),
-        out: Some(out.clone()),
-        plan: PlanOptions::default(),
-        jobs: 3,
-        resume: false,
-        keep_point_dirs: false,
-        progress: false,
-        allow_dirty: false,
-    })
-    .unwrap();
+    let summary = run(&options(scenario.clone(), out.clone(), 3, false)).unwrap();
     assert_eq!(summary.records, 6);
     for record in &summary.records_written {
         eprintln!(
@@ -121,18 +130,7 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
         .iter()
         .all(|r| r.load.as_ref().is_some_and(|l| l.jobs == 3)));
     // Resuming with another --jobs would mix load policies in one report: refused.
-    let resume = |jobs: usize| {
-        run(&RunOptions {
-            scenario: scenario.clone(),
-            out: Some(out.clone()),
-            plan: PlanOptions::default(),
-            jobs,
-            resume: true,
-            keep_point_dirs: false,
-            progress: false,
-            allow_dirty: false,
-        })
-    };
+    let resume = |jobs: usize| run(&options(scenario.clone(), out.clone(), jobs, true));
     let refused = resume(2).expect_err("another --jobs");
     assert!(
         refused.to_string().contains("measured with --jobs 3"),
@@ -160,17 +158,7 @@ fn an_experiment_with_its_own_limit_runs_and_records_it() {
     let scenario = dir.path().join("runner-limit-test.toml");
     let limited = "\n[[experiments]]\nname = \"alone\"\ncases = [\"direct\"]\nrepetitions = 2\nmax_jobs = 1\n";
     std::fs::write(&scenario, format!("{SCENARIO}{limited}")).unwrap();
-    let summary = run(&RunOptions {
-        scenario,
-        out: Some(dir.path().join("out")),
-        plan: PlanOptions::default(),
-        jobs: 3,
-        resume: false,
-        keep_point_dirs: false,
-        progress: false,
-        allow_dirty: false,
-    })
-    .unwrap();
+    let summary = run(&options(scenario, dir.path().join("out"), 3, false)).unwrap();
     assert_eq!(summary.records, 8);
     for record in &summary.records_written {
         assert!(record.ok, "{} failed: {:?}", record.case, record.error);
@@ -244,17 +232,7 @@ fn a_command_workload_runs_in_its_hosts_and_reports_its_metric_lines() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("command-test.toml");
     std::fs::write(&scenario, COMMAND_SCENARIO).unwrap();
-    let summary = run(&RunOptions {
-        scenario,
-        out: Some(dir.path().join("out")),
-        plan: PlanOptions::default(),
-        jobs: 2,
-        resume: false,
-        keep_point_dirs: false,
-        progress: false,
-        allow_dirty: false,
-    })
-    .unwrap();
+    let summary = run(&options(scenario, dir.path().join("out"), 2, false)).unwrap();
     assert_eq!(summary.records, 2);
     for record in &summary.records_written {
         assert!(record.ok, "{} failed: {:?}", record.case, record.error);
@@ -332,17 +310,7 @@ fn web_pages_load_direct_through_a_forward_proxy_and_through_squid() {
         )
     };
     std::fs::write(&scenario, text).unwrap();
-    let summary = run(&RunOptions {
-        scenario,
-        out: Some(dir.path().join("out")),
-        plan: PlanOptions::default(),
-        jobs: 3,
-        resume: false,
-        keep_point_dirs: false,
-        progress: false,
-        allow_dirty: false,
-    })
-    .unwrap();
+    let summary = run(&options(scenario, dir.path().join("out"), 3, false)).unwrap();
     assert_eq!(summary.records, if with_squid { 3 } else { 2 });
     for record in &summary.records_written {
         assert!(record.ok, "{} failed: {:?}", record.case, record.error);
