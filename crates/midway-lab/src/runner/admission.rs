@@ -6,6 +6,13 @@
 //! Starting in plan order matters: if later points could overtake a limited one, a stream of
 //! unlimited points would keep the machine busy and the limited point would wait for ever.
 
+/// The number of points that may run at once while a point with `max_jobs` runs, in a run of
+/// `jobs`: its own limit, never above `jobs`, at least 1.
+pub(crate) fn limit_under(jobs: usize, max_jobs: Option<usize>) -> usize {
+    let jobs = jobs.max(1);
+    max_jobs.map_or(jobs, |own| own.clamp(1, jobs))
+}
+
 /// The points running now, as the limit each runs under.
 #[derive(Debug)]
 pub(crate) struct Admission {
@@ -24,7 +31,7 @@ impl Admission {
 
     /// The number of points that may run at once while a point with `max_jobs` runs.
     pub(crate) fn limit(&self, max_jobs: Option<usize>) -> usize {
-        max_jobs.map_or(self.jobs, |own| own.clamp(1, self.jobs))
+        limit_under(self.jobs, max_jobs)
     }
 
     /// Whether a point with `max_jobs` may start now: one more running point must stay within

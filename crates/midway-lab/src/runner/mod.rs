@@ -197,9 +197,9 @@ pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
         cpus: std::thread::available_parallelism()
             .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         loadavg_1m: one_minute_load(),
-        max_jobs: point
-            .max_jobs
-            .map(|limit| u32::try_from(limit.min(context.jobs)).unwrap_or(u32::MAX)),
+        max_jobs: point.max_jobs.map(|_| {
+            u32::try_from(admission::limit_under(context.jobs, point.max_jobs)).unwrap_or(u32::MAX)
+        }),
     });
     let point_dir = context.out_dir.join("points").join(format!(
         "{:05}-{}-{}-r{}",
