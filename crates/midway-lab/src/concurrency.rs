@@ -80,7 +80,7 @@ fn by_cell(records: &[RunRecord]) -> BTreeMap<CellKey, BTreeMap<u32, f64>> {
     let mut cells: BTreeMap<CellKey, BTreeMap<u32, f64>> = BTreeMap::new();
     for record in records
         .iter()
-        .filter(|r| r.ok && r.throughput_bps.is_finite())
+        .filter(|r| r.counts() && r.throughput_bps.is_finite())
     {
         cells
             .entry(cell_key(record))

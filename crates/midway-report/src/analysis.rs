@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
-use crate::record::RunRecord;
+use crate::record::{LeftOut, RunRecord};
 use crate::stats::{self, PositiveShare, Spread};
 
 /// Name of the `extra` measurement that marks a web experiment: the mean page load time of a
@@ -50,6 +50,9 @@ pub(crate) struct Analysis {
     pub records: usize,
     /// Records with `ok = false`, in file order; they are left out of every statistic.
     pub failed: Vec<FailedRun>,
+    /// Successful records whose warm-ups left no tcp_metrics entry for the client
+    /// ([`LeftOut::NoWarmupEntry`]), in file order; also left out of every statistic.
+    pub no_warmup_entry: Vec<FailedRun>,
     /// Experiments in order of first appearance.
     pub experiments: Vec<Experiment>,
 }
@@ -98,7 +101,8 @@ fn source_trees(records: &[RunRecord]) -> Vec<SourceTree> {
     trees
 }
 
-/// A run that failed, as listed in the report header.
+/// A run left out of the statistics (it failed, or measured a first connection where the
+/// experiment measures a returning client), as listed below the report header.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FailedRun {
     pub experiment: String,
@@ -106,7 +110,26 @@ pub(crate) struct FailedRun {
     pub params: String,
     pub repetition: u32,
     pub seed: u64,
+    /// Why it is left out ([`LeftOut::text`]).
     pub error: String,
+}
+
+/// The records left out for a reason `wanted` accepts, in file order.
+fn left_out_runs(records: &[RunRecord], wanted: fn(&LeftOut) -> bool) -> Vec<FailedRun> {
+    records
+        .iter()
+        .filter_map(|r| {
+            let reason = r.left_out().filter(wanted)?;
+            Some(FailedRun {
+                experiment: r.experiment.clone(),
+                case: r.case.clone(),
+                params: params_text(&r.params),
+                repetition: r.repetition,
+                seed: r.seed,
+                error: reason.text(),
+            })
+        })
+        .collect()
 }
 
 /// One experiment: one plot and one table.
@@ -152,7 +175,8 @@ pub(crate) struct Sample {
     pub throughput_mbps: f64,
 }
 
-/// All successful runs of one case at one point.
+/// All runs of one case at one point that count ([`RunRecord::counts`]: successful, and a
+/// returning client's where the experiment warms up).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CaseRow {
     /// The parameters besides the swept one that vary inside the experiment, as `k=v, k=v`
@@ -164,7 +188,7 @@ pub(crate) struct CaseRow {
     pub sweep_number: Option<f64>,
     pub case: String,
     pub is_baseline: bool,
-    /// Successful runs, in file order.
+    /// Runs that count, in file order.
     pub samples: Vec<Sample>,
     /// Throughput quartiles in Mbit/s; `None` when no run succeeded.
     pub throughput_mbps: Option<Spread>,
@@ -235,21 +259,8 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
         entry.push(record);
     }
 
-    let failed = records
-        .iter()
-        .filter(|r| !r.ok)
-        .map(|r| FailedRun {
-            experiment: r.experiment.clone(),
-            case: r.case.clone(),
-            params: params_text(&r.params),
-            repetition: r.repetition,
-            seed: r.seed,
-            error: r
-                .error
-                .clone()
-                .unwrap_or_else(|| "(no error recorded)".to_string()),
-        })
-        .collect();
+    let failed = left_out_runs(records, |why| matches!(why, LeftOut::Failed(_)));
+    let no_warmup_entry = left_out_runs(records, |why| *why == LeftOut::NoWarmupEntry);
 
     Analysis {
         scenarios: distinct(records.iter().map(|r| r.scenario.as_str())),
@@ -278,6 +289,7 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
         last_start: records.iter().map(|r| &r.started_at).max().cloned(),
         records: records.len(),
         failed,
+        no_warmup_entry,
         experiments: experiment_order
             .iter()
             .map(|name| analyse_experiment(name, &by_experiment[name], baseline_case))
@@ -404,7 +416,7 @@ fn analyse_experiment(name: &str, records: &[&RunRecord], baseline_case: &str) -
 
     let mut endpoints = BTreeSet::new();
     let mut extra_names = BTreeSet::new();
-    for record in records.iter().filter(|r| r.ok) {
+    for record in records.iter().filter(|r| r.counts()) {
         endpoints.extend(record.retransmits.keys().cloned());
         extra_names.extend(record.extra.keys().cloned());
     }
@@ -477,7 +489,7 @@ fn bytes_text(bytes: f64) -> String {
 fn throughput_by_repetition(group: &[&RunRecord]) -> BTreeMap<u32, f64> {
     group
         .iter()
-        .filter(|r| r.ok)
+        .filter(|r| r.counts())
         .map(|r| (r.repetition, r.throughput_bps / BITS_PER_MEGABIT))
         .collect()
 }
@@ -491,7 +503,7 @@ fn case_row(
     group: &[&RunRecord],
     baseline_by_rep: Option<&BTreeMap<u32, f64>>,
 ) -> CaseRow {
-    let ok: Vec<&RunRecord> = group.iter().copied().filter(|r| r.ok).collect();
+    let ok: Vec<&RunRecord> = group.iter().copied().filter(|r| r.counts()).collect();
     let samples: Vec<Sample> = ok
         .iter()
         .map(|r| Sample {
@@ -633,6 +645,37 @@ mod tests {
             quick: None,
             load: None,
         }
+    }
+
+    #[test]
+    fn a_run_whose_warm_up_left_no_cache_entry_counts_nowhere() {
+        let warmed = |case: &str, rep: u32, mbps: f64, cached: f64| {
+            let mut r = record(case, 0.05, 20, rep, mbps);
+            r.extra
+                .insert(crate::record::WARMUP_CACHED_METRIC.into(), cached);
+            r
+        };
+        let records = vec![
+            warmed("direct", 0, 10.0, 1.0),
+            warmed("midway", 0, 12.0, 1.0),
+            warmed("direct", 1, 10.0, 1.0),
+            // Its warm-ups left no entry: a first connection, slower, and not what is measured.
+            warmed("midway", 1, 2.0, 0.0),
+            warmed("direct", 2, 10.0, 1.0),
+            warmed("midway", 2, 14.0, 1.0),
+        ];
+        let analysis = analyse(&records, "direct");
+        assert!(analysis.failed.is_empty());
+        assert_eq!(analysis.no_warmup_entry.len(), 1);
+        assert_eq!(analysis.no_warmup_entry[0].repetition, 1);
+        assert!(analysis.no_warmup_entry[0]
+            .error
+            .contains("first connection"));
+        let midway = &analysis.experiments[0].rows[1];
+        assert_eq!(midway.case, "midway");
+        assert_eq!(midway.samples.len(), 2);
+        assert_eq!(midway.throughput_mbps.map(|s| s.median), Some(13.0));
+        assert_eq!(midway.paired_gains.len(), 2);
     }
 
     #[test]

@@ -27,7 +27,9 @@ use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 pub use plot::{PngError, SvgError};
-pub use record::{RunLoad, RunRecord, RESULTS_FILE, TREE_CLEAN, TREE_DIRTY_PREFIX};
+pub use record::{
+    LeftOut, RunLoad, RunRecord, RESULTS_FILE, TREE_CLEAN, TREE_DIRTY_PREFIX, WARMUP_CACHED_METRIC,
+};
 
 /// File name of the markdown report inside a run's output folder.
 pub const REPORT_FILE: &str = "report.md";

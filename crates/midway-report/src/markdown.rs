@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Analysis, CaseRow, Experiment, PAGE_LOAD_METRIC};
+use crate::analysis::{Analysis, CaseRow, Experiment, FailedRun, PAGE_LOAD_METRIC};
 use crate::stats::PositiveShare;
 use crate::ReportOptions;
 
@@ -58,7 +58,7 @@ pub(crate) fn render_with(
         );
     }
     header(&mut out, analysis, opts, warnings);
-    failed_runs(&mut out, analysis);
+    runs_left_out(&mut out, analysis);
     let no_plots = ExperimentPlots::default();
     for (index, experiment) in analysis.experiments.iter().enumerate() {
         experiment_section(&mut out, experiment, plots.get(index).unwrap_or(&no_plots));
@@ -147,9 +147,13 @@ fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions, warnings:
     if let (Some(first), Some(last)) = (&analysis.first_start, &analysis.last_start) {
         let _ = writeln!(out, "- Runs started: {first} to {last}");
     }
+    let without_entry = match analysis.no_warmup_entry.len() {
+        0 => String::new(),
+        n => format!(", {n} left out: no returning client, see \"Runs left out\""),
+    };
     let _ = writeln!(
         out,
-        "- Records: {} ({} failed)",
+        "- Records: {} ({} failed{without_entry})",
         analysis.records,
         analysis.failed.len()
     );
@@ -170,16 +174,30 @@ fn header(out: &mut String, analysis: &Analysis, opts: &ReportOptions, warnings:
     );
 }
 
-fn failed_runs(out: &mut String, analysis: &Analysis) {
-    if analysis.failed.is_empty() {
+fn runs_left_out(out: &mut String, analysis: &Analysis) {
+    runs_table(out, "## Failed runs\n", "error", &analysis.failed);
+    runs_table(
+        out,
+        "## Runs left out\n\nThese runs succeeded, but their warm-up transfers (up to the lab's \
+         limit) left no tcp_metrics entry for the client at the local segment's sender: Linux \
+         caches no connection that closes in retransmission backoff. Their measured connection \
+         started as a first connection, so it does not measure the returning client its \
+         experiment is about, and no number of this report counts it.\n",
+        "reason",
+        &analysis.no_warmup_entry,
+    );
+}
+
+fn runs_table(out: &mut String, heading: &str, reason: &str, runs: &[FailedRun]) {
+    if runs.is_empty() {
         return;
     }
-    let _ = writeln!(out, "## Failed runs\n");
+    let _ = writeln!(out, "{heading}");
     let _ = writeln!(
         out,
-        "| experiment | case | parameters | repetition | seed | error |\n|---|---|---|---|---|---|"
+        "| experiment | case | parameters | repetition | seed | {reason} |\n|---|---|---|---|---|---|"
     );
-    for run in &analysis.failed {
+    for run in runs {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} |",

@@ -81,6 +81,33 @@ pub struct RunLoad {
     pub max_jobs: Option<u32>,
 }
 
+/// Name of the `extra` measurement of a run with a warm-up transfer: 1 when the local segment's
+/// sender had cached the client (tcp_metrics) before the measured connection, 0 when not.
+pub const WARMUP_CACHED_METRIC: &str = "warmup_metrics_cached";
+
+/// Why a record counts in no statistic of a report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeftOut {
+    /// The run failed; the lab's error.
+    Failed(String),
+    /// The run's warm-ups left no tcp_metrics entry for the client, so its measured connection
+    /// started as a first connection, not as the returning client's the experiment measures
+    /// (knobs such as the duplicate-ACK threshold reach only a returning client).
+    NoWarmupEntry,
+}
+
+impl LeftOut {
+    /// The reason as a report prints it.
+    pub fn text(&self) -> String {
+        match self {
+            Self::Failed(error) => error.clone(),
+            Self::NoWarmupEntry => "the warm-ups left no tcp_metrics entry for the client: the \
+                                    measured connection started as a first connection"
+                .to_string(),
+        }
+    }
+}
+
 /// [`RunRecord::tree`] of a run from a tree without uncommitted changes.
 pub const TREE_CLEAN: &str = "clean";
 /// Prefix of [`RunRecord::tree`] of a run from a tree with uncommitted changes.
@@ -110,6 +137,20 @@ mod null_as_nan {
 }
 
 impl RunRecord {
+    /// Why this record is left out of every statistic, or `None` when it counts.
+    pub fn left_out(&self) -> Option<LeftOut> {
+        if !self.ok {
+            let error = self.error.as_deref().unwrap_or("(no error recorded)");
+            return Some(LeftOut::Failed(error.to_string()));
+        }
+        (self.extra.get(WARMUP_CACHED_METRIC) == Some(&0.0)).then_some(LeftOut::NoWarmupEntry)
+    }
+
+    /// Whether this record counts in a report's statistics (see [`RunRecord::left_out`]).
+    pub fn counts(&self) -> bool {
+        self.left_out().is_none()
+    }
+
     /// Key that identifies one point of one sweep, used to resume an interrupted run.
     pub fn resume_key(&self) -> String {
         let params = serde_json::to_string(&self.params).unwrap_or_default();

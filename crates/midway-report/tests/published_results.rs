@@ -35,3 +35,42 @@ fn the_summary_quotes_every_reports_verdict_counts() {
     }
     assert!(reports >= 5, "only {reports} reports with a claims table");
 }
+
+/// Reports whose records are not all known to come from a clean commit, each with why. Issue 18
+/// asks every committed report to be made from clean commits; an entry here is a gap the
+/// project knows about, not an exception to the rule.
+const NOT_KNOWN_CLEAN: &[(&str, &str)] = &[(
+    "overlay",
+    "its records predate the lab's tree field: each of its three commits was clean when it ran \
+     (overlay/README.md says which figure came from which), but the records cannot show it",
+)];
+
+#[test]
+fn every_report_names_its_source_trees_and_they_are_clean() {
+    let dir = results_dir();
+    let mut reports = 0;
+    for entry in fs::read_dir(&dir).expect("docs/results") {
+        let folder = entry.expect("entry").path();
+        let Ok(report) = fs::read_to_string(folder.join("report.md")) else {
+            continue;
+        };
+        reports += 1;
+        let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+        let trees = report
+            .lines()
+            .find_map(|l| l.strip_prefix("- Source trees: "))
+            .unwrap_or_else(|| panic!("{name}/report.md names no source trees"));
+        let all_clean = trees.split("; ").all(|tree| tree.contains(" clean: "));
+        match NOT_KNOWN_CLEAN.iter().find(|(known, _)| *known == name) {
+            None => assert!(
+                all_clean,
+                "{name}/report.md has records from trees not known to be clean: {trees}"
+            ),
+            Some((_, why)) => assert!(
+                !all_clean,
+                "{name}/report.md is now from clean trees only; take it off NOT_KNOWN_CLEAN ({why})"
+            ),
+        }
+    }
+    assert!(reports >= 6, "only {reports} reports under docs/results");
+}

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -252,6 +252,8 @@ struct Measurement {
 struct Addresses {
     /// Server address on its link toward the client side.
     server: SocketAddr,
+    /// Client address on its link toward the server side (what the first hop's peer sees).
+    client: IpAddr,
     /// The place of every host of the case's proxies on the path, in the path's order: one per
     /// chain host, else the case's host's (empty when that host is not on the path).
     placements: Vec<Placement>,
@@ -270,6 +272,7 @@ fn addresses(
     let server_neighbour = &path[path.len() - 2];
     let server_ip = topology.try_addr(&scenario.server, server_neighbour)?;
     let server = SocketAddr::new(server_ip, port);
+    let client = topology.try_addr(&path[0], &path[1])?;
     let placement_of = |host: &str, spool_dir: PathBuf| -> anyhow::Result<Option<Placement>> {
         let Some(position) = path.iter().position(|h| h == host).filter(|&p| p > 0) else {
             return Ok(None);
@@ -299,7 +302,11 @@ fn addresses(
             .into_iter()
             .collect(),
     };
-    Ok(Addresses { server, placements })
+    Ok(Addresses {
+        server,
+        client,
+        placements,
+    })
 }
 
 fn measure(context: &RunContext, point: &Point, point_dir: &Path) -> anyhow::Result<Measurement> {
@@ -369,6 +376,7 @@ fn measure_in(
         placement: placement.as_ref(),
         target,
         server: addresses.server,
+        client: addresses.client,
         point_dir,
         spawn_options: &spawn_options,
     })?;

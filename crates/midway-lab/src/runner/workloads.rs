@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use midway_labnet::{HostChild, SpawnOptions, Topology};
+use midway_report::WARMUP_CACHED_METRIC;
 
 use super::{listening_ports, log_tail, netstat_all, Measurement, NetstatCounters};
 use super::{READY_POLL_INTERVAL, READY_POLL_TRIES};
@@ -36,6 +37,8 @@ pub(super) struct PointContext<'a> {
     pub target: SocketAddr,
     /// The server's own address on its link toward the client side.
     pub server: SocketAddr,
+    /// The client's own address on its link toward the server side.
+    pub client: IpAddr,
     pub point_dir: &'a Path,
     /// Options every program of the point is spawned with (see [`MeasuredWorkload::spawn_options`]).
     pub spawn_options: &'a SpawnOptions,
@@ -243,7 +246,7 @@ impl MeasuredWorkload for BulkWorkload {
         }
         if let Some(cached) = warmup_cached {
             m.extra
-                .insert("warmup_metrics_cached".into(), f64::from(u8::from(cached)));
+                .insert(WARMUP_CACHED_METRIC.into(), f64::from(u8::from(cached)));
         }
         if let Some(warmups) = warmups {
             m.extra.insert("warmups".into(), f64::from(warmups));
@@ -420,11 +423,7 @@ fn warm_up(
     } else {
         point.case.host.clone()
     };
-    let path = scenario
-        .path(&scenario.client, &scenario.server)
-        .context("no path from client to server")?;
-    let client_ip = topology.try_addr(&scenario.client, &path[1])?;
-    let cached = wait_tcp_metrics(topology, &sender, client_ip, Duration::from_secs(3));
+    let cached = wait_tcp_metrics(topology, &sender, point.client, Duration::from_secs(3));
     Ok(Warmup {
         cached: cached.is_some(),
         reordering: cached

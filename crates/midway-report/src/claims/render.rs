@@ -87,10 +87,21 @@ fn table(rows: &[ClaimRow]) -> String {
 }
 
 /// The markdown sections: the claims file's problems (if any), the paper's claims, midway's
-/// targets.
+/// targets. A file with targets only (a probe of midway's own, no paper) has no paper section and
+/// no [`VERDICTS_LINE`], so it never passes for a reproduction.
 pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow]) -> String {
     let mut text = String::new();
-    let _ = writeln!(text, "## Paper vs lab: {}\n", file.paper);
+    const TARGETS_HEADING: &str = "## midway's targets (not the paper's findings)";
+    if claims.is_empty() {
+        let _ = writeln!(text, "{TARGETS_HEADING}\n");
+        let _ = writeln!(
+            text,
+            "From: {}. No claim of a paper is checked here.\n",
+            file.paper
+        );
+    } else {
+        let _ = writeln!(text, "## Paper vs lab: {}\n", file.paper);
+    }
     let problems = file.problems();
     if !problems.is_empty() {
         let _ = writeln!(text, "Problems in the claims file:\n");
@@ -100,10 +111,14 @@ pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow
         text.push('\n');
     }
     let _ = writeln!(text, "{HOW_TO_READ}\n");
-    let _ = writeln!(text, "{VERDICTS_LINE} {}.\n", counts(claims));
-    text.push_str(&table(claims));
+    if !claims.is_empty() {
+        let _ = writeln!(text, "{VERDICTS_LINE} {}.\n", counts(claims));
+        text.push_str(&table(claims));
+        if !targets.is_empty() {
+            let _ = writeln!(text, "\n{TARGETS_HEADING}\n");
+        }
+    }
     if !targets.is_empty() {
-        let _ = writeln!(text, "\n## midway's targets (not the paper's findings)\n");
         let _ = writeln!(text, "Verdicts of the targets: {}.\n", counts(targets));
         text.push_str(&table(targets));
     }

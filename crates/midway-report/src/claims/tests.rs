@@ -705,3 +705,37 @@ open_side = "a target is a threshold"
         "{text}"
     );
 }
+
+#[test]
+fn a_file_of_targets_only_has_no_paper_section() {
+    let file = parse(
+        r#"paper = "midway's own probe"
+[[targets]]
+figure = "issue 4"
+experiment = "e"
+says = "proxy beats direct"
+[targets.check]
+a = { case = "proxy", x = 0 }
+b = { case = "direct", x = 0 }
+op = ">"
+value = 1.0
+open_side = "the issue asks only to beat it"
+"#,
+    )
+    .expect("valid");
+    let text = append_table(&file, &paired_runs(&[20.0; 3], &[10.0; 3]), String::new());
+    assert!(!text.contains("Paper vs lab"), "{text}");
+    assert!(!text.contains(VERDICTS_LINE), "{text}");
+    assert!(
+        text.contains(
+            "## midway's targets (not the paper's findings)\n\nFrom: midway's own probe."
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Verdicts of the targets: 1 agree, 0 inconclusive, 0 disagree, 0 not tested."
+        ),
+        "{text}"
+    );
+}
