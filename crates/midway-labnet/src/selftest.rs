@@ -4,7 +4,11 @@
 //! Link a—b: both directions get the rate and the one-way delay; only a->b gets the data loss, so
 //! the three measurements do not disturb each other:
 //! - RTT: UDP echo a->b->a with 98-byte frames (like `ping`), spaced so that they never queue;
-//!   expected = 2 x (delay + serialisation of one frame). Median compared, goal 0.5 ms.
+//!   expected = 2 x (delay + serialisation of one frame). Median compared, goal 0.5 ms. Measured
+//!   from the probe's send to the kernel's receive timestamp of its echo (`SO_TIMESTAMPNS`),
+//!   less the time the echo spent in the echoing thread, as `ping` does with the kernel's echo:
+//!   the wake-ups of the two measuring threads are the apparatus, not the link, and on an idle
+//!   virtual machine they alone came to a few hundred microseconds.
 //! - Rate: TCP bulk b->a (the lossless direction; a's pure ACKs are not subject to data loss) with
 //!   CUBIC and a bounded send buffer, so the emulator's queue never empties and never overflows;
 //!   goodput after a warm-up vs rate x MSS / (MTU + 14), goal 3 %.
@@ -454,18 +458,76 @@ fn measure_err(host: &'static str) -> impl Fn(std::io::Error) -> LabNetError {
 }
 
 /// A thread in b echoing UDP datagrams until `stop`.
+/// Bytes of an RTT probe that carry its sequence number, then (in the echo) the nanoseconds the
+/// echo spent between the kernel's receive timestamp and its reply.
+const PROBE_SEQ: std::ops::Range<usize> = 0..4;
+const PROBE_HOLD_NS: std::ops::Range<usize> = 4..12;
+
+/// The wall clock (CLOCK_REALTIME, the clock of `SO_TIMESTAMPNS`) as time since the epoch.
+fn realtime_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// Receives one datagram with the kernel's receive time (`SO_TIMESTAMPNS`, which `socket` must
+/// have on): its length, sender and that time since the epoch.
+fn recv_timestamped(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr, Duration)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
+    use std::os::fd::AsRawFd;
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    let stamp = msg
+        .cmsgs()
+        .map_err(std::io::Error::from)?
+        .find_map(|cmsg| match cmsg {
+            ControlMessageOwned::ScmTimestampns(ts) => Some(Duration::new(
+                u64::try_from(ts.tv_sec()).unwrap_or(0),
+                u32::try_from(ts.tv_nsec()).unwrap_or(0),
+            )),
+            _ => None,
+        })
+        .ok_or_else(|| std::io::Error::other("no kernel receive timestamp (SO_TIMESTAMPNS)"))?;
+    let from = msg
+        .address
+        .and_then(|a| a.as_sockaddr_in().map(|v4| SocketAddr::V4((*v4).into())))
+        .ok_or_else(|| std::io::Error::other("datagram without an IPv4 sender"))?;
+    Ok((msg.bytes, from, stamp))
+}
+
+fn timestamp_receptions(socket: &UdpSocket) -> std::io::Result<()> {
+    nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::ReceiveTimestampns, &true)
+        .map_err(std::io::Error::from)
+}
+
+/// Echoes each probe, writing into it how long it waited here after the kernel received it.
 fn udp_echo(
     socket: UdpSocket,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<std::io::Result<()>> {
     std::thread::spawn(move || {
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
+        timestamp_receptions(&socket)?;
         let mut buf = [0u8; 2048];
         while !stop.load(Ordering::Relaxed) {
-            match socket.recv_from(&mut buf) {
-                Ok((n, from)) => {
+            match recv_timestamped(&socket, &mut buf) {
+                Ok((n, from, received)) if n >= PROBE_HOLD_NS.end => {
+                    let held = realtime_now().saturating_sub(received);
+                    let held_ns = u64::try_from(held.as_nanos()).unwrap_or(u64::MAX);
+                    buf[PROBE_HOLD_NS].copy_from_slice(&held_ns.to_be_bytes());
                     socket.send_to(&buf[..n], from)?;
                 }
+                Ok(_) => {} // not a probe
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -501,6 +563,7 @@ fn measure_rtt(
         client
             .set_read_timeout(Some(timeout))
             .map_err(measure_err("a"))?;
+        timestamp_receptions(&client).map_err(measure_err("a"))?;
         let payload_len = (RTT_FRAME_BYTES - ETH_HEADER - IP_UDP_HEADERS) as usize;
         // Spacing: well above the serialisation time, so that probes never queue behind each other.
         let spacing = Duration::from_millis(10).max(4 * serialisation(RTT_FRAME_BYTES, rate));
@@ -509,15 +572,22 @@ fn measure_rtt(
         // One unmeasured probe resolves the neighbours (ARP crosses the emulated link too).
         for seq in 0..=opts.rtt_probes {
             let mut probe = vec![0u8; payload_len];
-            probe[..4].copy_from_slice(&seq.to_be_bytes());
+            probe[PROBE_SEQ].copy_from_slice(&seq.to_be_bytes());
             let sent = Instant::now();
+            let sent_realtime = realtime_now();
             client.send_to(&probe, to).map_err(measure_err("a"))?;
             let deadline = sent + timeout;
             while Instant::now() < deadline {
-                match client.recv_from(&mut buf) {
-                    Ok((n, _)) if n >= 4 && buf[..4] == seq.to_be_bytes() => {
+                match recv_timestamped(&client, &mut buf) {
+                    Ok((n, _, received))
+                        if n >= PROBE_HOLD_NS.end && buf[PROBE_SEQ] == seq.to_be_bytes() =>
+                    {
+                        let mut held_ns = [0u8; 8];
+                        held_ns.copy_from_slice(&buf[PROBE_HOLD_NS]);
+                        let held = Duration::from_nanos(u64::from_be_bytes(held_ns));
                         if seq > 0 {
-                            samples.push(sent.elapsed());
+                            samples
+                                .push(received.saturating_sub(sent_realtime).saturating_sub(held));
                         }
                         break;
                     }
