@@ -588,21 +588,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
     let planned = points.len();
     let points = if options.resume && results.exists() {
         let records = midway_report::read_records(&results)?;
-        let other_policy = records
-            .iter()
-            .filter_map(|r| r.load.as_ref())
-            .find(|load| load.jobs as usize != options.jobs);
-        if let Some(load) = other_policy {
-            bail!(
-                "{}: its runs were measured with --jobs {}, this one would use --jobs {}; runs \
-                 measured under different loads are not comparable and one report does not mix \
-                 them: resume with --jobs {}, or choose another --out",
-                results.display(),
-                load.jobs,
-                options.jobs,
-                load.jobs
-            );
-        }
+        refuse_mixed_load(&results, &records, &points, options.jobs)?;
         plan::skip_done(points, &plan::done_keys(&records))
     } else {
         points
@@ -693,6 +679,34 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
 
 /// Runs the plan with the baseline's jobs, then with N, and prints each cell's ratio of medians
 /// with its paired interval and verdict ([`crate::concurrency`]).
+/// Refuses to resume the run in `results` when this pass would measure `points` under another
+/// load policy than its records were (another `--jobs`, or an experiment whose `max_jobs` the
+/// scenario has changed since). One report does not mix them
+/// ([`midway_report::mixed_load_policies`]); the lab refuses before it measures anything rather
+/// than leave a folder the report then refuses.
+fn refuse_mixed_load(
+    results: &Path,
+    records: &[RunRecord],
+    points: &[Point],
+    jobs: usize,
+) -> anyhow::Result<()> {
+    let this_pass = points.iter().map(|point| RunRecord {
+        load: Some(runner::load_policy(jobs, point)),
+        ..plan::skeleton_record(point, "", "", "")
+    });
+    let together: Vec<RunRecord> = records.iter().cloned().chain(this_pass).collect();
+    if let Some(mixed) = midway_report::mixed_load_policies(&together) {
+        bail!(
+            "{}: resuming it with --jobs {jobs} and this scenario would mix load policies in one \
+             report ({mixed}; this pass's points counted as records); runs measured under \
+             different loads are not comparable: resume with the --jobs and the scenario it was \
+             started with, or choose another --out",
+            results.display()
+        );
+    }
+    Ok(())
+}
+
 fn check_concurrency_run(options: &RunOptions, baseline_jobs: usize) -> anyhow::Result<()> {
     let base = options.out.clone().unwrap_or_else(|| {
         PathBuf::from(DEFAULT_RESULTS_ROOT)

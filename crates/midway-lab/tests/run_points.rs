@@ -133,7 +133,8 @@ fn direct_and_haproxy_points_run_and_leave_nothing_behind() {
     let resume = |jobs: usize| run(&options(scenario.clone(), out.clone(), jobs, true));
     let refused = resume(2).expect_err("another --jobs");
     assert!(
-        refused.to_string().contains("measured with --jobs 3"),
+        refused.to_string().contains("--jobs 2 (")
+            && refused.to_string().contains("--jobs 3 (6 records)"),
         "{refused:#}"
     );
     // Resume: nothing left to do, nothing appended.
@@ -158,7 +159,8 @@ fn an_experiment_with_its_own_limit_runs_and_records_it() {
     let scenario = dir.path().join("runner-limit-test.toml");
     let limited = "\n[[experiments]]\nname = \"alone\"\ncases = [\"direct\"]\nrepetitions = 2\nmax_jobs = 1\n";
     std::fs::write(&scenario, format!("{SCENARIO}{limited}")).unwrap();
-    let summary = run(&options(scenario, dir.path().join("out"), 3, false)).unwrap();
+    let out = dir.path().join("out");
+    let summary = run(&options(scenario.clone(), out.clone(), 3, false)).unwrap();
     assert_eq!(summary.records, 8);
     for record in &summary.records_written {
         assert!(record.ok, "{} failed: {:?}", record.case, record.error);
@@ -169,6 +171,23 @@ fn an_experiment_with_its_own_limit_runs_and_records_it() {
     }
     let left = namespaces_of_pid(std::process::id());
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
+
+    // The scenario's limit changed since: resuming with the same --jobs would still mix two
+    // limits in one experiment, and is refused before anything runs.
+    std::fs::write(
+        &scenario,
+        format!("{SCENARIO}{}", limited.replace("= 1", "= 2")),
+    )
+    .unwrap();
+    let refused = run(&options(scenario, out.clone(), 3, true)).expect_err("another max_jobs");
+    let message = refused.to_string();
+    assert!(
+        message.contains("`alone` at most 1 at once (2 records)")
+            && message.contains("`alone` at most 2 at once"),
+        "{refused:#}"
+    );
+    let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 8);
 }
 
 const COMMAND_SCENARIO: &str = r#"

@@ -107,6 +107,8 @@ fn source_trees(records: &[RunRecord]) -> Vec<SourceTree> {
 pub(crate) struct FailedRun {
     pub experiment: String,
     pub case: String,
+    /// The run's parameters except those its experiment's section lists as fixed (`-` when no
+    /// other is left): a row names what sets the run apart, not the whole configuration.
     pub params: String,
     pub repetition: u32,
     pub seed: u64,
@@ -115,15 +117,33 @@ pub(crate) struct FailedRun {
 }
 
 /// The records left out for a reason `wanted` accepts, in file order.
-fn left_out_runs(records: &[RunRecord], wanted: fn(&LeftOut) -> bool) -> Vec<FailedRun> {
+fn left_out_runs(
+    records: &[RunRecord],
+    experiments: &[Experiment],
+    wanted: fn(&LeftOut) -> bool,
+) -> Vec<FailedRun> {
     records
         .iter()
         .filter_map(|r| {
             let reason = r.left_out().filter(wanted)?;
+            let fixed = experiments
+                .iter()
+                .find(|e| e.name == r.experiment)
+                .map_or(&[][..], |e| e.fixed_params.as_slice());
+            let own: BTreeMap<String, Value> = r
+                .params
+                .iter()
+                .filter(|(key, value)| !fixed.contains(&((*key).clone(), value_text(value))))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            let params = match params_text(&own) {
+                text if text.is_empty() => "-".to_string(),
+                text => text,
+            };
             Some(FailedRun {
                 experiment: r.experiment.clone(),
                 case: r.case.clone(),
-                params: params_text(&r.params),
+                params,
                 repetition: r.repetition,
                 seed: r.seed,
                 error: reason.text(),
@@ -259,8 +279,15 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
         entry.push(record);
     }
 
-    let failed = left_out_runs(records, |why| matches!(why, LeftOut::Failed(_)));
-    let no_warmup_entry = left_out_runs(records, |why| *why == LeftOut::NoWarmupEntry);
+    let experiments: Vec<Experiment> = experiment_order
+        .iter()
+        .map(|name| analyse_experiment(name, &by_experiment[name], baseline_case))
+        .collect();
+    let failed = left_out_runs(records, &experiments, |why| {
+        matches!(why, LeftOut::Failed(_))
+    });
+    let no_warmup_entry =
+        left_out_runs(records, &experiments, |why| *why == LeftOut::NoWarmupEntry);
 
     Analysis {
         scenarios: distinct(records.iter().map(|r| r.scenario.as_str())),
@@ -290,10 +317,7 @@ pub(crate) fn analyse(records: &[RunRecord], baseline_case: &str) -> Analysis {
         records: records.len(),
         failed,
         no_warmup_entry,
-        experiments: experiment_order
-            .iter()
-            .map(|name| analyse_experiment(name, &by_experiment[name], baseline_case))
-            .collect(),
+        experiments,
     }
 }
 

@@ -209,7 +209,7 @@ pub fn read_records(path: &Path) -> Result<Vec<RunRecord>, ReportError> {
 /// The load policies of `records` when there is more than one ("--jobs 1 (40 records), --jobs 2
 /// (100 records)"), or when one experiment's runs had different limits of their own
 /// (`max_jobs`); records that do not say are not counted. A report refuses to mix them
-/// ([`ReportError::MixedLoad`]), and the lab refuses to resume a run with another `--jobs`.
+/// ([`ReportError::MixedLoad`]), and the lab refuses to resume a run under another policy.
 pub fn mixed_load_policies(records: &[RunRecord]) -> Option<String> {
     use std::collections::BTreeMap;
     let mut jobs: BTreeMap<u32, usize> = BTreeMap::new();

@@ -195,7 +195,8 @@ fn runs_table(out: &mut String, heading: &str, reason: &str, runs: &[FailedRun])
     let _ = writeln!(out, "{heading}");
     let _ = writeln!(
         out,
-        "| experiment | case | parameters | repetition | seed | {reason} |\n|---|---|---|---|---|---|"
+        "| experiment | case | parameters (besides the experiment's fixed ones) | repetition | seed \
+         | {reason} |\n|---|---|---|---|---|---|"
     );
     for run in runs {
         let _ = writeln!(

@@ -186,6 +186,21 @@ fn hold_bpf_congestion_controls(points: &[Point]) -> Option<midway_bpf::Registra
     }
 }
 
+/// The load `point` is measured under in a run of `jobs` at once: the run's `--jobs` and the
+/// limit its experiment sets (`max_jobs`), with this machine's CPUs; the load average is left
+/// for the run to read when it starts. A resumed run compares it with the records it continues.
+pub(crate) fn load_policy(jobs: usize, point: &Point) -> midway_report::RunLoad {
+    let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    midway_report::RunLoad {
+        jobs: as_u32(jobs),
+        cpus: std::thread::available_parallelism().map_or(0, |n| as_u32(n.get())),
+        loadavg_1m: None,
+        max_jobs: point
+            .max_jobs
+            .map(|_| as_u32(admission::limit_under(jobs, point.max_jobs))),
+    }
+}
+
 /// Measures one point; never panics on a measurement failure, which becomes `ok = false`.
 pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
     let started_at = crate::time::rfc3339_now();
@@ -193,13 +208,8 @@ pub(crate) fn run_point(context: &RunContext, point: &Point) -> RunRecord {
     record.tree = context.tree.clone();
     record.quick = Some(context.quick);
     record.load = Some(midway_report::RunLoad {
-        jobs: u32::try_from(context.jobs).unwrap_or(u32::MAX),
-        cpus: std::thread::available_parallelism()
-            .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         loadavg_1m: one_minute_load(),
-        max_jobs: point.max_jobs.map(|_| {
-            u32::try_from(admission::limit_under(context.jobs, point.max_jobs)).unwrap_or(u32::MAX)
-        }),
+        ..load_policy(context.jobs, point)
     });
     let point_dir = context.out_dir.join("points").join(format!(
         "{:05}-{}-{}-r{}",
