@@ -677,8 +677,6 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
     })
 }
 
-/// Runs the plan with the baseline's jobs, then with N, and prints each cell's ratio of medians
-/// with its paired interval and verdict ([`crate::concurrency`]).
 /// Refuses to resume the run in `results` when this pass would measure `points` under another
 /// load policy than its records were (another `--jobs`, or an experiment whose `max_jobs` the
 /// scenario has changed since). One report does not mix them
@@ -707,6 +705,8 @@ fn refuse_mixed_load(
     Ok(())
 }
 
+/// Runs the plan with the baseline's jobs, then with N, and prints each cell's ratio of medians
+/// with its paired interval and verdict ([`crate::concurrency`]).
 fn check_concurrency_run(options: &RunOptions, baseline_jobs: usize) -> anyhow::Result<()> {
     let base = options.out.clone().unwrap_or_else(|| {
         PathBuf::from(DEFAULT_RESULTS_ROOT)
