@@ -36,15 +36,6 @@ fn the_summary_quotes_every_reports_verdict_counts() {
     assert!(reports >= 5, "only {reports} reports with a claims table");
 }
 
-/// Reports whose records are not all known to come from a clean commit, each with why. Issue 18
-/// asks every committed report to be made from clean commits; an entry here is a gap the
-/// project knows about, not an exception to the rule.
-const NOT_KNOWN_CLEAN: &[(&str, &str)] = &[(
-    "overlay",
-    "its records predate the lab's tree field: each of its three commits was clean when it ran \
-     (overlay/README.md says which figure came from which), but the records cannot show it",
-)];
-
 #[test]
 fn every_report_names_its_source_trees_and_they_are_clean() {
     let dir = results_dir();
@@ -61,16 +52,11 @@ fn every_report_names_its_source_trees_and_they_are_clean() {
             .find_map(|l| l.strip_prefix("- Source trees: "))
             .unwrap_or_else(|| panic!("{name}/report.md names no source trees"));
         let all_clean = trees.split("; ").all(|tree| tree.contains(" clean: "));
-        match NOT_KNOWN_CLEAN.iter().find(|(known, _)| *known == name) {
-            None => assert!(
-                all_clean,
-                "{name}/report.md has records from trees not known to be clean: {trees}"
-            ),
-            Some((_, why)) => assert!(
-                !all_clean,
-                "{name}/report.md is now from clean trees only; take it off NOT_KNOWN_CLEAN ({why})"
-            ),
-        }
+        // Issue 18: a committed report is made from clean commits only.
+        assert!(
+            all_clean,
+            "{name}/report.md has records from trees not known to be clean: {trees}"
+        );
     }
     assert!(reports >= 6, "only {reports} reports under docs/results");
 }
