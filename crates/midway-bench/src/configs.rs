@@ -36,7 +36,11 @@ pub(crate) fn midway_config(
             Duration::from_secs(600),
             Duration::from_secs(2),
         )
-        .metrics(METRICS_ADDR.parse().expect("a valid socket address"));
+        .metrics(
+            METRICS_ADDR
+                .parse()
+                .context("METRICS_ADDR is not a socket address")?,
+        );
     if let Some(threads) = options.proxy_threads {
         config = config.worker_threads(usize::from(threads));
     }

@@ -1,6 +1,8 @@
 //! `midway-bench`: prints what midway costs on a gateway, beside routing alone and HAProxy.
 //! See the library's documentation for what is measured and how.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use clap::Parser;

@@ -6,8 +6,8 @@
 //! Ignored by default because it needs root and the release build of `midway`; `scripts/test`
 //! runs it after the workspace tests have built that binary.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use midway_testkit::host::midway_binary;
 use std::process::Command;

@@ -59,6 +59,8 @@
 //! default to a name that is not in `tcp_allowed_congestion_control` fails with `EPERM` and leaks
 //! a reference, after which the `struct_ops` map can never be freed and the name never goes away.
 
+#![forbid(unsafe_code)]
+
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -15,7 +15,7 @@
 //!
 //! Needs root (loading BPF); skipped otherwise.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use libbpf_rs::{Object, ObjectBuilder, ProgramInput};
 use midway_cc::gentle_highspeed::{GentleHighSpeed, Mode};

@@ -7,7 +7,7 @@
 //! holding the names (a lab, another test run) turns the registration into a shared one, for
 //! which the disappearance is not checked.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -16,6 +16,8 @@
 //! Programs write configs through these types, never by formatting text, so what they write is
 //! what the proxy reads: a field renamed here is renamed for every writer at compile time.
 
+#![forbid(unsafe_code)]
+
 mod builder;
 mod file;
 pub mod haproxy;

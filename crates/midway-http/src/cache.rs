@@ -277,10 +277,10 @@ impl Cache {
                 std::fs::write(&path, bytes).ok()?;
                 Some((path, bytes.len() as u64))
             });
-            let entry = state
-                .entries
-                .get_mut(&victim)
-                .expect("victim was just found");
+            // Found above under the same lock, so always present.
+            let Some(entry) = state.entries.get_mut(&victim) else {
+                break;
+            };
             let StoredBody::Memory(bytes) = &entry.body else {
                 unreachable!("victim is in memory")
             };

@@ -25,6 +25,8 @@
 //! Entry point: [`HttpProxy::new`] once, then [`HttpProxy::serve_client`] per accepted
 //! connection.
 
+#![forbid(unsafe_code)]
+
 mod cache;
 mod client;
 pub mod config;

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Bounded, seeded fuzzing of the request parser and body decoder that runs in `cargo test`
 //! (the cargo-fuzz target in `fuzz/` explores further when cargo-fuzz is available).
 

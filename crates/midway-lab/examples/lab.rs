@@ -2,8 +2,8 @@
 //! `cargo run -p midway-lab --example lab -- run scenarios/hfc-demo.toml --quick`.
 //! Proxy cases need `MIDWAY_BIN` pointing at a built `midway`.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use clap::Parser;
 

@@ -86,6 +86,17 @@ impl From<OverlayConflict> for ConfigGenError {
     }
 }
 
+/// [`METRICS_LISTEN`] as a socket address.
+#[allow(
+    clippy::expect_used,
+    reason = "METRICS_LISTEN is a literal IPv4 socket address"
+)]
+pub(crate) fn metrics_listen() -> SocketAddr {
+    METRICS_LISTEN
+        .parse()
+        .expect("METRICS_LISTEN is a socket address")
+}
+
 /// The midway config of a case: one listener on [`PROXY_PORT`], metrics on
 /// [`METRICS_LISTEN`], the case's profiles, then the case's `listener` and `config` tables merged.
 pub(crate) fn midway_config(
@@ -118,7 +129,7 @@ pub(crate) fn midway_config(
         listener = listener.remote_profile(profile);
     }
     let written = ConfigBuilder::new([&placement.client_prefix])
-        .metrics(METRICS_LISTEN.parse().expect("a valid socket address"))
+        .metrics(metrics_listen())
         .spool_dir(&placement.spool_dir)
         .listener(listener.build())
         .build();
@@ -204,7 +215,7 @@ pub(crate) fn chain_configs(
             allowed.push(placement.route_prefix.clone());
         }
         let mut builder = ConfigBuilder::new(allowed)
-            .metrics(METRICS_LISTEN.parse().expect("a valid socket address"))
+            .metrics(metrics_listen())
             .spool_dir(&placement.spool_dir);
         let mut listener = if first {
             let mut listener = ListenerBuilder::transparent(

@@ -630,7 +630,7 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
         ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} points, eta {eta} {msg}",
         )
-        .expect("static template")
+        .context("the progress bar's template")?
         .progress_chars("=> "),
     );
     let mut failed = 0;

@@ -413,7 +413,9 @@ fn prepare(request: &SlurmRequest, out: &Path) -> anyhow::Result<usize> {
         );
     }
     let binary = out.join(BINARY);
-    fs::create_dir_all(binary.parent().expect("BINARY has a folder"))?;
+    if let Some(folder) = binary.parent() {
+        fs::create_dir_all(folder)?;
+    }
     let binary_origin = match &request.binary {
         Some(given) => {
             fs::copy(given, &binary).with_context(|| format!("cannot copy {}", given.display()))?;

@@ -1,60 +1,61 @@
-//! Wall-clock timestamps for records and folder names (UTC, no time-zone database needed).
+//! Wall-clock timestamps for records and folder names (UTC), formatted by `humantime`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// (year, month, day, hour, minute, second) of a Unix time, UTC. Howard Hinnant's
-/// days-to-civil algorithm.
-pub(crate) fn civil(unix_seconds: u64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = (unix_seconds / 86_400) as i64;
-    let rem = unix_seconds % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (
-        year,
-        month,
-        day,
-        (rem / 3600) as u32,
-        (rem / 60 % 60) as u32,
-        (rem % 60) as u32,
-    )
-}
-
-fn now_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// "2026-11-21T06:30:00Z".
+/// "2026-11-21T06:30:00Z": RFC 3339 in whole seconds, the form every record's `started_at`
+/// carries (midway-report parses it back).
 pub(crate) fn rfc3339_now() -> String {
-    let (y, mo, d, h, mi, s) = civil(now_seconds());
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    rfc3339(SystemTime::now())
 }
 
 /// "20261121-063000", for folder names.
 pub(crate) fn compact_now() -> String {
-    let (y, mo, d, h, mi, s) = civil(now_seconds());
-    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
+    compact(SystemTime::now())
+}
+
+fn rfc3339(at: SystemTime) -> String {
+    // humantime panics on times before 1970 and after 9999; a clock that far off is clamped
+    // (to 1970, as the records have always said for a clock before the epoch) rather than
+    // aborting a run.
+    let last = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    humantime::format_rfc3339_seconds(at.clamp(UNIX_EPOCH, last)).to_string()
+}
+
+/// The RFC 3339 form without its separators: "2026-11-21T06:30:00Z" -> "20261121-063000".
+fn compact(at: SystemTime) -> String {
+    rfc3339(at)
+        .chars()
+        .filter_map(|c| match c {
+            'T' => Some('-'),
+            digit if digit.is_ascii_digit() => Some(digit),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn at(unix_seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(unix_seconds)
+    }
+
     #[test]
     fn civil_dates_match_known_instants() {
-        assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
         // 2000-02-29T12:34:56Z, a leap day.
-        assert_eq!(civil(951_827_696), (2000, 2, 29, 12, 34, 56));
+        assert_eq!(rfc3339(at(951_827_696)), "2000-02-29T12:34:56Z");
         // 2026-11-21T05:55:15Z.
-        assert_eq!(civil(1_795_240_515), (2026, 11, 21, 5, 55, 15));
+        assert_eq!(rfc3339(at(1_795_240_515)), "2026-11-21T05:55:15Z");
+        assert_eq!(compact(at(1_795_240_515)), "20261121-055515");
+    }
+
+    #[test]
+    fn a_clock_before_the_epoch_reads_as_the_epoch() {
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(5)),
+            "1970-01-01T00:00:00Z"
+        );
     }
 }

@@ -40,34 +40,40 @@ fn split_number(text: &str) -> Result<(f64, &str), UnitError> {
 pub struct HumanDuration(pub Duration);
 
 impl HumanDuration {
-    /// Parses a duration with a unit (ns, us, ms, s, min, h); a bare "0" needs none.
+    /// Parses a duration in `humantime`'s grammar, the one the proxy's configuration files use
+    /// too: a number (decimals allowed) with a unit (ns, us, ms, s, min, h, ...), "1h 30min"; a
+    /// bare "0" needs none.
     pub fn parse(text: &str) -> Result<Self, UnitError> {
-        let (value, unit) = split_number(text)?;
-        let seconds = match unit {
-            "" if value == 0.0 => 0.0,
-            "ns" => value * 1e-9,
-            "us" | "µs" => value * 1e-6,
-            "ms" => value * 1e-3,
-            "s" => value,
-            "min" => value * 60.0,
-            "h" => value * 3600.0,
-            "" => {
-                return Err(UnitError(format!(
-                    "`{text}` needs a unit: ns, us, ms, s, min or h"
-                )))
-            }
-            other => {
-                return Err(UnitError(format!(
-                    "unknown time unit `{other}` in `{text}`; use ns, us, ms, s, min or h"
-                )))
-            }
-        };
-        Ok(Self(Duration::from_secs_f64(seconds)))
+        let text = text.trim();
+        // humantime would say "expected number at 0"; a sign is the likelier slip, so name it.
+        if text.starts_with('-') {
+            return Err(UnitError(format!("`{text}` is negative")));
+        }
+        humantime::parse_duration(text)
+            .map(Self)
+            .map_err(|error| duration_error(text, &error))
     }
     /// The duration in milliseconds, with fractions.
     pub fn as_millis_f64(&self) -> f64 {
         self.0.as_secs_f64() * 1e3
     }
+}
+
+/// humantime's error, in the words the lab's other units use (and its bad-scenario fixtures
+/// expect).
+fn duration_error(text: &str, error: &humantime::DurationError) -> UnitError {
+    use humantime::DurationError as E;
+    const UNITS: &str = "ns, us, ms, s, min or h";
+    UnitError(match error {
+        E::Empty | E::NumberExpected(0) => format!("`{text}` does not start with a number"),
+        E::UnknownUnit { unit, .. } if unit.is_empty() => {
+            format!("`{text}` needs a unit: {UNITS}")
+        }
+        E::UnknownUnit { unit, .. } => {
+            format!("unknown time unit `{unit}` in `{text}`; use {UNITS}")
+        }
+        other => format!("`{text}` is not a duration: {other}"),
+    })
 }
 
 impl fmt::Display for HumanDuration {
@@ -375,6 +381,32 @@ mod tests {
             HumanDuration::parse("1h").unwrap().0,
             Duration::from_secs(3600)
         );
+    }
+
+    #[test]
+    fn durations_take_decimals_exactly_and_name_a_wrong_unit() {
+        // The decimal forms the shipped scenarios use.
+        assert_eq!(
+            HumanDuration::parse("0.5ms").unwrap().0,
+            Duration::from_micros(500)
+        );
+        assert_eq!(
+            HumanDuration::parse("7.17ms").unwrap().0,
+            Duration::from_micros(7170)
+        );
+        assert_eq!(
+            HumanDuration::parse("20.5ms").unwrap().0,
+            Duration::from_micros(20_500)
+        );
+        assert_eq!(HumanDuration::parse("0s").unwrap().0, Duration::ZERO);
+        let error = HumanDuration::parse("20 fortnights")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown time unit `fortnights`"), "{error}");
+        let error = HumanDuration::parse("10").unwrap_err().to_string();
+        assert!(error.contains("needs a unit"), "{error}");
+        let error = HumanDuration::parse("soon").unwrap_err().to_string();
+        assert!(error.contains("does not start with a number"), "{error}");
     }
 
     #[test]

@@ -427,7 +427,7 @@ pub(crate) fn bulk_clients(
             .collect()
     });
     let outcomes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok(combine_outcomes(&outcomes).expect("at least two connections"))
+    combine_outcomes(&outcomes).ok_or(WorkloadError::Empty)
 }
 
 /// One outcome for parallel connections (see [`bulk_clients`]); `None` for none.

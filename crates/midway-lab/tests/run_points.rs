@@ -2,8 +2,8 @@
 //! scenario with the `direct` and `haproxy` cases, run through the library as the CLI does.
 //! The `midway` case needs the built binary and is covered by crates/midway/tests/lab_run.rs.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use midway_lab::{run, PlanOptions, RunOptions};
 use midway_testkit::host::is_root;

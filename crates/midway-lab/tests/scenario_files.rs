@@ -1,8 +1,8 @@
 //! Every shipped scenario parses and plans; every bad fixture fails with its expected message
 //! (which names the line).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

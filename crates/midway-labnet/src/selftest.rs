@@ -743,9 +743,11 @@ fn measure_loss(
         loop {
             match receiver.recv_from(&mut buf) {
                 Ok((n, _)) if n >= 8 => {
-                    let seq = u64::from_be_bytes(buf[..8].try_into().expect("8 bytes"));
-                    if let Some(slot) = seen.get_mut(seq as usize) {
-                        *slot = true;
+                    if let Some(&head) = buf.first_chunk::<8>() {
+                        let seq = u64::from_be_bytes(head);
+                        if let Some(slot) = seen.get_mut(seq as usize) {
+                            *slot = true;
+                        }
                     }
                 }
                 Ok(_) => {}

@@ -287,11 +287,16 @@ fn host_iface_name(neighbour: &str, link_index: usize) -> String {
 pub(crate) fn plan(spec: &TopologySpec, tag: &str) -> Result<Plan, LabNetError> {
     validate_tag(tag)?;
     validate(spec)?;
-    let index_of = |name: &str| {
+    // `validate` has checked every link's ends; the errors below repeat its wording.
+    let index_of = |index: usize, name: &str| {
         spec.hosts
             .iter()
             .position(|h| h.name == name)
-            .expect("validated")
+            .ok_or_else(|| LabNetError::UnknownHost {
+                index,
+                host: name.to_owned(),
+                known: String::new(),
+            })
     };
     let mut hosts: Vec<HostPlan> = spec
         .hosts
@@ -305,14 +310,16 @@ pub(crate) fn plan(spec: &TopologySpec, tag: &str) -> Result<Plan, LabNetError> 
         .collect();
     let mut links = Vec::with_capacity(spec.links.len());
     for (l, link) in spec.links.iter().enumerate() {
-        let (a, b) = (index_of(&link.a), index_of(&link.b));
-        let third = u8::try_from(l + 1).expect("at most MAX_LINKS links");
-        let v4_prefix = Ipv4Net::new(Ipv4Addr::new(10, 0, third, 0), 24).expect("valid prefix");
-        let v6_prefix = Ipv6Net::new(
+        let (a, b) = (index_of(l, &link.a)?, index_of(l, &link.b)?);
+        let third = u8::try_from(l + 1).map_err(|_| LabNetError::TooManyLinks {
+            count: spec.links.len(),
+            max: MAX_LINKS,
+        })?;
+        let v4_prefix = Ipv4Net::new_assert(Ipv4Addr::new(10, 0, third, 0), 24);
+        let v6_prefix = Ipv6Net::new_assert(
             Ipv6Addr::new(0xfd00, 0, u16::from(third), 0, 0, 0, 0, 0),
             64,
-        )
-        .expect("valid prefix");
+        );
         let end = |host: usize, neighbour: &str, last: u8| HostEnd {
             host,
             iface: host_iface_name(neighbour, l),
@@ -344,7 +351,10 @@ fn bfs(plan: &Plan, from: usize) -> Vec<Option<(usize, usize)>> {
     best[from] = Some((0, usize::MAX));
     queue.push_back(from);
     while let Some(h) = queue.pop_front() {
-        let (hops, first) = best[h].expect("queued hosts are reached");
+        // Only reached hosts are queued.
+        let Some((hops, first)) = best[h] else {
+            continue;
+        };
         for &l in &plan.hosts[h].links {
             let link = &plan.links[l];
             let next = if link.a.host == h {

@@ -25,7 +25,10 @@ pub(crate) fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetErr
         source,
     })?;
     if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin was piped");
+        let mut pipe = child.stdin.take().ok_or_else(|| LabNetError::Spawn {
+            program: program.clone(),
+            source: std::io::Error::other("its stdin is not a pipe"),
+        })?;
         pipe.write_all(input.as_bytes())
             .map_err(|source| LabNetError::Spawn {
                 program: program.clone(),

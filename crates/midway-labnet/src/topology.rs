@@ -115,16 +115,15 @@ pub fn tag_prefix_of_process(pid: u32) -> String {
 
 fn base36(mut n: u32) -> String {
     let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
+    let mut reversed = Vec::new();
     loop {
-        out.push(digits[(n % 36) as usize]);
+        reversed.push(char::from(digits[(n % 36) as usize]));
         n /= 36;
         if n == 0 {
             break;
         }
     }
-    out.reverse();
-    String::from_utf8(out).expect("ascii")
+    reversed.into_iter().rev().collect()
 }
 
 impl Topology {
@@ -366,7 +365,8 @@ impl Topology {
             })
     }
 
-    fn expect<T>(result: Result<T, LabNetError>) -> T {
+    /// The panicking accessors' one way to fail: the error's text as the panic message.
+    fn or_panic<T>(result: Result<T, LabNetError>) -> T {
         result.unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -387,7 +387,7 @@ impl Topology {
 
     /// Namespace name of `host`. Panics if there is no such host (a programming error).
     pub fn netns_name(&self, host: &str) -> &str {
-        &self.plan.hosts[Self::expect(self.host_index(host))].netns
+        &self.plan.hosts[Self::or_panic(self.host_index(host))].netns
     }
 
     /// `/run/netns/NAME` of `host`. Panics if there is no such host.
@@ -402,7 +402,7 @@ impl Topology {
 
     /// IPv4 address of `host` on its link toward `neighbour`. Panics if they are not neighbours.
     pub fn addr(&self, host: &str, neighbour: &str) -> IpAddr {
-        Self::expect(self.try_addr(host, neighbour))
+        Self::or_panic(self.try_addr(host, neighbour))
     }
 
     /// IPv6 address of `host` on its link toward `neighbour`.
@@ -412,12 +412,12 @@ impl Topology {
 
     /// IPv6 address of `host` on its link toward `neighbour`. Panics if they are not neighbours.
     pub fn addr6(&self, host: &str, neighbour: &str) -> IpAddr {
-        Self::expect(self.try_addr6(host, neighbour))
+        Self::or_panic(self.try_addr6(host, neighbour))
     }
 
     /// Interface of `host` on its link toward `neighbour`. Panics if they are not neighbours.
     pub fn iface(&self, host: &str, neighbour: &str) -> &str {
-        &Self::expect(self.end(host, neighbour)).iface
+        &Self::or_panic(self.end(host, neighbour)).iface
     }
 
     /// IPv4 prefix of the link between `a` and `b`. Panics if they are not neighbours.
@@ -433,8 +433,8 @@ impl Topology {
     /// Index of the link between hosts `a` and `b`. Panics if they are not neighbours.
     fn link_index(&self, a: &str, b: &str) -> usize {
         let (h, n) = (
-            Self::expect(self.host_index(a)),
-            Self::expect(self.host_index(b)),
+            Self::or_panic(self.host_index(a)),
+            Self::or_panic(self.host_index(b)),
         );
         let (l, _) = self.plan.link_between(h, n).unwrap_or_else(|| {
             panic!(
@@ -466,7 +466,7 @@ impl Topology {
         host: &str,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
-        Self::expect(self.try_in_host(host, f))
+        Self::or_panic(self.try_in_host(host, f))
     }
 
     /// A `Command` that runs `program` inside `host` (`ip netns exec NAME program`); add arguments
@@ -684,6 +684,11 @@ impl HostChild {
     }
 
     /// The underlying child, e.g. to take its stdout.
+    #[allow(
+        clippy::expect_used,
+        reason = "`child` is Some from spawn on; only `stop` (which consumes the handle) and \
+                  `drop` take it"
+    )]
     pub fn child_mut(&mut self) -> &mut Child {
         self.child.as_mut().expect("present until stopped")
     }
@@ -713,7 +718,9 @@ impl HostChild {
     }
 
     fn stop_inner(&mut self) -> std::io::Result<ExitStatus> {
-        let mut child = self.child.take().expect("stopped once");
+        let Some(mut child) = self.child.take() else {
+            return Err(std::io::Error::other("the child was already stopped"));
+        };
         let result = (|| {
             if let Some(status) = child.try_wait()? {
                 return Ok(status);
@@ -741,5 +748,19 @@ impl Drop for HostChild {
         if self.child.is_some() {
             let _ = self.stop_inner();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base36;
+
+    #[test]
+    fn base36_writes_the_most_significant_digit_first() {
+        assert_eq!(base36(0), "0");
+        assert_eq!(base36(35), "z");
+        assert_eq!(base36(36), "10");
+        assert_eq!(base36(1295), "zz");
+        assert_eq!(base36(u32::MAX), "1z141z3");
     }
 }

@@ -1,8 +1,8 @@
 //! The lab issue's acceptance test: a two-host topology, the selftest in its quick form, measured
 //! RTT / rate / loss asserted against the configuration (needs root).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use midway_labnet::selftest::{self, SelftestOptions, RATE_TOLERANCE, RTT_TOLERANCE};
 

@@ -2,8 +2,8 @@
 //! mode) builds a topology; SIGINT makes it tear down before dying, and after SIGKILL
 //! `clean_leftovers` removes what it left (needs root).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,8 +1,8 @@
 //! Real topologies in network namespaces (needs root; every test removes what it creates, even
 //! when it fails, because `Topology` tears down on drop).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! `emulate NETNS_PATH IFACE_A IFACE_B DELAY_MS RATE_MBIT SECONDS [LOSS_P]` (rate 0 = unlimited).
 //! Prints the statistics of both directions as JSON when done.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::Duration;

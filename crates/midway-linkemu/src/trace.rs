@@ -152,6 +152,10 @@ impl CapacityTrace {
     }
 
     /// Length of one repetition of the trace.
+    #[allow(
+        clippy::expect_used,
+        reason = "every constructor runs `validate`, which refuses an empty trace"
+    )]
     pub fn period_ms(&self) -> u64 {
         *self
             .opportunities_ms

@@ -3,8 +3,8 @@
 //! Topology per test: `lemu-<pid>-<n>-a` (a0, 10.99.0.1/24) <-veth-> `...-l` (la | lb, the
 //! emulator's namespace) <-veth-> `...-b` (b0, 10.99.0.2/24). A Drop guard deletes the namespaces.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

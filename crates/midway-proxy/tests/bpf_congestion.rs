@@ -2,8 +2,8 @@
 //! `gentle-highspeed` makes the proxy register them at start, and its sockets then run them,
 //! read back by their kernel names (`ss -ti` prints the congestion control of every socket).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

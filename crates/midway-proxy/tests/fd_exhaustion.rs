@@ -4,8 +4,8 @@
 //!
 //! A test binary of its own: it lowers RLIMIT_NOFILE for the whole process.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! Forward mode on loopback: both relay models, many small transfers, access control, limits,
 //! unreachable targets, graceful shutdown and the metrics endpoint.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! `allowed_clients` is refused before any HTTP, CONNECT tunnels work, and origins in
 //! `denied_destinations` get 403 for GET and CONNECT alike.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::process::Output;

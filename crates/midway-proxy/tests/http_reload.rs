@@ -3,8 +3,8 @@
 //! (before, the refused reload had already registered the new engine, so the good one served
 //! every series twice).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use midway_proxy::{parse_config, Proxy, ProxyError};
 use midway_testkit::metrics::scrape;

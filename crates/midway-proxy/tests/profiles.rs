@@ -2,8 +2,8 @@
 //! the outgoing one, a client-prefix override only its clients. Read back with `ss -ti`
 //! (congestion control is the knob `ss` prints for every socket).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};

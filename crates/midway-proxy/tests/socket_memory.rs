@@ -7,8 +7,8 @@
 //! read. Kept in its own test binary so no other test's sockets run at the same time, and the
 //! tests here take turns ([`MACHINE_MEMORY`]).
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};

@@ -2,8 +2,8 @@
 //! authentication, garbage, unsupported commands, refused targets, targets in
 //! `denied_destinations` and the handshake timeout.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -7,8 +7,8 @@
 //! `spoof_client_address` the server sees the client's address, otherwise the router's.
 //! Needs root (network namespaces, nftables); namespaces are removed by a Drop guard.
 
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

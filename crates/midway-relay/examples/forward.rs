@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A minimal TCP forwarder around `midway_relay::relay`, for manual measurements on loopback
 //! or inside lab namespaces (the real proxy lives in midway-proxy).
 //!

@@ -332,6 +332,10 @@ pub(crate) struct PipeLease {
 }
 
 impl PipeLease {
+    #[allow(
+        clippy::expect_used,
+        reason = "`pipe` is Some from lease on; only `drop` takes it"
+    )]
     pub(crate) fn pipe(&self) -> &Pipe {
         self.pipe.as_ref().expect("pipe present until drop")
     }

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A client that stops reading: buffer mode pushes back on the server with bounded memory;
 //! spool mode lets the server finish and holds the bytes (memory + disk) within its caps.
 

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The close rule: a connection the relay ends while it holds bytes one end has not received
 //! ends with a reset toward both ends, never with a FIN after a truncated stream (issue 17,
 //! defects 1, 2 and 6).

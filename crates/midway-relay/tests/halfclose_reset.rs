@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! FIN and RST carried across, per direction, in both models.
 
 use midway_relay::{DirectionEnd, RelayModel};

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Idle timeout, cancellation, idle connections holding nothing, pipe pool exhaustion, spool
 //! directory cleanup, disk failure fallback, bad configuration.
 

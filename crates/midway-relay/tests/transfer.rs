@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Bulk and many-small transfers through both relay models, checked with SHA-256.
 
 use midway_relay::{DirectionEnd, RelayModel};

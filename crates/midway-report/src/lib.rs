@@ -15,6 +15,8 @@
 //! `stats` and `claims` are public modules; the rest is reached through the items re-exported
 //! here.
 
+#![forbid(unsafe_code)]
+
 mod analysis;
 pub mod claims;
 mod markdown;

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End to end: a synthetic results.jsonl written into a temporary folder, a real report and real
 //! PNG/SVG files written from it.
 

@@ -7,8 +7,9 @@
 //! A dev-dependency only (`publish = false`): no shipped crate may depend on it. Every loop in
 //! it is bounded in count or time, so a hang fails a test instead of blocking CI.
 
-// Test-only crate: an unwrap that fails fails the test that called it.
-#![allow(clippy::unwrap_used)]
+// Test-only crate: an unwrap or expect that fails fails the test that called it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 pub mod data;
 pub mod host;

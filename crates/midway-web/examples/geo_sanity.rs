@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Sanity run of the web workload on an emulated GEO satellite link (run as root):
 //! client <-> server, forward 400 kbit/s, return 56 kbit/s, 250 ms one way each, no proxy.
 //! Prints page load time and connections for each HTTP mode, so a change of the loader's

@@ -19,6 +19,8 @@
 //!
 //! `examples/geo_sanity.rs` loads pages over an emulated GEO link in every HTTP mode (root).
 
+#![forbid(unsafe_code)]
+
 mod chromium;
 mod error;
 mod loader;

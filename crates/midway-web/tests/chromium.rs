@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Headless Chromium loading the origin's pages on loopback, directly and through a proxy.
 //! Skipped (with a message) when /usr/bin/chromium is not installed; scripts/install-deps
 //! installs it, so CI runs these.

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The loader and Chromium through the real midway HTTP proxy (`midway proxy`, listener mode
 //! "http") on loopback. Ignored by default because it needs a built midway binary from another
 //! package: `cargo build --release -p midway && cargo test -p midway-web --test midway_proxy --

@@ -3,6 +3,8 @@
 //! The `lab` subcommand exists with the `lab` feature (default); without it the binary is the
 //! proxy alone (`proxy`, `check-config`) and does not link the lab or its plotting.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

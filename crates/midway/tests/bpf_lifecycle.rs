@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The real binary registers midway's BPF congestion controls when a profile names them: both
 //! are listed in `tcp_available_congestion_control` while it runs and gone after it exits, and
 //! nothing else on the host changes (issue 16). A binary upgrade hands the registrations over:

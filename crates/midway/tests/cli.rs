@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The binary as an operator meets it: version, config checking, and `midway proxy` serving a
 //! transfer, then draining it on SIGTERM and exiting cleanly.
 

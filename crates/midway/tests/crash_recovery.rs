@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A transparent midway killed with SIGKILL: its nftables table, fwmark rules and local routes
 //! stay behind, new connections fail open (routed to the server unsplit, intact), and the next
 //! start removes exactly what the dead one installed, nothing else, installs its own once, and

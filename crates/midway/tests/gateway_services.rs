@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! An allowed client cannot use midway to reach services that listen only on the gateway, on
 //! any of its addresses: the metrics endpoint bound to 0.0.0.0 is refused through SOCKS5 and
 //! HTTP at the gateway's non-loopback address too (issue 17, defect 4), while a destination

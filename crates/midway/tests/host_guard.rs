@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The guard `scripts/test` runs around the whole suite (`scripts/host-state`): a snapshot of the
 //! host-wide settings before, a comparison after, failing and naming what changed. Tested here on
 //! a network namespace of its own, which the script reads when run inside it, so the test changes

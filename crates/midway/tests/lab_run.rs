@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End to end: the README's main experiment in its quick form, with the real binary as the lab
 //! runner and as the proxy. Needs root (network namespaces); skipped with a message otherwise.
 

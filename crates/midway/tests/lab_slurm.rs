@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! CI: `midway lab slurm` on a real two-node Slurm cluster on this one host (munged, slurmctld
 //! and two slurmds from Debian's packages, Slurm's "multiple slurmd": each node a slurmd of its
 //! own on its own port, started here with a configuration of the test's own, on free local

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End to end: a tiny web scenario with the real binary as the lab runner and as the proxy, through
 //! every web case (direct, midway-tcp, midway-http, Squid) and, when `/usr/bin/chromium` exists,
 //! one Chromium load. Checks that the proxy cases really carried the requests (their own counters:

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Two-ended operation through the real binary: chains of midways in a network namespace each
 //! test makes (loopback only, fixed ports there), every wait bounded, every process stopped.
 //!

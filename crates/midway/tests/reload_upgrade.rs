@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Reload and binary upgrade through the real binary (issue 17): SIGHUP adds and removes
 //! listeners and refuses a bad file while established connections go on untouched; a second
 //! process started with `--take-over` takes the listening sockets over without refusing a

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! CI: the quick hfc-proxy reproduction (`midway lab reproduce hfc-proxy --quick`, figures 8,
 //! 9 and 12; fig. 5's size sweep ends at the paper's 3 MB, about a minute a point on 8 KB
 //! windows, and the quick form keeps a sweep's last value). Asserts only what is robust: every

@@ -1,5 +1,5 @@
-// Tests: an unwrap that fails is the test failing.
-#![allow(clippy::unwrap_used)]
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A transparent midway as a busy gateway meets it, through the real binary in three
 //! namespaces (client -- router running midway -- server):
 //!

@@ -1,6 +1,8 @@
 //! `midway-faults`: the fault campaign (see `midway_bench::faults`). Prints its figures and
 //! exits non-zero when any transfer ended cleanly but truncated or corrupted.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

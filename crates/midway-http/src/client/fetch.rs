@@ -139,13 +139,9 @@ impl HttpProxy {
             return self.relay_response(head, response, sink, None).await;
         }
 
-        let mut request_parts = http::Request::builder()
-            .method(Method::GET)
-            .uri(head.uri.clone())
-            .body(())
-            .expect("method and uri are already valid")
-            .into_parts()
-            .0;
+        let (mut request_parts, ()) = http::Request::new(()).into_parts();
+        request_parts.method = Method::GET;
+        request_parts.uri = head.uri.clone();
         request_parts.headers = headers;
         let mut waited = false;
         // Two rounds at most: one wait behind another fetch of the same key, then go.
@@ -483,12 +479,8 @@ impl HttpProxy {
 }
 
 fn response_parts(head: &ResponseHead) -> http::response::Parts {
-    let mut parts = http::Response::builder()
-        .status(head.status)
-        .body(())
-        .expect("status is already valid")
-        .into_parts()
-        .0;
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = head.status;
     parts.headers = head.headers.clone();
     parts
 }

@@ -117,9 +117,11 @@ impl ResponseWriter<'_> {
             .map_err(HttpError::ClientIo)?;
         proxy.metrics.tunnels.inc();
         conn.counters.tunnels.fetch_add(1, Ordering::Relaxed);
+        // Both halves come from the one client stream; a mismatch would be a bug, reported on
+        // this connection rather than panicking the proxy.
         let client = read_half
             .reunite(write_half)
-            .expect("halves of the same stream");
+            .map_err(|error| HttpError::ClientIo(std::io::Error::other(error)))?;
         // midway's relay carries the tunnel, and with it the close rule of every relay in
         // midway: until both directions have ended cleanly, a close (an error, a cancellation,
         // a crash of the process) is a reset toward both ends, never a FIN that passes a

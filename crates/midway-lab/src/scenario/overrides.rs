@@ -100,12 +100,14 @@ pub(crate) fn set_path(
     value: toml::Value,
 ) -> Result<(), String> {
     let keys: Vec<&str> = path.split('.').collect();
-    if keys.iter().any(|k| k.is_empty()) {
+    let Some((last, parents)) = keys
+        .split_last()
+        .filter(|_| keys.iter().all(|k| !k.is_empty()))
+    else {
         return Err(format!(
             "`{path}` is not a dotted path such as \"links.access.b_to_a.delay\""
         ));
-    }
-    let (last, parents) = keys.split_last().expect("split yields at least one key");
+    };
     let mut table = root;
     let mut walked = Vec::new();
     for key in parents {

@@ -187,6 +187,10 @@ pub(crate) fn parse_request(buf: &[u8]) -> Result<Parsed<TargetAddr>, ProtocolEr
             port,
         )),
         ATYP_IPV6 => {
+            #[allow(
+                clippy::expect_used,
+                reason = "addr_len is 16 for ATYP_IPV6 and the buffer was checked to hold it"
+            )]
             let octets: [u8; 16] = addr.try_into().expect("length checked above");
             TargetAddr::Ip(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(octets)), port))
         }
