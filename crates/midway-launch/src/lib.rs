@@ -64,6 +64,7 @@ pub struct Launch {
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     nice: Option<i32>,
+    fd_limit: Option<u64>,
     log: LogTo,
     grace: Duration,
     spawn_options: SpawnOptions,
@@ -79,6 +80,7 @@ impl Launch {
             args: Vec::new(),
             env: Vec::new(),
             nice: None,
+            fd_limit: None,
             log: LogTo::Pipe(None),
             grace: DEFAULT_GRACE,
             spawn_options: SpawnOptions::default(),
@@ -137,6 +139,12 @@ impl Launch {
         self
     }
 
+    /// Limits its open descriptors (soft and hard `RLIMIT_NOFILE`), e.g. to make it run out.
+    pub fn fd_limit(mut self, limit: u64) -> Launch {
+        self.fd_limit = Some(limit);
+        self
+    }
+
     /// Sends stdout and stderr to `path` (created or truncated), where the waits read them.
     pub fn log_file(mut self, path: impl Into<PathBuf>) -> Launch {
         self.log = LogTo::File(path.into());
@@ -186,6 +194,17 @@ impl Launch {
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
+        if let Some(limit) = self.fd_limit {
+            use nix::sys::resource::{setrlimit, Resource};
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit(2) is async-signal-safe and allocates nothing; the hook runs
+            // between fork and exec, beside the place's own hooks (entering a namespace).
+            unsafe {
+                command.pre_exec(move || {
+                    setrlimit(Resource::RLIMIT_NOFILE, limit, limit).map_err(std::io::Error::from)
+                });
+            }
+        }
         command
     }
 
