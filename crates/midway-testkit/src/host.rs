@@ -2,6 +2,11 @@
 //! waited for and stopped through `midway-launch`, as the lab and the benchmark start it) and
 //! self-removing temp folders.
 
+#![allow(
+    clippy::expect_used,
+    reason = "test-only crate: a failed expect fails the calling test"
+)]
+
 use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
