@@ -33,6 +33,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use midway_launch::{Launch, Running};
 use midway_sys::procfs::{self, machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
@@ -227,10 +228,16 @@ pub struct BenchReport {
     pub idle_memory: Vec<IdleMemoryRow>,
 }
 
-/// A proxy running in the router for one case, stopped when dropped out of the net.
+/// A proxy running in the router for one case; stopped when dropped.
 struct RunningProxy {
     pid: u32,
+    process: Running,
 }
+
+/// How long a stopping proxy gets to drain after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long a proxy may take to come up.
+const START_LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs the benchmark: builds the namespaces, measures every case, removes them. Needs root.
 pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
@@ -342,14 +349,15 @@ fn run_case(
             Err(error) => eprintln!("   connection rate failed: {error:#}"),
         }
     }
-    if let Some(proxy) = &proxy {
+    if let Some(proxy) = proxy {
         if first_round && options.idle_connections > 0 {
-            match measure_idle(net, case, proxy, options.idle_connections) {
+            match measure_idle(net, case, &proxy, options.idle_connections) {
                 Ok(row) => report.idle_memory.push(row),
                 Err(error) => eprintln!("   idle memory failed: {error:#}"),
             }
         }
-        net.stop(proxy.pid);
+        // However it ended, it is gone; the nftables check below says whether it cleaned up.
+        let _ = proxy.process.stop();
     }
     if case == Case::MidwayTransparent {
         // midway removes its nftables table when it stops; make sure before the next case.
@@ -415,7 +423,7 @@ fn start_proxy(
     case: Case,
     options: &BenchOptions,
 ) -> anyhow::Result<Option<RunningProxy>> {
-    let (program, args, config_path): (String, Vec<String>, PathBuf) = match case {
+    let (launch, config_path) = match case {
         Case::Direct => return Ok(None),
         Case::MidwayForward | Case::MidwayTransparent => {
             let path = options.work_dir.join(format!("{}.toml", case.name()));
@@ -423,15 +431,7 @@ fn start_proxy(
                 &path,
                 midway_config(case, net.iface(Host::Router, Host::Client), options)?,
             )?;
-            (
-                options.midway_bin.display().to_string(),
-                vec![
-                    "proxy".into(),
-                    "--config".into(),
-                    path.display().to_string(),
-                ],
-                path,
-            )
+            (Launch::midway(&options.midway_bin, &path), path)
         }
         Case::Haproxy | Case::HaproxySplice => {
             let path = options.work_dir.join(format!("{}.cfg", case.name()));
@@ -439,53 +439,47 @@ fn start_proxy(
                 &path,
                 haproxy_config(case == Case::HaproxySplice, options.proxy_threads),
             )?;
-            (
-                "haproxy".into(),
-                vec!["-db".into(), "-f".into(), path.display().to_string()],
-                path,
-            )
+            let launch = Launch::program("haproxy").args(["-db", "-f"]).arg(&path);
+            (launch, path)
         }
     };
-    // Through nice(1), which execs the proxy: its pid stays the one we are given, and every
-    // thread it starts inherits the priority.
-    let nice = options.proxy_nice.to_string();
-    let args: Vec<&str> = ["-n", nice.as_str(), program.as_str()]
-        .into_iter()
-        .chain(args.iter().map(String::as_str))
-        .collect();
-    let log = std::fs::File::create(config_path.with_extension("log"))?;
-    let pid = net.spawn(Host::Router, "nice", &args, Some(log))?;
+    let mut process = launch
+        .nice(options.proxy_nice)
+        .log_file(config_path.with_extension("log"))
+        .stop_grace(STOP_GRACE)
+        .spawn(net.place(Host::Router))?;
     let probe = SocketAddr::from((case.connect_addr(), CPS_PORT));
     // In transparent mode the probe's address answers even before midway is up (the router just
     // routes), so wait for midway's nftables table first; a connection that started before the
     // table existed would later be diverted mid-stream and reset.
     let ready = if case == Case::MidwayTransparent {
-        wait_for_nft_table(net, Duration::from_secs(10))
+        process
+            .wait_until(
+                START_LIMIT,
+                Duration::from_millis(50),
+                "nftables table",
+                || {
+                    Ok::<_, anyhow::Error>(
+                        net.run(Host::Router, "nft", &["list", "table", "inet", "midway"])
+                            .is_ok(),
+                    )
+                },
+            )
+            .map_err(anyhow::Error::from)
     } else {
         Ok(())
     };
     if let Err(error) =
-        ready.and_then(|()| workloads::wait_until_accepting(net, probe, Duration::from_secs(10)))
+        ready.and_then(|()| workloads::wait_until_accepting(net, probe, START_LIMIT))
     {
-        net.stop(pid);
-        let log = std::fs::read_to_string(config_path.with_extension("log")).unwrap_or_default();
+        let log = process.log_tail();
+        drop(process);
         bail!("{} did not come up: {error:#}\n{log}", case.name());
     }
-    Ok(Some(RunningProxy { pid }))
-}
-
-fn wait_for_nft_table(net: &BenchNet, limit: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while net
-        .run(Host::Router, "nft", &["list", "table", "inet", "midway"])
-        .is_err()
-    {
-        if Instant::now() > deadline {
-            bail!("midway's nftables table did not appear within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    Ok(Some(RunningProxy {
+        pid: process.id(),
+        process,
+    }))
 }
 
 fn measure_throughput(

@@ -9,7 +9,6 @@ use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use midway_labnet::{
@@ -191,6 +190,15 @@ impl BenchNet {
         Ok(name.trim().to_string())
     }
 
+    /// Where a process started with `midway-launch` runs to be in `host` (its own process
+    /// group, stopped by the signal cleanup like [`BenchNet::spawn`]'s children).
+    pub(crate) fn place(&self, host: Host) -> midway_launch::Place<'_> {
+        midway_launch::Place::Host {
+            topology: &self.topology,
+            host: host.name(),
+        }
+    }
+
     /// The interface of `host` that faces `neighbour`.
     pub(crate) fn iface(&self, host: Host, neighbour: Host) -> &str {
         self.topology.iface(host.name(), neighbour.name())
@@ -219,8 +227,8 @@ impl BenchNet {
         cmd
     }
 
-    /// Starts a long-running program in a host; it is stopped when the network is dropped or when
-    /// [`BenchNet::stop`] is called with its pid, and killed by the signal cleanup.
+    /// Starts a long-running program in a host; it is stopped when the network is dropped, and
+    /// killed by the signal cleanup.
     pub(crate) fn spawn(
         &mut self,
         host: Host,
@@ -241,20 +249,6 @@ impl BenchNet {
         let pid = child.id();
         self.children.push(child);
         Ok(pid)
-    }
-
-    /// SIGTERM, then SIGKILL to its process group if it has not exited within 3 s (a proxy gets
-    /// the time to drain).
-    pub(crate) fn stop(&mut self, pid: u32) {
-        if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
-            let mut child = self.children.swap_remove(pos);
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = child.wait_timeout(Duration::from_secs(3));
-            // Dropping the handle stops whatever is left of its process group.
-        }
     }
 
     /// Runs `f` on a thread that has entered the host's namespace.

@@ -1,12 +1,20 @@
-//! The test host: root and program checks, the workspace, the built `midway` binary and
+//! The test host: root and program checks, the workspace, the built `midway` binary (started,
+//! waited for and stopped through `midway-launch`, as the lab and the benchmark start it) and
 //! self-removing temp folders.
 
-use std::io::{BufRead, BufReader, Read};
+#![allow(
+    clippy::expect_used,
+    reason = "test-only crate: a failed expect fails the calling test"
+)]
+
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+pub use midway_launch::{Launch, Place, Running};
 
 /// Whether this process runs as root. /proc/self belongs to the effective user of the process
 /// reading it.
@@ -79,83 +87,54 @@ pub fn output_and_pid(command: &mut Command) -> (u32, Output) {
     (pid, child.wait_with_output().unwrap())
 }
 
-/// Reads a `midway --log-format json` log (the child's piped stderr) until its "listening" line
-/// and returns the bound address; panics if none comes within `limit`. The whole log, that line
-/// included, keeps flowing into `rest` (drop its receiver to discard it).
-pub fn listening_addr(
-    stderr: impl Read + Send + 'static,
-    rest: mpsc::Sender<String>,
-    limit: Duration,
-) -> SocketAddr {
+/// How long a test's midway gets to drain after SIGTERM before SIGKILL when it is stopped or
+/// dropped (also when the test fails).
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Starts the midway binary at `binary` as `midway --log-format json proxy --config CONFIG
+/// EXTRA...` at `place` (this namespace, or a test's namespace as `Place::Netns(name)`). Every
+/// line of its log goes to the returned receiver as it comes (drop the receiver to discard
+/// them). The returned process is stopped when dropped: SIGTERM, up to 10 s, then SIGKILL.
+pub fn spawn_midway(
+    binary: impl AsRef<OsStr>,
+    place: Place<'_>,
+    config: &Path,
+    extra: &[&str],
+) -> (Running, mpsc::Receiver<String>) {
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if !sent {
-                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
-                    if value["fields"]["message"] == "listening" {
-                        let addr: SocketAddr =
-                            value["fields"]["addr"].as_str().unwrap().parse().unwrap();
-                        let _ = tx.send(addr);
-                        sent = true;
-                    }
-                }
-            }
-            let _ = rest.send(line);
-        }
-    });
-    rx.recv_timeout(limit)
-        .expect("midway never logged its listening address")
+    let midway = Launch::midway(binary, config)
+        .json_log()
+        .args(extra)
+        .log_lines(tx)
+        .stop_grace(STOP_GRACE)
+        .spawn(place)
+        .unwrap_or_else(|e| panic!("{}", crate::chain(&e)));
+    (midway, rx)
 }
 
-/// A child process stopped when the guard drops, also when the test fails: SIGTERM, up to 10 s
-/// to exit, then SIGKILL; always reaped. Derefs to the [`Child`].
-#[derive(Debug)]
-pub struct StopOnDrop(pub Child);
-
-impl std::ops::Deref for StopOnDrop {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for StopOnDrop {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Waits (up to `limit`) for the "listening" line of a midway from [`spawn_midway`] and returns
+/// the bound address; panics with its log if none comes.
+pub fn listening_addr(midway: &mut Running, limit: Duration) -> SocketAddr {
+    let line = midway
+        .wait_for_line(limit, "listening line", |line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .is_ok_and(|value| value["fields"]["message"] == "listening")
+        })
+        .unwrap_or_else(|e| panic!("midway never logged its listening address: {e}"));
+    let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+    value["fields"]["addr"].as_str().unwrap().parse().unwrap()
 }
 
 /// Starts the midway binary at `binary` as `midway --log-format json proxy --config CONFIG` in
 /// namespace `netns` and waits (up to `limit`) for its line saying its listeners are bound and
-/// its interception installed. Returns the child and every log line, those already read
-/// included.
+/// its interception installed. Returns the process (stopped when dropped) and every log line,
+/// those already read included.
 pub fn start_ready_in(
     binary: &str,
     netns: &str,
     config: &Path,
     limit: Duration,
-) -> (StopOnDrop, mpsc::Receiver<String>) {
+) -> (Running, mpsc::Receiver<String>) {
     start_ready_in_with(binary, netns, config, &[], limit)
 }
 
@@ -166,53 +145,10 @@ pub fn start_ready_in_with(
     config: &Path,
     extra: &[&str],
     limit: Duration,
-) -> (StopOnDrop, mpsc::Receiver<String>) {
-    // Guarded from here on: a test that fails (or a start that never gets ready) stops it.
-    let mut child = StopOnDrop(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                netns,
-                binary,
-                "--log-format",
-                "json",
-                "proxy",
-                "--config",
-            ])
-            .arg(config)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let (log_tx, log_rx) = mpsc::channel();
-    listening_addr(child.stderr.take().unwrap(), log_tx, limit);
-    // The listener is bound before the rules exist: wait for the line that says both are.
-    let mut lines = Vec::new();
-    loop {
-        let line = log_rx
-            .recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("midway never said it was ready: {lines:#?}"));
-        let ready = line.contains("interception installed");
-        lines.push(line);
-        if ready {
-            break;
-        }
-    }
-    let (tx, rx) = mpsc::channel();
-    for line in lines.into_iter().chain(log_rx.try_iter()) {
-        tx.send(line).unwrap();
-    }
-    // Later lines keep arriving on the original receiver; forward them.
-    std::thread::spawn(move || {
-        while let Ok(line) = log_rx.recv() {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, rx)
+) -> (Running, mpsc::Receiver<String>) {
+    let (mut midway, log) = spawn_midway(binary, Place::Netns(netns), config, extra);
+    midway
+        .wait_ready(limit)
+        .unwrap_or_else(|e| panic!("midway never said it was ready: {e}"));
+    (midway, log)
 }

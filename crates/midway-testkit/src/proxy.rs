@@ -1,6 +1,11 @@
 //! The harness of midway-proxy's tests (feature `proxy`): a proxy parsed from a config text,
 //! bound on loopback (port 0 everywhere) and run until stopped.
 
+#![allow(
+    clippy::expect_used,
+    reason = "test-only crate: a failed expect fails the calling test"
+)]
+
 use std::net::SocketAddr;
 
 use midway_proxy::{parse_config, Proxy, ShutdownSummary};

@@ -17,6 +17,8 @@
 //! bytes like everything else.
 
 use crate::error::WebError;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 use std::time::Duration;
 
 /// Apache's default `KeepAliveTimeout` (the umts paper's servers).
@@ -338,7 +340,7 @@ fn gif_object(size: u64, seed: u64) -> Vec<u8> {
     };
     if let Some(mut block_bytes) = comment {
         out.extend_from_slice(&[0x21, 0xfe]);
-        let mut rng = SplitMix(seed);
+        let mut rng = FillerText::new(seed);
         while block_bytes > 0 {
             let take = if block_bytes <= 256 {
                 block_bytes
@@ -359,7 +361,7 @@ fn gif_object(size: u64, seed: u64) -> Vec<u8> {
 }
 
 fn fill_text(out: &mut Vec<u8>, len: usize, seed: u64) {
-    SplitMix(seed).fill_text(out, len);
+    FillerText::new(seed).fill_text(out, len);
 }
 
 /// Seed of a path's filler bytes.
@@ -377,16 +379,17 @@ pub fn fnv1a(data: &[u8]) -> u64 {
     hash
 }
 
-/// splitmix64: a seeded generator for filler text.
-struct SplitMix(u64);
+/// Filler text from a seeded splitmix64 (rand_xoshiro's, the generator the lab's seeds and the
+/// fault campaign use too): the same bytes for a path on every run.
+struct FillerText(SplitMix64);
 
-impl SplitMix {
+impl FillerText {
+    fn new(seed: u64) -> FillerText {
+        FillerText(SplitMix64::seed_from_u64(seed))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Appends `len` characters from a 32-letter alphabet without '-', '<' or '>' (safe
@@ -638,5 +641,14 @@ mod tests {
         assert_eq!(parse_http_url("https://www.lab/"), None);
         assert_eq!(parse_http_url("http://:80/"), None);
         assert_eq!(parse_http_url("http://a:x/"), None);
+    }
+
+    /// The bodies the origin served before the generator was shared, byte for byte.
+    #[test]
+    fn filler_is_what_it_was() {
+        let mut out = Vec::new();
+        fill_text(&mut out, 40, 12345);
+        assert_eq!(out, b"anec2uclcmeenh3hr0x11w0i2q1moasxxsg2kwq3");
+        assert_eq!(fnv1a(&gif_object(700, 99)), 944870733309577091);
     }
 }

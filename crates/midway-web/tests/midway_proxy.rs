@@ -6,30 +6,19 @@
 //! --ignored` (or set MIDWAY_BIN). Page hosts are loopback names midway resolves itself.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::Duration;
 
-use midway_testkit::host::{listening_addr, midway_binary};
+use midway_testkit::host::{listening_addr, midway_binary, spawn_midway, Place, Running};
 use midway_testkit::web::*;
 use midway_web::{
     chromium_command, load_pages, parse_chromium_output, BrowserSpec, CacheMode, HttpMode,
     SiteSpec, CHROMIUM_PATH,
 };
 
-/// Kills midway when the test ends, even on failure.
-struct MidwayGuard(Child);
-
-impl Drop for MidwayGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `midway proxy` with one http listener on a kernel-chosen loopback port, allowed to
 /// reach loopback origins (denied by default).
-fn start_midway(dir: &std::path::Path) -> (MidwayGuard, SocketAddr) {
+fn start_midway(dir: &std::path::Path) -> (Running, SocketAddr) {
     let binary = midway_binary();
     assert!(
         binary.exists(),
@@ -44,19 +33,10 @@ fn start_midway(dir: &std::path::Path) -> (MidwayGuard, SocketAddr) {
          [[listeners]]\nname = \"web\"\nmode = \"http\"\nlisten = \"127.0.0.1:0\"\n",
     )
     .unwrap();
-    let mut child = Command::new(binary)
-        .args(["proxy", "--log-format", "json", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("midway starts");
-    let stderr = child.stderr.take().unwrap();
-    let guard = MidwayGuard(child);
-    let (log, _) = mpsc::channel();
-    let addr = listening_addr(stderr, log, STEP);
-    (guard, addr)
+    // Stopped when the test ends, even on failure; its log is not needed.
+    let (mut midway, _log) = spawn_midway(binary, Place::Here, &config, &[]);
+    let addr = listening_addr(&mut midway, STEP);
+    (midway, addr)
 }
 
 fn loopback_site() -> SiteSpec {

@@ -5,11 +5,10 @@
 //! nothing else on the host changes (issue 16). A binary upgrade hands the registrations over:
 //! they stay while the new process runs, after the old one exited (issue 17).
 
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::{is_root, listening_addr, StopOnDrop};
+use midway_testkit::host::{is_root, listening_addr, spawn_midway, Place, Running};
 use midway_testkit::wait::{poll_until, wait_exit};
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
@@ -42,9 +41,8 @@ fn registered_while_midway_runs_and_gone_after_it_exits() {
     );
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "127.0.0.1:0");
-    let mut midway = start(&config, &[]);
-    let (log_tx, _log) = mpsc::channel();
-    listening_addr(midway.stderr.take().unwrap(), log_tx, LIMIT);
+    let (mut midway, _log) = start(&config, &[]);
+    listening_addr(&mut midway, LIMIT);
     assert_eq!(listed().len(), 2, "while running: {:?}", listed());
 
     nix::sys::signal::kill(
@@ -52,7 +50,7 @@ fn registered_while_midway_runs_and_gone_after_it_exits() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = wait_exit(&mut midway, LIMIT, "midway did not stop");
+    let status = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
     assert!(status.success(), "exit status {status}");
     // The kernel frees a struct_ops map after an RCU grace period: a moment, not at once.
     assert!(
@@ -80,27 +78,17 @@ fn write_config(dir: &std::path::Path, listen: &str) -> std::path::PathBuf {
     config
 }
 
-fn start(config: &std::path::Path, extra: &[&str]) -> StopOnDrop {
-    StopOnDrop(
-        Command::new(MIDWAY)
-            .args(["--log-format", "json", "proxy", "--config"])
-            .arg(config)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
+fn start(config: &std::path::Path, extra: &[&str]) -> (Running, mpsc::Receiver<String>) {
+    spawn_midway(MIDWAY, Place::Here, config, extra)
 }
 
-fn stop(midway: &mut StopOnDrop, what: &str) {
+fn stop(midway: &mut Running, what: &str) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(midway.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = wait_exit(midway, LIMIT, what);
+    let status = wait_exit(midway.child_mut(), LIMIT, what);
     assert!(status.success(), "{what}: exit status {status}");
 }
 
@@ -123,9 +111,8 @@ fn a_take_over_keeps_them_registered_until_the_new_process_exits() {
         .unwrap()
         .port();
     let config = write_config(dir.path(), &format!("127.0.0.1:{port}"));
-    let mut old = start(&config, &[]);
-    let (old_tx, _old_log) = mpsc::channel();
-    listening_addr(old.stderr.take().unwrap(), old_tx, LIMIT);
+    let (mut old, _old_log) = start(&config, &[]);
+    listening_addr(&mut old, LIMIT);
     assert_eq!(
         listed().len(),
         2,
@@ -133,9 +120,8 @@ fn a_take_over_keeps_them_registered_until_the_new_process_exits() {
         listed()
     );
 
-    let mut new = start(&config, &["--take-over"]);
-    let (new_tx, new_log) = mpsc::channel();
-    listening_addr(new.stderr.take().unwrap(), new_tx, LIMIT);
+    let (mut new, new_log) = start(&config, &["--take-over"]);
+    listening_addr(&mut new, LIMIT);
     let mut seen = Vec::new();
     while !seen.iter().any(|l: &String| l.contains("took over")) {
         seen.push(
@@ -145,7 +131,7 @@ fn a_take_over_keeps_them_registered_until_the_new_process_exits() {
         );
     }
     // No connection is open: the old process drains at once and exits by itself.
-    let status = wait_exit(&mut old, LIMIT, "the old process did not exit");
+    let status = wait_exit(old.child_mut(), LIMIT, "the old process did not exit");
     assert!(status.success(), "old exit status {status}");
     // Given time to go if the old process's exit had unregistered them.
     std::thread::sleep(Duration::from_secs(1));

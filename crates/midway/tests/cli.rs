@@ -6,11 +6,11 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::{listening_addr, repo_root, StopOnDrop};
+use midway_testkit::host::{listening_addr, repo_root, spawn_midway, Place, Running};
 use midway_testkit::net::echo_once;
 use midway_testkit::wait::{poll_until, wait_exit, wait_until};
 
@@ -62,7 +62,11 @@ fn check_config_accepts_every_example_and_names_what_is_wrong() {
 
 /// Writes a forward config into `dir` (the `[proxy]` table gets `proxy_lines`; the listener
 /// forwards to `target`) and starts the real binary on it, logging JSON to a piped stderr.
-fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> StopOnDrop {
+fn start_forward_proxy(
+    dir: &Path,
+    proxy_lines: &str,
+    target: &str,
+) -> (Running, mpsc::Receiver<String>) {
     let config = dir.join("forward.toml");
     std::fs::write(
         &config,
@@ -75,26 +79,16 @@ fn start_forward_proxy(dir: &Path, proxy_lines: &str, target: &str) -> StopOnDro
         ),
     )
     .unwrap();
-    StopOnDrop(
-        Command::new(MIDWAY)
-            .args(["--log-format", "json", "proxy", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
+    spawn_midway(MIDWAY, Place::Here, &config, &[])
 }
 
 #[test]
 fn proxy_serves_then_drains_on_sigterm() {
     let echo = echo_once();
     let dir = tempfile::tempdir().unwrap();
-    let mut child =
+    let (mut child, log_rx) =
         start_forward_proxy(dir.path(), "shutdown_grace = \"10s\"\n", &format!("{echo}"));
-    let (log_tx, log_rx) = mpsc::channel();
-    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    let addr = listening_addr(&mut child, LIMIT);
 
     // A transfer in flight when SIGTERM arrives: half sent before, half after.
     let mut client = TcpStream::connect(addr).unwrap();
@@ -127,7 +121,11 @@ fn proxy_serves_then_drains_on_sigterm() {
         "the in-flight connection lost bytes during the drain"
     );
 
-    let status = wait_exit(&mut child, LIMIT, "midway did not exit after draining");
+    let status = wait_exit(
+        child.child_mut(),
+        LIMIT,
+        "midway did not exit after draining",
+    );
     assert!(status.success(), "exit status {status}");
     let log: Vec<String> = log_rx.try_iter().collect();
     assert!(
@@ -156,13 +154,12 @@ fn sigterm_resets_transfers_still_running_after_the_grace_period() {
         Ok(())
     });
     let dir = tempfile::tempdir().unwrap();
-    let mut child = start_forward_proxy(
+    let (mut child, log_rx) = start_forward_proxy(
         dir.path(),
         "shutdown_grace = \"1s\"\n",
         &format!("{server_addr}"),
     );
-    let (log_tx, log_rx) = mpsc::channel();
-    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    let addr = listening_addr(&mut child, LIMIT);
     let mut client = TcpStream::connect(addr).unwrap();
     client.set_read_timeout(Some(LIMIT)).unwrap();
     let mut buf = vec![0u8; 64 * 1024];
@@ -191,7 +188,7 @@ fn sigterm_resets_transfers_still_running_after_the_grace_period() {
         "the server was never told its transfer was cut"
     );
     let status = wait_exit(
-        &mut child,
+        child.child_mut(),
         LIMIT,
         "midway did not exit after the grace period",
     );
@@ -222,9 +219,8 @@ fn kill_9_during_a_transfer_resets_both_ends() {
         Ok(())
     });
     let dir = tempfile::tempdir().unwrap();
-    let mut child = start_forward_proxy(dir.path(), "", &format!("{server_addr}"));
-    let (log_tx, _log_rx) = mpsc::channel();
-    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    let (mut child, _log_rx) = start_forward_proxy(dir.path(), "", &format!("{server_addr}"));
+    let addr = listening_addr(&mut child, LIMIT);
     let mut client = TcpStream::connect(addr).unwrap();
     client.set_read_timeout(Some(LIMIT)).unwrap();
     let mut buf = vec![0u8; 64 * 1024];
@@ -235,7 +231,7 @@ fn kill_9_during_a_transfer_resets_both_ends() {
     client.set_nonblocking(false).unwrap();
 
     child.kill().unwrap();
-    wait_exit(&mut child, LIMIT, "midway did not die");
+    wait_exit(child.child_mut(), LIMIT, "midway did not die");
     let ended = loop {
         match client.read(&mut buf) {
             Ok(0) => break Ok(()),
@@ -273,9 +269,8 @@ fn worker_threads_sets_the_runtime_size() {
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ),
     ] {
-        let mut child = start_forward_proxy(dir.path(), setting, "127.0.0.1:9");
-        let (log_tx, _log_rx) = mpsc::channel();
-        listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+        let (mut child, _log_rx) = start_forward_proxy(dir.path(), setting, "127.0.0.1:9");
+        listening_addr(&mut child, LIMIT);
         // The runtime starts its workers in the background: wait (bounded) until they are all
         // there, then check there are no more than asked.
         let mut workers = 0;
@@ -284,7 +279,7 @@ fn worker_threads_sets_the_runtime_size() {
             workers >= expected
         });
         child.kill().unwrap();
-        child.wait().unwrap();
+        child.child_mut().wait().unwrap();
         assert_eq!(workers, expected, "with {setting:?}");
     }
 }

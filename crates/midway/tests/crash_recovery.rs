@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use midway_testkit::host::{start_ready_in, start_ready_in_with, StopOnDrop};
+use midway_testkit::host::{start_ready_in, start_ready_in_with, Running};
 use midway_testkit::netns::{in_netns, output, Routed};
 use midway_testkit::wait::wait_exit;
 
@@ -24,7 +24,7 @@ const SERVER_PORT: u16 = 5201;
 const TABLE: &str = "midway-crash";
 
 /// Starts the real binary in the router namespace, ready; returns it and its log lines.
-fn start_midway(router: &str, config: &std::path::Path) -> (StopOnDrop, mpsc::Receiver<String>) {
+fn start_midway(router: &str, config: &std::path::Path) -> (Running, mpsc::Receiver<String>) {
     start_ready_in(MIDWAY, router, config, LIMIT)
 }
 
@@ -142,7 +142,7 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
     );
     assert_eq!(seen_by_server(), SPLIT);
     first.kill().unwrap();
-    wait_exit(&mut first, LIMIT, "midway did not die");
+    wait_exit(first.child_mut(), LIMIT, "midway did not die");
     // What a crash leaves: the table, one rule per family, the local routes.
     assert!(nft_table_exists(router, TABLE));
     assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
@@ -174,7 +174,7 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = wait_exit(&mut second, LIMIT, "midway did not stop");
+    let status = wait_exit(second.child_mut(), LIMIT, "midway did not stop");
     assert!(status.success(), "exit status {status}");
 
     // Clean stop: nothing of midway's is left, and the neighbour's rule and table are intact.
@@ -269,7 +269,7 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
     let (mut new, new_log) = start_ready_in_with(MIDWAY, router, &config, &["--take-over"], LIMIT);
     wait_for_line(&new_log, "took over");
     // Nothing was open: the old process exits by itself, leaving the interception in place.
-    let status = wait_exit(&mut old, LIMIT, "the old process did not exit");
+    let status = wait_exit(old.child_mut(), LIMIT, "the old process did not exit");
     assert!(status.success(), "old exit status {status}");
     assert!(nft_table_exists(router, TAKEN));
     assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
@@ -286,7 +286,7 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
 
     // Reload without the transparent listener: the rules go, connections route unsplit.
     write(forward_only);
-    let hangup = |child: &StopOnDrop| {
+    let hangup = |child: &Running| {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGHUP,
@@ -315,7 +315,7 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = wait_exit(&mut new, LIMIT, "the new process did not stop");
+    let status = wait_exit(new.child_mut(), LIMIT, "the new process did not stop");
     assert!(status.success(), "new exit status {status}");
     assert!(!nft_table_exists(router, TAKEN));
     assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
@@ -352,7 +352,7 @@ fn a_restart_after_kill_9_removes_the_route_knob_table_and_rule() {
     let record = std::fs::read_to_string(spool.join("midway-installed.toml")).unwrap();
     assert!(record.contains("route_knobs"), "not recorded: {record}");
     first.kill().unwrap();
-    wait_exit(&mut first, LIMIT, "midway did not die");
+    wait_exit(first.child_mut(), LIMIT, "midway did not die");
     assert_eq!(
         count_lines(router, "-4 rule show", knob_rule),
         1,
@@ -375,7 +375,7 @@ fn a_restart_after_kill_9_removes_the_route_knob_table_and_rule() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = wait_exit(&mut second, LIMIT, "midway did not stop");
+    let status = wait_exit(second.child_mut(), LIMIT, "midway did not stop");
     assert!(status.success(), "exit status {status}");
     assert_eq!(count_lines(router, "-4 rule show", knob_rule), 0);
     assert_eq!(

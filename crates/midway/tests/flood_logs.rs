@@ -5,13 +5,11 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use midway_testkit::host::{listening_addr, StopOnDrop};
+use midway_testkit::host::{listening_addr, Launch, Place};
 use midway_testkit::wait::wait_exit;
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
@@ -77,27 +75,15 @@ fn out_of_descriptors_under_churn_logs_a_few_lines() {
         ),
     )
     .unwrap();
-    let mut command = Command::new(MIDWAY);
-    command
-        .args(["--log-format", "json", "proxy", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::resource::setrlimit(
-                nix::sys::resource::Resource::RLIMIT_NOFILE,
-                MIDWAY_FD_LIMIT,
-                MIDWAY_FD_LIMIT,
-            )
-            .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = StopOnDrop(command.spawn().unwrap());
     let (log_tx, log_rx) = mpsc::channel();
-    let addr = listening_addr(child.stderr.take().unwrap(), log_tx, LIMIT);
+    let mut child = Launch::midway(MIDWAY, &config)
+        .json_log()
+        .fd_limit(MIDWAY_FD_LIMIT)
+        .log_lines(log_tx)
+        .stop_grace(Duration::from_secs(10))
+        .spawn(Place::Here)
+        .unwrap();
+    let addr = listening_addr(&mut child, LIMIT);
 
     // Use up midway's descriptors with connections that stay open.
     let mut held = Vec::new();
@@ -158,7 +144,7 @@ fn out_of_descriptors_under_churn_logs_a_few_lines() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    wait_exit(&mut child, LIMIT, "midway did not exit");
+    wait_exit(child.child_mut(), LIMIT, "midway did not exit");
     stop.store(true, Ordering::Relaxed);
     let log: Vec<String> = log_rx.try_iter().collect();
     let flood_lines: Vec<&String> = log

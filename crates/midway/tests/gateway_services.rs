@@ -114,6 +114,6 @@ fn services_on_the_gateways_own_addresses_are_not_reachable_through_it() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    wait_exit(&mut midway, LIMIT, "midway did not stop");
+    wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
     let _ = service.join();
 }

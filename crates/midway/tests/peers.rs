@@ -10,17 +10,15 @@
 //! - a wrong key, an unknown key, garbage, a replayed or stale header and one at the hop cap are
 //!   refused with a reset, counted, and the destination is never contacted.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use midway_proxy::peer::header::PeerHeader;
 use midway_testkit::data::{bulk_bytes, receive_all, send_pattern};
-use midway_testkit::host::{is_root, StopOnDrop, TempDir};
+use midway_testkit::host::{is_root, spawn_midway, Place, Running, TempDir};
 use midway_testkit::metrics::metric;
 use midway_testkit::netns::Netns;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,14 +36,14 @@ const KEY: [u8; 32] = [
 /// drop.
 struct Midway {
     /// Stopped (SIGTERM, bounded wait, then SIGKILL) when the test ends, pass or fail.
-    _child: StopOnDrop,
+    _child: Running,
     log: Arc<Mutex<Vec<String>>>,
     metrics: SocketAddr,
 }
 
 impl Midway {
     /// Writes `config` (the `[proxy]` and `[metrics]` tables are added) and starts midway on it
-    /// from a thread inside `ns`; waits for its `listeners` "listening" lines.
+    /// inside `ns`; waits for its `listeners` "listening" lines.
     fn start(
         ns: &Netns,
         dir: &Path,
@@ -66,20 +64,11 @@ impl Midway {
             ),
         )
         .unwrap();
-        let mut child = StopOnDrop(ns.enter(|| {
-            Command::new(MIDWAY)
-                .args(["--log-format", "json", "proxy", "--config"])
-                .arg(&path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        }));
+        let (child, lines) = spawn_midway(MIDWAY, Place::Netns(ns.name()), &path, &[]);
         let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in lines {
                 sink.lock().unwrap().push(line);
             }
         });

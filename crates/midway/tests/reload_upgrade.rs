@@ -8,12 +8,12 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use midway_testkit::host::{listening_addr, StopOnDrop};
+use midway_testkit::host::{listening_addr, spawn_midway, Place, Running};
 use midway_testkit::wait::{wait_exit, wait_until};
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
@@ -65,21 +65,11 @@ fn write_config(path: &Path, spool: &Path, proxy_lines: &str, listeners: &str) {
     .unwrap();
 }
 
-fn start(config: &Path, extra: &[&str]) -> StopOnDrop {
-    StopOnDrop(
-        Command::new(MIDWAY)
-            .args(["--log-format", "json", "proxy", "--config"])
-            .arg(config)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
+fn start(config: &Path, extra: &[&str]) -> (Running, mpsc::Receiver<String>) {
+    spawn_midway(MIDWAY, Place::Here, config, extra)
 }
 
-fn signal(child: &StopOnDrop, signal: nix::sys::signal::Signal) {
+fn signal(child: &Running, signal: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
 }
 
@@ -159,9 +149,8 @@ fn sighup_adds_and_removes_listeners_refuses_bad_files_and_keeps_open_connection
     let a = forward_listener("a", "127.0.0.1:0", echo);
     let b = forward_listener("b", "127.0.0.1:0", echo);
     write_config(&config, &spool, "", &a);
-    let mut midway = start(&config, &[]);
-    let (log_tx, log) = mpsc::channel();
-    let addr_a = listening_addr(midway.stderr.take().unwrap(), log_tx, LIMIT);
+    let (mut midway, log) = start(&config, &[]);
+    let addr_a = listening_addr(&mut midway, LIMIT);
     let mut seen = Vec::new();
 
     let on_a = start_transfer(addr_a, 7);
@@ -203,7 +192,11 @@ fn sighup_adds_and_removes_listeners_refuses_bad_files_and_keeps_open_connection
     assert_eq!(round_trip(addr_b, b"b survives").unwrap(), b"b survives");
 
     signal(&midway, nix::sys::signal::Signal::SIGTERM);
-    let status = wait_exit(&mut midway, LIMIT, "midway did not exit after SIGTERM");
+    let status = wait_exit(
+        midway.child_mut(),
+        LIMIT,
+        "midway did not exit after SIGTERM",
+    );
     assert!(status.success(), "exit status {status}");
 }
 
@@ -217,9 +210,8 @@ fn take_over_refuses_no_connection_and_the_old_process_drains_then_exits() {
     let listener = forward_listener("fwd", &listen, echo);
     let metrics = format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n");
     write_config(&config, &spool, "", &format!("{metrics}{listener}"));
-    let mut old = start(&config, &[]);
-    let (old_tx, old_log) = mpsc::channel();
-    let addr = listening_addr(old.stderr.take().unwrap(), old_tx, LIMIT);
+    let (mut old, old_log) = start(&config, &[]);
+    let addr = listening_addr(&mut old, LIMIT);
     let mut old_seen = Vec::new();
     wait_for_line(&old_log, &mut old_seen, &["interception installed"]);
 
@@ -246,9 +238,8 @@ fn take_over_refuses_no_connection_and_the_old_process_drains_then_exits() {
         "clients never got through the old process",
     );
 
-    let mut new = start(&config, &["--take-over"]);
-    let (new_tx, new_log) = mpsc::channel();
-    let new_addr = listening_addr(new.stderr.take().unwrap(), new_tx, LIMIT);
+    let (mut new, new_log) = start(&config, &["--take-over"]);
+    let new_addr = listening_addr(&mut new, LIMIT);
     assert_eq!(new_addr, addr);
     let mut new_seen = Vec::new();
     wait_for_line(&new_log, &mut new_seen, &["took over"]);
@@ -280,7 +271,11 @@ fn take_over_refuses_no_connection_and_the_old_process_drains_then_exits() {
         "the old process quit before its connection ended"
     );
     open.finish("open across the take-over");
-    let status = wait_exit(&mut old, LIMIT, "the old process did not exit once drained");
+    let status = wait_exit(
+        old.child_mut(),
+        LIMIT,
+        "the old process did not exit once drained",
+    );
     assert!(status.success(), "old exit status {status}");
 
     // The new process serves, the metrics socket and the upgrade socket are its own.
@@ -290,7 +285,7 @@ fn take_over_refuses_no_connection_and_the_old_process_drains_then_exits() {
     assert!(spool.join("midway-upgrade.sock").exists());
     signal(&new, nix::sys::signal::Signal::SIGTERM);
     let status = wait_exit(
-        &mut new,
+        new.child_mut(),
         LIMIT,
         "the new process did not exit after SIGTERM",
     );

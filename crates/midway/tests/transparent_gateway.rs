@@ -184,6 +184,6 @@ fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
     )
     .unwrap();
     drop(held);
-    let status = wait_exit(&mut midway, LIMIT, "midway did not stop");
+    let status = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
     assert!(status.success(), "exit status {status}");
 }

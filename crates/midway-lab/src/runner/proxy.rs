@@ -1,15 +1,16 @@
 //! The case's proxy of a point: its config and command, start-up until it listens, and its
 //! counters when it stops.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use midway_labnet::{HostChild, SpawnOptions, Topology};
+use midway_labnet::{SpawnOptions, Topology};
+use midway_launch::{Launch, LaunchError, Place, Running};
 
 use super::{listening_ports, log_tail, Measurement, RunContext};
 use super::{READY_POLL_INTERVAL, READY_POLL_TRIES};
@@ -22,8 +23,11 @@ const SQUID_DIR: &str = "squid";
 /// A proxy process of a point and the host it runs in.
 pub(super) struct RunningProxy {
     host: String,
-    child: HostChild,
+    process: Running,
 }
+
+/// How long a stopping proxy gets after SIGTERM before SIGKILL (labnet's own bound).
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Starts the case's proxies (none for `direct`, one per host for a `chain`, else one) and waits
 /// until each accepts. A chain's midways start from the server side, so each finds the next one
@@ -41,19 +45,19 @@ pub(super) fn start_proxies(
     for launch in launches.into_iter().rev() {
         let ProxyLaunch {
             host,
-            mut command,
+            launch,
             transparent,
             log_path,
             own_log,
         } = launch;
-        let log = File::create(&log_path)
-            .with_context(|| format!("cannot create {}", log_path.display()))?;
-        command
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().context("cannot duplicate the log file")?)
-            .stderr(log);
-        let child = topology
-            .spawn_with(&host, command, spawn_options)
+        let process = launch
+            .log_file(&log_path)
+            .stop_grace(STOP_GRACE)
+            .spawn_options(spawn_options.clone())
+            .spawn(Place::Host {
+                topology,
+                host: &host,
+            })
             .with_context(|| format!("cannot start the {} proxy in {host}", case.kind))?;
         let logs = || {
             let mut text = log_tail(&log_path);
@@ -62,8 +66,8 @@ pub(super) fn start_proxies(
             }
             text
         };
-        let child = wait_until_ready(topology, &host, case.kind, child, transparent, logs)?;
-        running.push(RunningProxy { host, child });
+        let process = wait_until_ready(topology, &host, case.kind, process, transparent, logs)?;
+        running.push(RunningProxy { host, process });
     }
     running.reverse();
     Ok(running)
@@ -72,7 +76,7 @@ pub(super) fn start_proxies(
 /// One proxy process to start: its host and command line, before its output is sent to its log.
 struct ProxyLaunch {
     host: String,
-    command: Command,
+    launch: Launch,
     /// midway intercepting with nftables TPROXY: ready only once its table is installed.
     transparent: bool,
     /// Where its stdout and stderr go.
@@ -82,13 +86,8 @@ struct ProxyLaunch {
 }
 
 /// The midway command reading `config_path`.
-fn midway_command(context: &RunContext, config_path: &Path) -> Command {
-    let mut command = Command::new(&context.midway_bin);
-    command
-        .args(["proxy", "--config"])
-        .arg(config_path)
-        .env("MIDWAY_LOG", "warn");
-    command
+fn midway_command(context: &RunContext, config_path: &Path) -> Launch {
+    Launch::midway(&context.midway_bin, config_path).env("MIDWAY_LOG", "warn")
 }
 
 /// Writes `text` to `path`.
@@ -105,10 +104,10 @@ fn proxy_commands(
     placements: &[Placement],
     point_dir: &Path,
 ) -> anyhow::Result<Vec<ProxyLaunch>> {
-    let single = |command: Command, transparent: bool, own_log: Option<PathBuf>| {
+    let single = |launch: Launch, transparent: bool, own_log: Option<PathBuf>| {
         vec![ProxyLaunch {
             host: case.host.clone(),
-            command,
+            launch,
             transparent,
             log_path: point_dir.join("proxy.log"),
             own_log,
@@ -151,7 +150,7 @@ fn proxy_commands(
                 write_config(&config_path, &config)?;
                 launches.push(ProxyLaunch {
                     host: host.clone(),
-                    command: midway_command(context, &config_path),
+                    launch: midway_command(context, &config_path),
                     transparent: index == 0,
                     log_path: point_dir.join(format!("proxy-{host}.log")),
                     own_log: None,
@@ -162,9 +161,11 @@ fn proxy_commands(
         CaseKind::Haproxy => {
             let config_path = point_dir.join("haproxy.cfg");
             write_config(&config_path, &cases::haproxy_config(placement))?;
-            let mut command = Command::new("haproxy");
-            command.arg("-f").arg(&config_path).arg("-db");
-            single(command, false, None)
+            let launch = Launch::program("haproxy")
+                .arg("-f")
+                .arg(&config_path)
+                .arg("-db");
+            single(launch, false, None)
         }
         CaseKind::Squid => {
             let squid = case.squid.context("squid case without settings")?;
@@ -172,44 +173,37 @@ fn proxy_commands(
             prepare_squid_dir(&dir)?;
             let config_path = point_dir.join("squid.conf");
             write_config(&config_path, &cases::squid_config(&squid, placement, &dir))?;
-            let mut command = Command::new("squid");
             // -N: foreground, no daemon; runs as root until it has bound its port, then as
             // cache_effective_user. -n: a service name of this topology, which names Squid's
             // shared-memory segments, so Squids of parallel points do not share them.
-            command
+            let launch = Launch::program("squid")
                 .arg("-N")
                 .arg("-n")
                 .arg(cases::squid_service_name(topology.tag()))
                 .arg("-f")
                 .arg(&config_path);
-            single(command, false, Some(dir.join("cache.log")))
+            single(launch, false, Some(dir.join("cache.log")))
         }
     })
 }
 
 /// Polls (bounded) until the proxy listens on its port (and midway on its metrics port and, when
 /// transparent, has its nftables table); fails with the proxy's log if it exits or never does.
+/// (midway runs with `MIDWAY_LOG=warn`, so its ready line is not in the log: the ports are.)
 fn wait_until_ready(
     topology: &Topology,
     host: &str,
     kind: CaseKind,
-    mut child: HostChild,
+    mut process: Running,
     transparent: bool,
     logs: impl Fn() -> String,
-) -> anyhow::Result<HostChild> {
+) -> anyhow::Result<Running> {
     let mut wanted = vec![PROXY_PORT];
     if matches!(kind, CaseKind::Midway | CaseKind::Chain) {
-        let metrics_port: SocketAddr = METRICS_LISTEN.parse().expect("constant address");
-        wanted.push(metrics_port.port());
+        wanted.push(metrics_addr()?.port());
     }
-    for attempt in 0..READY_POLL_TRIES {
-        if let Some(status) = child.try_wait().context("cannot poll the proxy")? {
-            bail!(
-                "the {kind} proxy in {host} exited during start-up ({status}); its log ends \
-                 with:\n{}",
-                logs()
-            );
-        }
+    let limit = READY_POLL_INTERVAL * READY_POLL_TRIES;
+    let ready = process.wait_until(limit, READY_POLL_INTERVAL, "listening ports", || {
         let listening = listening_ports(topology, host)?;
         let mut ready = wanted.iter().all(|p| listening.contains(p));
         if ready && transparent {
@@ -223,18 +217,32 @@ fn wait_until_ready(
                 .map(|s| s.success())
                 .unwrap_or(false);
         }
-        if ready {
-            tracing::debug!(attempt, "proxy ready");
-            return Ok(child);
+        Ok::<_, anyhow::Error>(ready)
+    });
+    match ready {
+        Ok(()) => {
+            tracing::debug!(host, "proxy ready");
+            Ok(process)
         }
-        std::thread::sleep(READY_POLL_INTERVAL);
+        Err(LaunchError::Exited { status, .. }) => bail!(
+            "the {kind} proxy in {host} exited during start-up ({status}); its log ends \
+             with:\n{}",
+            logs()
+        ),
+        Err(LaunchError::NotReady { .. }) => bail!(
+            "the {kind} proxy in {host} did not listen on port {PROXY_PORT} within {limit:?}; its \
+             log ends with:\n{}",
+            logs()
+        ),
+        Err(other) => Err(other).context("cannot poll the proxy"),
     }
-    bail!(
-        "the {kind} proxy in {host} did not listen on port {PROXY_PORT} within {:?}; its log \
-         ends with:\n{}",
-        READY_POLL_INTERVAL * READY_POLL_TRIES,
-        logs()
-    )
+}
+
+/// Where midway's metrics endpoint listens in its host.
+fn metrics_addr() -> anyhow::Result<SocketAddr> {
+    METRICS_LISTEN
+        .parse()
+        .context("the metrics address constant does not parse")
 }
 
 /// Makes Squid's folder, owned by its user, and checks that the user can reach it (Squid drops
@@ -304,7 +312,7 @@ pub(super) fn stop_proxies(
     point_index: usize,
     measurement: &mut Measurement,
 ) -> anyhow::Result<()> {
-    for RunningProxy { host, child } in proxies {
+    for RunningProxy { host, process } in proxies {
         match case.kind {
             CaseKind::Midway => add_midway_metrics(
                 topology,
@@ -324,7 +332,7 @@ pub(super) fn stop_proxies(
             )?,
             CaseKind::Direct | CaseKind::Haproxy | CaseKind::Squid => {}
         }
-        let status = child.stop().context("cannot stop the proxy")?;
+        let status = process.stop().context("cannot stop the proxy")?;
         tracing::debug!(?status, host, "proxy stopped");
     }
     if case.kind == CaseKind::Squid {
@@ -440,8 +448,8 @@ fn settled_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
 
 /// GET /metrics from midway's endpoint inside `host`.
 fn scrape_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
-    let text = topology.try_in_host(host, || -> io::Result<String> {
-        let addr: SocketAddr = METRICS_LISTEN.parse().expect("constant address");
+    let addr = metrics_addr()?;
+    let text = topology.try_in_host(host, move || -> io::Result<String> {
         let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;

@@ -1,0 +1,225 @@
+//! What goes wrong outside the transfers: the link (random loss and outages, through an
+//! nftables table in the router's own namespace) and the midway process (SIGHUP reloads, binary
+//! upgrades with `--take-over`, `kill -9` and a restart), at random moments from the campaign's
+//! seed. midway is started, waited for and stopped through `midway-launch`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use midway_launch::{Launch, Running};
+
+use super::plan::Rng;
+use super::CampaignOptions;
+use crate::netns::{BenchNet, Host};
+
+/// How long a midway may take to say it is ready (or took over).
+const START_LIMIT: Duration = Duration::from_secs(30);
+/// How long a stopped midway gets to drain before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// The nftables table of the campaign's link faults, in the router's namespace only: random
+/// loss of packets on the client-side interface and an outage set.
+fn link_faults_table(iface: &str, loss_per_mille: u32) -> String {
+    format!(
+        "table inet mwfaults {{\n\
+         \x20 set outage {{ type ifname; }}\n\
+         \x20 chain in {{ type filter hook prerouting priority -350; policy accept;\n\
+         \x20   iifname @outage drop\n\
+         \x20   iifname \"{iface}\" numgen random mod 1000 < {loss_per_mille} drop\n\
+         \x20 }}\n\
+         \x20 chain out {{ type filter hook postrouting priority 350; policy accept;\n\
+         \x20   oifname @outage drop\n\
+         \x20   oifname \"{iface}\" numgen random mod 1000 < {loss_per_mille} drop\n\
+         \x20 }}\n\
+         }}\n"
+    )
+}
+
+/// Installs the link-fault table in the router.
+pub(super) fn install_link_faults(
+    net: &BenchNet,
+    iface: &str,
+    loss_per_mille: u32,
+) -> anyhow::Result<()> {
+    let mut child = net
+        .command(Host::Router, "nft", &["-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .context("cannot run nft")?;
+    child
+        .stdin
+        .take()
+        .context("nft's stdin was not piped")?
+        .write_all(link_faults_table(iface, loss_per_mille).as_bytes())?;
+    if !child.wait()?.success() {
+        bail!("cannot install the link-fault table");
+    }
+    Ok(())
+}
+
+/// The running midway processes, newest last (an upgrade leaves the old one draining).
+pub(super) struct Midways {
+    binary: PathBuf,
+    config: PathBuf,
+    logs: PathBuf,
+    running: Vec<Running>,
+    started: u32,
+}
+
+impl Midways {
+    /// None running yet: `binary` on `config`, logging into `logs` (one file per start).
+    pub(super) fn new(binary: PathBuf, config: PathBuf, logs: PathBuf) -> Midways {
+        Midways {
+            binary,
+            config,
+            logs,
+            running: Vec::new(),
+            started: 0,
+        }
+    }
+
+    /// The newest midway.
+    pub(super) fn current(&self) -> anyhow::Result<&Running> {
+        self.running.last().context("no midway runs")
+    }
+
+    /// Starts midway (taking over from the current one with `take_over`) and waits until its
+    /// log says it is ready (and, taking over, that it took over).
+    pub(super) fn start(&mut self, net: &BenchNet, take_over: bool) -> anyhow::Result<()> {
+        self.started += 1;
+        let mut launch = Launch::midway(&self.binary, &self.config)
+            .json_log()
+            .log_file(self.logs.join(format!("midway-{}.log", self.started)))
+            .stop_grace(STOP_GRACE);
+        if take_over {
+            launch = launch.take_over();
+        }
+        let mut midway = launch.spawn(net.place(Host::Router))?;
+        let ready = if take_over {
+            midway.wait_took_over(START_LIMIT)
+        } else {
+            midway.wait_ready(START_LIMIT)
+        };
+        ready.context("midway did not get ready")?;
+        self.running.push(midway);
+        Ok(())
+    }
+
+    /// `kill -9` of every midway (those still draining after an upgrade too, like a host
+    /// crash), then a fresh start.
+    fn crash_and_restart(&mut self, net: &BenchNet) -> anyhow::Result<()> {
+        for mut midway in std::mem::take(&mut self.running).into_iter().rev() {
+            let _ = midway.kill();
+            // Reaps it; a dead process needs no grace.
+            let _ = midway.stop();
+        }
+        self.start(net, false)
+    }
+
+    /// Stops every midway (SIGTERM, SIGKILL after the grace period).
+    pub(super) fn stop_all(&mut self) {
+        for midway in std::mem::take(&mut self.running) {
+            let _ = midway.stop();
+        }
+    }
+}
+
+/// How many of each fault the campaign made.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct FaultCounts {
+    /// SIGHUP reloads.
+    pub(super) reloads: u64,
+    /// Binary upgrades.
+    pub(super) upgrades: u64,
+    /// `kill -9` and restart.
+    pub(super) kills: u64,
+    /// Outages of the client-side link.
+    pub(super) outages: u64,
+}
+
+/// The schedule of process and link faults: at random intervals around
+/// [`CampaignOptions::process_fault_every`], the four kinds in turn from a random first one, so
+/// even a short campaign has each.
+pub(super) struct FaultSchedule {
+    rng: Rng,
+    every: Duration,
+    next_fault: Instant,
+    first_kind: u64,
+    done: u64,
+    client_iface: String,
+    config: PathBuf,
+    /// What it did so far.
+    pub(super) counts: FaultCounts,
+}
+
+impl FaultSchedule {
+    /// The schedule of a campaign whose midway reads `config` and whose router faces the
+    /// client on `client_iface`.
+    pub(super) fn new(options: &CampaignOptions, client_iface: String, config: PathBuf) -> Self {
+        let mut rng = Rng::new(options.seed ^ 0xfa17);
+        let first_kind = rng.below(4);
+        FaultSchedule {
+            rng,
+            every: options.process_fault_every,
+            next_fault: Instant::now() + options.process_fault_every,
+            first_kind,
+            done: 0,
+            client_iface,
+            config,
+            counts: FaultCounts::default(),
+        }
+    }
+
+    /// Makes the next fault if its moment has come.
+    pub(super) fn tick(&mut self, net: &BenchNet, midways: &mut Midways) -> anyhow::Result<()> {
+        if Instant::now() < self.next_fault {
+            return Ok(());
+        }
+        let spread = self.every.as_millis() as u64;
+        self.next_fault =
+            Instant::now() + Duration::from_millis(spread / 2 + self.rng.below(spread + 1));
+        self.done += 1;
+        match (self.first_kind + self.done) % 4 {
+            0 => {
+                // A reload that changes a limit, alternately.
+                let text = std::fs::read_to_string(&self.config)?;
+                let changed = if text.contains("max_connections = 4000") {
+                    text.replace("max_connections = 4000", "max_connections = 3999")
+                } else {
+                    text.replace("max_connections = 3999", "max_connections = 4000")
+                };
+                std::fs::write(&self.config, changed)?;
+                // A midway that died on its own shows in the transfers, not here.
+                let _ = midways.current()?.reload();
+                self.counts.reloads += 1;
+            }
+            1 => {
+                midways.start(net, true)?;
+                self.counts.upgrades += 1;
+            }
+            2 => {
+                midways.crash_and_restart(net)?;
+                self.counts.kills += 1;
+            }
+            _ => {
+                let set = format!("{{ \"{}\" }}", self.client_iface);
+                net.run(
+                    Host::Router,
+                    "nft",
+                    &["add", "element", "inet", "mwfaults", "outage", &set],
+                )?;
+                std::thread::sleep(Duration::from_millis(100 + self.rng.below(700)));
+                net.run(
+                    Host::Router,
+                    "nft",
+                    &["delete", "element", "inet", "mwfaults", "outage", &set],
+                )?;
+                self.counts.outages += 1;
+            }
+        }
+        Ok(())
+    }
+}
