@@ -59,6 +59,18 @@ pub fn write(key: &str, value: &str) -> io::Result<()> {
     std::fs::write(&path, value).map_err(|e| named(e, &format!("cannot write {value:?} to"), &path))
 }
 
+/// The sysctl that lists every congestion control registered on the kernel (host-wide, whatever
+/// the network namespace of the reader).
+pub const AVAILABLE_CONGESTION_CONTROL: &str = "net.ipv4.tcp_available_congestion_control";
+
+/// The congestion controls registered on this kernel ([`AVAILABLE_CONGESTION_CONTROL`]).
+pub fn available_congestion_controls() -> io::Result<Vec<String>> {
+    Ok(read(AVAILABLE_CONGESTION_CONTROL)?
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect())
+}
+
 fn normalise(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -89,6 +101,9 @@ mod tests {
         assert_eq!(read_numbers("net.ipv4.tcp_rmem").unwrap().len(), 3);
         assert!(read_u64("net.core.somaxconn").unwrap() > 0);
         assert!(!read("kernel.osrelease").unwrap().is_empty());
+        assert!(available_congestion_controls()
+            .unwrap()
+            .contains(&"reno".to_owned()));
     }
 
     #[test]
