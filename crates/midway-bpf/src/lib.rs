@@ -70,7 +70,8 @@ use std::sync::Mutex;
 use libbpf_rs::{ErrorKind, Link, MapCore, Object, ObjectBuilder, PrintLevel};
 
 /// Where the kernel lists every congestion control registered on it (host-wide, whatever the
-/// network namespace of the reader).
+/// network namespace of the reader), for messages; read through
+/// [`midway_sys::sysctl::available_congestion_controls`].
 pub const AVAILABLE_CONGESTION_CONTROL: &str =
     "/proc/sys/net/ipv4/tcp_available_congestion_control";
 
@@ -348,8 +349,7 @@ impl RegisterError {
 /// The congestion controls registered on this kernel, as listed in
 /// [`AVAILABLE_CONGESTION_CONTROL`].
 pub fn available_congestion_controls() -> std::io::Result<Vec<String>> {
-    let text = std::fs::read_to_string(AVAILABLE_CONGESTION_CONTROL)?;
-    Ok(text.split_whitespace().map(str::to_owned).collect())
+    midway_sys::sysctl::available_congestion_controls()
 }
 
 /// Whether the kernel lists `kernel_name` as an available congestion control.

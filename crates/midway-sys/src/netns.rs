@@ -1,7 +1,8 @@
-//! Running code inside a network namespace. `setns(2)` changes the namespace of the calling
-//! thread only, so each function here runs the caller's closure on a thread of its own that joins
-//! the namespace first and ends when the closure returns: no other code ever runs on a thread
-//! that was moved, and the caller's threads stay where they are.
+//! Network namespaces: creating and removing named ones (as `ip netns add` / `del` do), and
+//! running code inside one. `setns(2)` changes the namespace of the calling thread only, so each
+//! function here runs the caller's closure on a thread of its own that joins the namespace first
+//! and ends when the closure returns: no other code ever runs on a thread that was moved, and
+//! the caller's threads stay where they are.
 
 use std::fs::File;
 use std::io;
@@ -61,6 +62,54 @@ pub fn run_in<T: Send + 'static>(
 
 fn with_path(what: &str, path: &Path, error: io::Error) -> io::Error {
     io::Error::new(error.kind(), format!("{what} {}: {error}", path.display()))
+}
+
+/// Creates a new, empty network namespace named `name` the way `ip netns add` does: a handle
+/// file in [`NETNS_DIR`] with the namespace bind-mounted on it, so it lives until [`delete`]
+/// (no process needs to stay in it). Its loopback is down, as in any new namespace. Fails with
+/// `AlreadyExists` if the name is taken.
+pub fn create(name: &str) -> io::Result<PathBuf> {
+    use nix::mount::{mount, MsFlags};
+    let dir = Path::new(NETNS_DIR);
+    std::fs::create_dir_all(dir).map_err(|e| with_path("cannot create", dir, e))?;
+    // As iproute2 does: the directory is a shared mount point, so a handle mounted later is
+    // seen in every mount namespace that shares it, and unmounting it removes it everywhere.
+    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    if mount(None::<&str>, dir, Some("none"), shared, None::<&str>).is_err() {
+        let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
+        mount(Some(dir), dir, Some("none"), bind, None::<&str>)
+            .map_err(|e| with_path("cannot bind-mount", dir, e.into()))?;
+        mount(None::<&str>, dir, Some("none"), shared, None::<&str>)
+            .map_err(|e| with_path("cannot make shared", dir, e.into()))?;
+    }
+    let path = netns_path(name);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| with_path("cannot create namespace handle", &path, e))?;
+    let target = path.clone();
+    // unshare(2) moves only this short-lived thread into the new namespace.
+    let mounted = std::thread::Builder::new()
+        .name("netns-create".into())
+        .spawn(move || -> io::Result<()> {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET)?;
+            mount(
+                Some("/proc/thread-self/ns/net"),
+                &target,
+                Some("none"),
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )?;
+            Ok(())
+        })?
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    if let Err(e) = mounted {
+        let _ = std::fs::remove_file(&path);
+        return Err(with_path("cannot create network namespace", &path, e));
+    }
+    Ok(path)
 }
 
 /// Inode of a namespace handle (identifies the namespace in `/proc/PID/ns/net`).

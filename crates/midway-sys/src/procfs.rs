@@ -100,7 +100,7 @@ impl KernelMemoryLimits {
     /// in the initial network namespace; elsewhere (a proxy run in a namespace, as in the lab)
     /// the pressure value is estimated as the kernel sets it at boot, 1/16 of memory.
     pub fn read() -> io::Result<KernelMemoryLimits> {
-        let pressure_bytes = match third_fields("/proc/sys/net/ipv4/tcp_mem") {
+        let pressure_bytes = match third_fields("net.ipv4.tcp_mem") {
             Ok(pages) => pages[1].saturating_mul(page_size()),
             Err(err) if err.kind() == io::ErrorKind::NotFound => {
                 let meminfo = std::fs::read_to_string("/proc/meminfo")?;
@@ -111,8 +111,8 @@ impl KernelMemoryLimits {
             }
             Err(err) => return Err(err),
         };
-        let rmem = third_fields("/proc/sys/net/ipv4/tcp_rmem")?;
-        let wmem = third_fields("/proc/sys/net/ipv4/tcp_wmem")?;
+        let rmem = third_fields("net.ipv4.tcp_rmem")?;
+        let wmem = third_fields("net.ipv4.tcp_wmem")?;
         Ok(KernelMemoryLimits {
             pressure_bytes,
             autotune_max_recv: clamp_u32(rmem[2]),
@@ -147,13 +147,13 @@ fn page_size() -> u64 {
     u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
 }
 
-/// The three numbers of a `tcp_mem`-style sysctl file.
-fn third_fields(path: &str) -> io::Result<[u64; 3]> {
-    let text = std::fs::read_to_string(path)?;
+/// The three numbers of a `tcp_mem`-style sysctl.
+fn third_fields(key: &str) -> io::Result<[u64; 3]> {
+    let text = crate::sysctl::read(key)?;
     parse_three(&text).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{path}: expected three numbers, found {text:?}"),
+            format!("{key}: expected three numbers, found {text:?}"),
         )
     })
 }

@@ -219,10 +219,6 @@ pub fn delack_floor_us() -> io::Result<u32> {
         .map_err(io::Error::from)
 }
 
-fn read_sysctl(path: &str) -> io::Result<String> {
-    std::fs::read_to_string(path).map(|s| s.trim().to_owned())
-}
-
 impl TcpProfile {
     fn err(&self, knob: &'static str, role: Role) -> impl FnOnce(io::Error) -> KnobError + '_ {
         move |source| KnobError::Set {
@@ -313,7 +309,7 @@ impl TcpProfile {
                         knob,
                         requested: bytes,
                         sysctl,
-                        limit: read_sysctl(&format!("/proc/sys/net/core/{sysctl}"))
+                        limit: midway_sys::sysctl::read(&format!("net.core.{sysctl}"))
                             .ok()
                             .and_then(|s| s.parse().ok())
                             .unwrap_or(got / 2),
@@ -438,12 +434,14 @@ impl TcpProfile {
     /// could never apply.
     pub fn check_supported(&self) -> Result<(), KnobError> {
         if let Some(cc) = self.kernel_congestion_control() {
-            let available = read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control")
-                .map_err(|source| KnobError::Probe {
-                    knob: "congestion_control",
-                    source,
+            let available =
+                midway_sys::sysctl::available_congestion_controls().map_err(|source| {
+                    KnobError::Probe {
+                        knob: "congestion_control",
+                        source,
+                    }
                 })?;
-            if !available.split_whitespace().any(|a| a == cc) {
+            if !available.iter().any(|a| a == cc) {
                 let name = match self.bpf_congestion_control() {
                     // Names the BPF program, so the message says what is missing.
                     Some(algorithm) => {
@@ -454,7 +452,7 @@ impl TcpProfile {
                 return Err(KnobError::CongestionControlUnavailable {
                     profile: self.name.clone(),
                     name,
-                    available,
+                    available: available.join(" "),
                 });
             }
         }
@@ -480,7 +478,7 @@ impl TcpProfile {
         self.set_socket_options(sock.as_fd(), role)?;
         if self.dupack_threshold.is_some() {
             let no_save =
-                read_sysctl("/proc/sys/net/ipv4/tcp_no_metrics_save").map_err(|source| {
+                midway_sys::sysctl::read("net.ipv4.tcp_no_metrics_save").map_err(|source| {
                     KnobError::Probe {
                         knob: "dupack_threshold",
                         source,

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `initial_cwnd` | `initcwnd N` | `tcp_init_cwnd()` from the socket's route, every connection |
 //! | `delayed_ack = false` | `quickack 1` | `tcp_init_transfer()` sets `dst_quick_ack`, every connection |
-//! | `rto_min_ms` > 200 | `rto_min T` (iproute2 locks it) | `tcp_rto_min()`, only when the metric is locked |
+//! | `rto_min_ms` > 200 | `rto_min T`, locked | `tcp_rto_min()`, only when the metric is locked |
 //! | `dupack_threshold` | `reordering lock N` | **only through the tcp_metrics cache**, see below |
 //!
 //! Selection per socket: each profile that needs any of these gets a routing table of its own
@@ -26,23 +26,24 @@
 //! `reordering` at all. So `dupack_threshold` is a per-destination hint, not a per-connection
 //! control; the tests pin exactly this behaviour.
 //!
-//! Namespaces: `ip` runs in the network namespace of the calling thread. [`RouteKnobs`]
-//! remembers the namespace it was installed in and removes its rules and tables there, whichever
-//! thread drops it.
+//! Namespaces: [`RouteKnobs`] keeps the netlink socket it installed with, opened in the network
+//! namespace of the installing thread; a netlink socket stays in the namespace it was opened in,
+//! so the rules and tables are removed there, whichever thread drops it.
 //!
 //! Limits: the copy is taken at install time (later changes to the main table are not followed);
 //! destinations in the `local` table (addresses of this host, loopback) are looked up before any
 //! policy rule and never get the metrics; multipath routes are not copied (warned). Routes that
 //! differ only by device (every IPv6 interface has its own `fe80::/64`) are all copied, with
-//! `ip route append`, so link-local peers get the metrics too.
+//! `append`, so link-local peers get the metrics too.
 //!
-//! Mechanism: the `ip` command of iproute2 with JSON output (`ip -j`), not rtnetlink: it is
-//! installed wherever midway's intercept runs, its JSON is stable, it encodes metrics and
-//! their locks exactly as an operator would type them (so the installed state can be checked
-//! by hand with the same command), and this runs only at start and stop.
+//! Mechanism: rtnetlink through [`midway_sys::netlink`] (no iproute2 needed): each route of
+//! `main` is read with its metrics and their locks as the kernel keeps them, and written back
+//! into the profile's table with the profile's metrics laid over its own. The result reads back
+//! with `ip route show table T` as an operator would check it; this runs only at start and stop.
 
-use std::process::Command;
-
+use midway_sys::netlink::{
+    Family, FwmarkRule, Metric, Netlink, NetlinkError, Route, RouteMetric, RouteMetrics, TABLE_MAIN,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::TcpProfile;
@@ -53,28 +54,9 @@ pub(crate) const RULE_PRIORITY: u32 = 1000;
 /// Route-knob installation failed; nothing outside midway's own tables and rules was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum RouteKnobsError {
-    /// `ip` could not be started.
-    #[error("cannot run `ip` (iproute2 is needed for route-metric knobs)")]
-    Spawn(#[source] std::io::Error),
-    /// `ip` ran and failed.
-    #[error("`ip {args}` failed ({status}): {stderr}")]
-    Command {
-        /// The `ip` arguments, space-separated.
-        args: String,
-        /// How `ip` exited.
-        status: std::process::ExitStatus,
-        /// What `ip` wrote to standard error.
-        stderr: String,
-    },
-    /// `ip -json` printed something that is not the JSON expected.
-    #[error("cannot parse the JSON of `ip {args}`")]
-    Parse {
-        /// The `ip` arguments, space-separated.
-        args: String,
-        /// The JSON error.
-        #[source]
-        source: serde_json::Error,
-    },
+    /// A netlink request (listing or changing routes and rules) failed.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
     /// A routing table midway would use already has routes.
     #[error(
         "routing table {table} (for profile {profile:?}) is not empty; pick another base table"
@@ -103,9 +85,6 @@ pub enum RouteKnobsError {
         /// Profiles that need a table.
         count: usize,
     },
-    /// Removing the knobs could not return to the namespace they were installed in.
-    #[error("cannot enter the network namespace the route knobs were installed in")]
-    EnterNetns(#[source] std::io::Error),
     /// The base table is one the kernel reserves (0, 253, 254, 255).
     #[error("base table {0} is reserved (0, 253-255 are the kernel's)")]
     ReservedTable(u32),
@@ -128,8 +107,8 @@ pub struct InstalledKnob {
 pub struct RouteKnobs {
     entries: Vec<Entry>,
     removed: bool,
-    /// Network namespace of the installing thread (`/proc/thread-self/ns/net`).
-    netns: Option<std::fs::File>,
+    /// Opened in the installing thread's network namespace, where it stays.
+    netlink: Netlink,
 }
 
 #[derive(Debug, Clone)]
@@ -137,238 +116,84 @@ struct Entry {
     profile: String,
     mark: u32,
     table: u32,
-    /// Address families ("-4"/"-6") for which a rule and a table were installed.
-    families: Vec<&'static str>,
-    /// The route metrics its table carries ([`metric_args`]).
-    metrics: Vec<String>,
+    /// Address families for which a rule and a table were installed.
+    families: Vec<Family>,
+    /// The route metrics its table carries ([`profile_metrics`]).
+    metrics: RouteMetrics,
 }
 
-#[derive(Debug, Deserialize)]
-struct JsonRoute {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    dst: String,
-    gateway: Option<String>,
-    dev: Option<String>,
-    protocol: Option<String>,
-    scope: Option<String>,
-    prefsrc: Option<String>,
-    metric: Option<u32>,
-    #[serde(default)]
-    flags: Vec<String>,
-    nexthops: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct JsonRule {
-    table: Option<String>,
-    fwmark: Option<String>,
-}
-
-fn ip(args: &[String]) -> Result<String, RouteKnobsError> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(RouteKnobsError::Spawn)?;
-    if !out.status.success() {
-        return Err(RouteKnobsError::Command {
-            args: args.join(" "),
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
+/// How a crash-recovery record names a family (the `ip -4` / `ip -6` flag, kept so records
+/// written by earlier versions still read).
+fn family_flag(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "-4",
+        Family::V6 => "-6",
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn ip_json<T: serde::de::DeserializeOwned>(args: &[String]) -> Result<Vec<T>, RouteKnobsError> {
-    let text = ip(args)?;
-    if text.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    serde_json::from_str(&text).map_err(|source| RouteKnobsError::Parse {
-        args: args.join(" "),
-        source,
-    })
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// The metric arguments of `ip route append` for a profile (empty if it needs none).
-pub(crate) fn metric_args(profile: &TcpProfile) -> Vec<String> {
-    let mut args = Vec::new();
+/// The route metrics of a profile (empty if it needs none).
+pub(crate) fn profile_metrics(profile: &TcpProfile) -> RouteMetrics {
+    let mut metrics = RouteMetrics::new();
     if let Some(n) = profile.initial_cwnd {
-        args.extend(["initcwnd".to_owned(), n.to_string()]);
+        metrics.set(RouteMetric::new(Metric::InitCwnd, n));
     }
     if let Some(n) = profile.dupack_threshold {
         // Locked, so tcp_update_metrics() does not overwrite the cached value with what a
         // connection measured.
-        args.extend(["reordering".to_owned(), "lock".to_owned(), n.to_string()]);
+        metrics.set(RouteMetric::locked(Metric::Reordering, n));
     }
     if let Some(ms) = profile.rto_min_ms {
-        // tcp_rto_min() honours only a locked metric; iproute2 always locks `rto_min`. Also
-        // written for floors the socket option could set (<= 200 ms): a locked `rto_min` on the
-        // copied route would otherwise override the socket's floor (see
-        // [`RouteKnobs::install`]).
-        args.extend(["rto_min".to_owned(), format!("{ms}ms")]);
+        // tcp_rto_min() honours only a locked metric. Also written for floors the socket
+        // option could set (<= 200 ms): a locked `rto_min` on the copied route would otherwise
+        // override the socket's floor (see [`RouteKnobs::install`]).
+        metrics.set(RouteMetric::rto_min_ms(ms));
     }
     if profile.delayed_ack == Some(false) {
-        args.extend(["quickack".to_owned(), "1".to_owned()]);
+        metrics.set(RouteMetric::new(Metric::QuickAck, 1));
     }
-    args
+    metrics
 }
 
-/// Route metrics iproute2 prints after a route, each as `key [lock] value`.
-const ROUTE_METRIC_KEYS: [&str; 16] = [
-    "mtu",
-    "advmss",
-    "rtt",
-    "rttvar",
-    "reordering",
-    "window",
-    "cwnd",
-    "ssthresh",
-    "rto_min",
-    "initcwnd",
-    "initrwnd",
-    "features",
-    "quickack",
-    "congctl",
-    "fastopen_no_cookie",
-    "hoplimit",
-];
-
-/// Metrics iproute2 prints with `lock` but does not take `lock` for as input: `rto_min` is always
-/// locked when set, the others have no lock.
-const METRICS_WITHOUT_LOCK_ARGUMENT: [&str; 4] =
-    ["rto_min", "quickack", "features", "fastopen_no_cookie"];
-
-/// Splits metric arguments (`["initcwnd", "10", "reordering", "lock", "1"]`) into one group per
-/// metric, in the form `ip route` takes them back. Tokens that are not metrics are skipped, so a
-/// whole `ip route show` line can be fed in.
-fn metric_groups(tokens: &[&str]) -> Vec<Vec<String>> {
-    let mut groups = Vec::new();
-    let mut i = 0;
-    while i < tokens.len() {
-        if ROUTE_METRIC_KEYS.contains(&tokens[i]) {
-            let key = tokens[i];
-            let mut group = vec![key.to_owned()];
-            i += 1;
-            if tokens.get(i) == Some(&"lock") {
-                if !METRICS_WITHOUT_LOCK_ARGUMENT.contains(&key) {
-                    group.push("lock".to_owned());
-                }
-                i += 1;
-            }
-            if let Some(value) = tokens.get(i) {
-                group.push((*value).to_owned());
-            }
-            groups.push(group);
-        }
-        i += 1;
-    }
-    groups
+/// Whether any of these routes sets `rto_min` (which the kernel honours only locked, and which
+/// then beats the socket's own floor).
+fn routes_set_rto_min(routes: &[Route]) -> bool {
+    routes
+        .iter()
+        .any(|r| r.metrics.get(Metric::RtoMin).is_some())
 }
 
-/// The metrics a route in `main` already carries, read from iproute2's text output (its JSON
-/// output drops the `lock` flags, and a lost `mtu lock` or `rto_min` lock changes behaviour).
-/// `text` is the whole `ip route show table main`; the route's line is the one with its
-/// destination and device.
-fn existing_metrics(text: &str, route: &JsonRoute) -> Vec<Vec<String>> {
-    let line = text.lines().find(|line| {
-        let tokens: Vec<&str> = line.split_whitespace().collect();
-        let dst_matches = tokens.first() == Some(&route.dst.as_str())
-            || (tokens.get(1) == Some(&route.dst.as_str()) && route.kind.is_some());
-        let dev_matches = route
-            .dev
-            .as_deref()
-            .is_none_or(|dev| tokens.windows(2).any(|w| w[0] == "dev" && w[1] == dev));
-        dst_matches && dev_matches
-    });
-    line.map(|l| metric_groups(&l.split_whitespace().collect::<Vec<_>>()))
-        .unwrap_or_default()
-}
-
-/// The route's own metrics with the profile's laid over them: a profile that only raises the
-/// initial window must not also drop the host's MTU lock, RTO floor or congestion control.
-fn merged_metrics(existing: Vec<Vec<String>>, profile_metrics: &[String]) -> Vec<String> {
-    let tokens: Vec<&str> = profile_metrics.iter().map(String::as_str).collect();
-    let ours = metric_groups(&tokens);
-    let mut merged: Vec<String> = existing
-        .into_iter()
-        .filter(|group| !ours.iter().any(|o| o[0] == group[0]))
-        .flatten()
-        .collect();
-    merged.extend(ours.into_iter().flatten());
-    merged
-}
-
-/// Whether any route of `main` (IPv4 or IPv6) sets `rto_min`, which iproute2 always locks.
-fn main_routes_lock_rto_min() -> Result<bool, RouteKnobsError> {
-    for family in ["-4", "-6"] {
-        let text = match ip(&strings(&[family, "route", "show", "table", "main"])) {
-            Ok(text) => text,
+/// Whether any route of `main` (IPv4 or IPv6) sets `rto_min`.
+fn main_routes_lock_rto_min(netlink: &mut Netlink) -> Result<bool, RouteKnobsError> {
+    for family in [Family::V4, Family::V6] {
+        let routes = match netlink.routes(family, TABLE_MAIN) {
+            Ok(routes) => routes,
             // IPv6 may be disabled.
-            Err(RouteKnobsError::Command { .. }) if family == "-6" => continue,
-            Err(e) => return Err(e),
+            Err(_) if family == Family::V6 => continue,
+            Err(e) => return Err(e.into()),
         };
-        if text_sets_rto_min(&text) {
+        if routes_set_rto_min(&routes) {
             return Ok(true);
         }
     }
     Ok(false)
 }
 
-/// Whether an `ip route show` text has a route with an `rto_min` metric.
-fn text_sets_rto_min(text: &str) -> bool {
-    text.lines().any(|line| {
-        metric_groups(&line.split_whitespace().collect::<Vec<_>>())
-            .iter()
-            .any(|group| group[0] == "rto_min")
-    })
-}
-
-/// `ip route append` arguments that recreate `route` in `table` with `metrics` added.
-///
-/// `append`, not `add`: the main table may hold several routes to one prefix that differ only
-/// in their device — with IPv6 every interface has its own `fe80::/64` route at the same metric.
-/// `add` asks the kernel for an exclusive create (NLM_F_EXCL) and the second copy fails with
-/// "File exists"; `append` creates each one next to the others, as the kernel did in `main`.
-/// The link-local routes are worth copying, not skipping: a marked socket talking to a
-/// link-local neighbour must get the profile's metrics too, and without a route in the marked
-/// table its lookup would fall through to `main` and silently lose them.
-fn copy_route_args(family: &str, route: &JsonRoute, table: u32, metrics: &[String]) -> Vec<String> {
-    let mut args = strings(&[family, "route", "append", "table"]);
-    args.push(table.to_string());
-    if let Some(kind) = &route.kind {
-        args.push(kind.clone());
+/// `route` of `main` as it goes into a profile's `table`: everything kept (type, gateway,
+/// device, protocol, scope, source, priority, onlink) and the profile's metrics laid over the
+/// route's own, so a profile that only raises the initial window keeps the host's MTU lock,
+/// RTO floor and congestion control.
+fn copy_into_table(route: &Route, table: u32, metrics: &RouteMetrics) -> Route {
+    Route {
+        table,
+        metrics: route.metrics.overlaid(metrics),
+        ..route.clone()
     }
-    args.push(route.dst.clone());
-    let mut push = |key: &str, val: &Option<String>| {
-        if let Some(v) = val {
-            args.extend([key.to_owned(), v.clone()]);
-        }
-    };
-    push("via", &route.gateway);
-    push("dev", &route.dev);
-    push("proto", &route.protocol);
-    push("scope", &route.scope);
-    push("src", &route.prefsrc);
-    if let Some(m) = route.metric {
-        args.extend(["metric".to_owned(), m.to_string()]);
-    }
-    if route.flags.iter().any(|f| f == "onlink") {
-        args.push("onlink".to_owned());
-    }
-    args.extend(metrics.iter().cloned());
-    args
 }
 
 impl RouteKnobs {
     /// Installs one table and one rule per profile that [`TcpProfile::needs_route_knobs`]
-    /// (others are ignored; duplicates by name once). On error, whatever was installed so far is
-    /// removed again.
+    /// (others are ignored; duplicates by name once), in the calling thread's network
+    /// namespace. On error, whatever was installed so far is removed again.
     ///
     /// A profile that sets `rto_min_ms` gets a table too when a route of `main` carries a
     /// (always locked) `rto_min`: the kernel's `tcp_rto_min()` prefers a locked route floor to
@@ -379,8 +204,9 @@ impl RouteKnobs {
         base_table: u32,
         base_mark: u32,
     ) -> Result<RouteKnobs, RouteKnobsError> {
-        let floor_locked_by_routes =
-            profiles.iter().any(|p| p.rto_min_ms.is_some()) && main_routes_lock_rto_min()?;
+        let mut netlink = Netlink::open()?;
+        let floor_locked_by_routes = profiles.iter().any(|p| p.rto_min_ms.is_some())
+            && main_routes_lock_rto_min(&mut netlink)?;
         let wanted_here = |p: &TcpProfile| {
             p.needs_route_knobs() || (floor_locked_by_routes && p.rto_min_ms.is_some())
         };
@@ -407,11 +233,10 @@ impl RouteKnobs {
         if (base_table..base_table.saturating_add(last)).any(reserved) {
             return Err(RouteKnobsError::ReservedTable(base_table));
         }
-        let netns = std::fs::File::open("/proc/thread-self/ns/net").ok();
         let mut knobs = RouteKnobs {
             entries: Vec::new(),
             removed: false,
-            netns,
+            netlink,
         };
         for (i, profile) in wanted.into_iter().enumerate() {
             let entry = Entry {
@@ -419,88 +244,57 @@ impl RouteKnobs {
                 mark: base_mark + i as u32,
                 table: base_table + i as u32,
                 families: Vec::new(),
-                metrics: metric_args(profile),
+                metrics: profile_metrics(profile),
             };
             knobs.entries.push(entry);
             let idx = knobs.entries.len() - 1;
             // On error `knobs` drops here and removes what was installed.
-            knobs.install_entry(idx, profile)?;
+            knobs.install_entry(idx)?;
         }
         Ok(knobs)
     }
 
-    fn install_entry(&mut self, idx: usize, profile: &TcpProfile) -> Result<(), RouteKnobsError> {
-        let (mark, table) = (self.entries[idx].mark, self.entries[idx].table);
-        let metrics = metric_args(profile);
-        for family in ["-4", "-6"] {
-            let routes: Vec<JsonRoute> =
-                match ip_json(&strings(&["-j", family, "route", "show", "table", "main"])) {
-                    Ok(routes) => routes,
-                    // IPv6 may be disabled: then there is nothing to copy for it.
-                    Err(RouteKnobsError::Command { .. }) if family == "-6" => continue,
-                    Err(e) => return Err(e),
-                };
+    fn install_entry(&mut self, idx: usize) -> Result<(), RouteKnobsError> {
+        let Entry {
+            profile,
+            mark,
+            table,
+            metrics,
+            ..
+        } = self.entries[idx].clone();
+        for family in [Family::V4, Family::V6] {
+            let routes = match self.netlink.routes(family, TABLE_MAIN) {
+                Ok(routes) => routes,
+                // IPv6 may be disabled: then there is nothing to copy for it.
+                Err(_) if family == Family::V6 => continue,
+                Err(e) => return Err(e.into()),
+            };
             if routes.is_empty() {
                 continue;
             }
-            let main_text = ip(&strings(&[family, "route", "show", "table", "main"]))?;
-            let existing: Vec<serde_json::Value> = match ip_json(&strings(&[
-                "-j",
-                family,
-                "route",
-                "show",
-                "table",
-                &table.to_string(),
-            ])) {
-                Ok(routes) => routes,
-                // A table with no routes does not exist for the kernel: that is what we want.
-                Err(RouteKnobsError::Command { stderr, .. })
-                    if stderr.contains("does not exist") =>
-                {
-                    Vec::new()
-                }
-                Err(e) => return Err(e),
-            };
-            if !existing.is_empty() {
-                return Err(RouteKnobsError::TableInUse {
-                    table,
-                    profile: profile.name.clone(),
-                });
+            if !self.netlink.routes(family, table)?.is_empty() {
+                return Err(RouteKnobsError::TableInUse { table, profile });
             }
-            let rules: Vec<JsonRule> = ip_json(&strings(&["-j", family, "rule", "show"]))?;
-            let ours = |r: &JsonRule| {
-                r.table.as_deref() == Some(table.to_string().as_str())
-                    || r.fwmark
-                        .as_deref()
-                        .and_then(|m| u32::from_str_radix(m.trim_start_matches("0x"), 16).ok())
-                        == Some(mark)
-            };
-            if rules.iter().any(ours) {
+            let rules = self.netlink.rules(family)?;
+            if rules
+                .iter()
+                .any(|r| r.table == table || r.fwmark == Some(mark))
+            {
                 return Err(RouteKnobsError::RuleInUse { mark, table });
             }
             // From here on this family is ours to remove, even if a later step fails.
             self.entries[idx].families.push(family);
             for route in &routes {
-                if route.nexthops.is_some() {
-                    tracing::warn!(profile = %profile.name, dst = %route.dst, "multipath route not copied into the route-knob table");
+                if route.multipath {
+                    tracing::warn!(profile = %profile, dst = %route.destination, "multipath route not copied into the route-knob table");
                     continue;
                 }
-                let metrics = merged_metrics(existing_metrics(&main_text, route), &metrics);
-                ip(&copy_route_args(family, route, table, &metrics))?;
+                self.netlink
+                    .append_route(&copy_into_table(route, table, &metrics))?;
             }
-            ip(&strings(&[
-                family,
-                "rule",
-                "add",
-                "fwmark",
-                &format!("{mark:#x}/0xffffffff"),
-                "table",
-                &table.to_string(),
-                "priority",
-                &RULE_PRIORITY.to_string(),
-            ]))?;
+            self.netlink.add_rule(&knob_rule(family, mark, table))?;
         }
-        tracing::info!(profile = %profile.name, mark, table, metrics = %metrics.join(" "), "route-metric knobs installed");
+        tracing::info!(profile = %profile, mark, table, metrics = %metrics, "route-metric knobs installed");
         Ok(())
     }
 
@@ -518,7 +312,7 @@ impl RouteKnobs {
             && wanted.iter().all(|p| {
                 self.entries
                     .iter()
-                    .any(|e| e.profile == p.name && e.metrics == metric_args(p))
+                    .any(|e| e.profile == p.name && e.metrics == profile_metrics(p))
             })
     }
 
@@ -547,57 +341,21 @@ impl RouteKnobs {
         }
     }
 
-    /// Removes everything, from the namespace it was installed in.
+    /// Removes every rule and table, through the socket of the namespace they were installed
+    /// in. A rule or table that is gone already (or was never filled: failure half way) is not
+    /// an error.
     fn remove_all(&mut self) -> Result<(), RouteKnobsError> {
-        use std::os::unix::fs::MetadataExt;
-        let ino = |f: &std::fs::File| f.metadata().map(|m| (m.dev(), m.ino())).ok();
-        let here = std::fs::File::open("/proc/thread-self/ns/net").ok();
-        let same = match (&self.netns, &here) {
-            (Some(installed), Some(here)) => ino(installed) == ino(here),
-            _ => true,
-        };
-        if same {
-            return self.remove_here();
-        }
-        let installed = self.netns.take();
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    if let Some(ns) = &installed {
-                        midway_sys::netns::enter(ns).map_err(RouteKnobsError::EnterNetns)?;
-                    }
-                    self.remove_here()
-                })
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
-    }
-
-    fn remove_here(&mut self) -> Result<(), RouteKnobsError> {
-        let mut first_err = None;
+        let mut first_err: Option<NetlinkError> = None;
         for entry in self.entries.drain(..) {
-            for family in &entry.families {
-                let table = entry.table.to_string();
+            for &family in &entry.families {
+                let rule = knob_rule(family, entry.mark, entry.table);
                 let steps = [
-                    strings(&[
-                        family,
-                        "rule",
-                        "del",
-                        "fwmark",
-                        &format!("{:#x}/0xffffffff", entry.mark),
-                        "table",
-                        &table,
-                        "priority",
-                        &RULE_PRIORITY.to_string(),
-                    ]),
-                    strings(&[family, "route", "flush", "table", &table]),
+                    self.netlink.delete_rule(&rule),
+                    self.netlink.flush_table(family, entry.table).map(drop),
                 ];
-                for step in steps {
-                    if let Err(e) = ip(&step) {
-                        // A rule or table that was never filled (failure half way) is not an error.
-                        let missing = matches!(&e, RouteKnobsError::Command { stderr, .. }
-                            if stderr.contains("No such file") || stderr.contains("does not exist"));
-                        if !missing && first_err.is_none() {
+                for result in steps {
+                    if let Err(e) = result {
+                        if !e.is_not_found() && first_err.is_none() {
                             first_err = Some(e);
                         }
                     }
@@ -605,7 +363,7 @@ impl RouteKnobs {
             }
         }
         self.removed = true;
-        first_err.map_or(Ok(()), Err)
+        first_err.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// What is installed, for a crash-recovery record.
@@ -615,7 +373,11 @@ impl RouteKnobs {
             .map(|e| InstalledKnob {
                 mark: e.mark,
                 table: e.table,
-                families: e.families.iter().map(|f| f.to_string()).collect(),
+                families: e
+                    .families
+                    .iter()
+                    .map(|&f| family_flag(f).to_owned())
+                    .collect(),
             })
             .collect()
     }
@@ -629,29 +391,33 @@ impl RouteKnobs {
                 profile: String::new(),
                 mark: knob.mark,
                 table: knob.table,
-                families: knob
-                    .families
-                    .iter()
-                    .filter_map(|f| match f.as_str() {
-                        "-4" => Some("-4"),
-                        "-6" => Some("-6"),
-                        _ => None,
-                    })
+                families: [Family::V4, Family::V6]
+                    .into_iter()
+                    .filter(|&f| knob.families.iter().any(|k| k == family_flag(f)))
                     .collect(),
-                metrics: Vec::new(),
+                metrics: RouteMetrics::new(),
             })
             .collect();
         let mut leftovers = RouteKnobs {
             entries,
             removed: false,
-            netns: None,
+            netlink: Netlink::open()?,
         };
-        leftovers.remove_here()
+        leftovers.remove_all()
     }
 
     /// Removes midway's rules and tables (only those installed here).
     pub fn remove(mut self) -> Result<(), RouteKnobsError> {
         self.remove_all()
+    }
+}
+
+/// midway's rule for a profile: `fwmark MARK/0xffffffff lookup TABLE priority 1000`.
+fn knob_rule(family: Family, mark: u32, table: u32) -> FwmarkRule {
+    FwmarkRule {
+        mask: Some(u32::MAX),
+        priority: Some(RULE_PRIORITY),
+        ..FwmarkRule::new(family, mark, table)
     }
 }
 
@@ -669,66 +435,54 @@ impl Drop for RouteKnobs {
 mod tests {
     use super::*;
 
+    fn route(dst: &str, device: u32, metrics: &str) -> Route {
+        let mut route = Route::to(dst.parse().unwrap());
+        route.device = Some(device);
+        route.metrics = metrics.parse().unwrap();
+        route
+    }
+
     #[test]
     fn rto_min_on_any_main_route_is_seen() {
-        let legacy = "default via 10.0.1.1 dev v0 mtu lock 576 advmss 536 rto_min lock 1s\n\
-                      10.0.1.0/24 dev v0 proto kernel scope link src 10.0.1.2\n";
-        assert!(text_sets_rto_min(legacy));
-        let plain = "default via 10.0.1.1 dev v0\n10.0.1.0/24 dev v0 proto kernel scope link\n";
-        assert!(!text_sets_rto_min(plain));
-    }
-
-    fn route(dst: &str, dev: &str) -> JsonRoute {
-        JsonRoute {
-            kind: None,
-            dst: dst.to_owned(),
-            gateway: None,
-            dev: Some(dev.to_owned()),
-            protocol: None,
-            scope: None,
-            prefsrc: None,
-            metric: None,
-            flags: Vec::new(),
-            nexthops: None,
-        }
-    }
-
-    const LEGACY_MAIN: &str = "\
-default via 10.0.1.1 dev v0 mtu lock 576 advmss 536 initcwnd 2 rto_min lock 1s congctl reno
-10.0.1.0/24 dev v0 proto kernel scope link src 10.0.1.2 mtu lock 576 advmss 536
-10.0.2.0/24 dev v1 proto kernel scope link src 10.0.2.2
-";
-
-    #[test]
-    fn reads_metrics_with_their_locks_from_the_routes_own_line() {
-        let groups = existing_metrics(LEGACY_MAIN, &route("default", "v0"));
-        assert_eq!(
-            groups,
-            vec![
-                vec!["mtu", "lock", "576"],
-                vec!["advmss", "536"],
-                vec!["initcwnd", "2"],
-                vec!["rto_min", "1s"],
-                vec!["congctl", "reno"],
-            ]
-        );
-        assert!(existing_metrics(LEGACY_MAIN, &route("10.0.2.0/24", "v1")).is_empty());
-        assert_eq!(
-            existing_metrics(LEGACY_MAIN, &route("10.0.1.0/24", "v0")).len(),
-            2
-        );
-        // Same prefix on another device: not this line.
-        assert!(existing_metrics(LEGACY_MAIN, &route("10.0.1.0/24", "v9")).is_empty());
+        let legacy = [
+            route("0.0.0.0/0", 2, "mtu lock 576 advmss 536 rto_min lock 1s"),
+            route("10.0.1.0/24", 2, ""),
+        ];
+        assert!(routes_set_rto_min(&legacy));
+        let plain = [route("0.0.0.0/0", 2, ""), route("10.0.1.0/24", 2, "")];
+        assert!(!routes_set_rto_min(&plain));
     }
 
     #[test]
     fn profile_metrics_override_only_their_own_keys() {
-        let existing = existing_metrics(LEGACY_MAIN, &route("default", "v0"));
-        let profile = strings(&["initcwnd", "10", "reordering", "lock", "1", "quickack", "1"]);
-        let merged = merged_metrics(existing, &profile);
-        assert_eq!(
-            merged.join(" "),
-            "mtu lock 576 advmss 536 rto_min 1s congctl reno initcwnd 10 reordering lock 1 quickack 1"
+        let main = route(
+            "0.0.0.0/0",
+            2,
+            "mtu lock 576 advmss 536 initcwnd 2 rto_min lock 1s congctl reno",
         );
+        let profile: RouteMetrics = "initcwnd 10 reordering lock 1 quickack 1".parse().unwrap();
+        let copy = copy_into_table(&main, 100, &profile);
+        assert_eq!(
+            copy.metrics,
+            "mtu lock 576 advmss 536 rto_min 1s congctl reno initcwnd 10 reordering lock 1 quickack 1"
+                .parse::<RouteMetrics>()
+                .unwrap()
+        );
+        assert_eq!((copy.table, copy.device), (100, Some(2)));
+    }
+
+    #[test]
+    fn a_profiles_metrics_are_its_route_knobs() {
+        let mut profile = TcpProfile::kernel_default("routed");
+        profile.initial_cwnd = Some(7);
+        profile.rto_min_ms = Some(300);
+        profile.delayed_ack = Some(false);
+        profile.dupack_threshold = Some(5);
+        assert_eq!(
+            profile_metrics(&profile).to_string(),
+            "initcwnd 7 reordering lock 5 rto_min 300ms quickack 1"
+        );
+        assert!(profile_metrics(&TcpProfile::kernel_default("plain")).is_empty());
+        assert_eq!(family_flag(Family::V6), "-6");
     }
 }

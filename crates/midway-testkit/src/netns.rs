@@ -220,6 +220,28 @@ impl Routed {
         run_words(&format!(
             "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
         ));
+        // An interface's fe80::/64 route appears once the kernel sees its carrier, which a veth
+        // reports up to a second after both ends are up (link events are batched); a proxy that
+        // copies the router's routing table at start (route knobs) must find both.
+        let mut netlink = midway_sys::netlink::Netlink::open_in_named(r).unwrap();
+        let link_local: ipnet::IpNet = "fe80::/64".parse().unwrap();
+        crate::wait::wait_until(
+            std::time::Duration::from_secs(5),
+            || {
+                let routes = netlink
+                    .routes(
+                        midway_sys::netlink::Family::V6,
+                        midway_sys::netlink::TABLE_MAIN,
+                    )
+                    .unwrap();
+                routes
+                    .iter()
+                    .filter(|r| r.destination == link_local)
+                    .count()
+                    >= 2
+            },
+            "the router's link-local routes never appeared",
+        );
         topo
     }
 }
