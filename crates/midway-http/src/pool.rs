@@ -12,9 +12,11 @@
 //! the operator sets the sysctl to 0.
 
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use midway_sys::sockopt::idle_and_open;
 use tokio::net::TcpStream;
 
 use crate::config::{KeepaliveProbes, UpstreamPoolConfig};
@@ -30,12 +32,6 @@ pub(crate) struct UpstreamPool {
     config: UpstreamPoolConfig,
     idle: Mutex<HashMap<String, Vec<IdleConnection>>>,
     metrics: HttpMetrics,
-}
-
-/// Whether a pooled socket is still usable: no EOF and no unexpected bytes pending.
-fn still_open(stream: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 impl UpstreamPool {
@@ -71,7 +67,8 @@ impl UpstreamPool {
         let mut found = None;
         if let Some(conns) = map.get_mut(origin) {
             while let Some(conn) = conns.pop() {
-                if still_open(&conn.stream) {
+                // No EOF and no unexpected bytes pending.
+                if idle_and_open(conn.stream.as_fd()) {
                     found = Some(conn.stream);
                     break;
                 }

@@ -24,16 +24,8 @@ impl AccessList {
     /// True when `client` is inside an allowed prefix. IPv4-mapped IPv6 addresses
     /// (`::ffff:a.b.c.d`, seen on dual-stack sockets) are matched as the IPv4 address.
     pub(crate) fn allows(&self, client: IpAddr) -> bool {
-        let client = canonical(client);
+        let client = client.to_canonical();
         self.prefixes.iter().any(|p| p.contains(&client))
-    }
-}
-
-/// `::ffff:a.b.c.d` -> `a.b.c.d`; anything else unchanged.
-pub(crate) fn canonical(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
-        v4 => v4,
     }
 }
 
@@ -65,9 +57,10 @@ impl ClientLimits {
         self.per_client.store(per_client, Ordering::Relaxed);
     }
 
-    /// A permit, or `None` when `client` already holds `per_client` connections.
+    /// A permit, or `None` when `client` already holds `per_client` connections. An IPv4-mapped
+    /// IPv6 address counts as the IPv4 address it carries.
     pub(crate) fn try_acquire(self: &Arc<Self>, client: IpAddr) -> Option<ClientPermit> {
-        let client = canonical(client);
+        let client = client.to_canonical();
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(client).or_insert(0);
         if *count >= self.per_client.load(Ordering::Relaxed) {
@@ -84,7 +77,7 @@ impl ClientLimits {
     #[cfg(test)]
     pub(crate) fn count(&self, client: IpAddr) -> usize {
         let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.get(&canonical(client)).copied().unwrap_or(0)
+        counts.get(&client.to_canonical()).copied().unwrap_or(0)
     }
 
     /// Distinct clients holding a connection (the map never keeps zero entries).

@@ -1,6 +1,9 @@
 //! Socket options as the kernel takes them: `int` options, `SO_MAX_PACING_RATE` (an
 //! `unsigned long`) and `TCP_CONGESTION` (a name), plus the numbers of the TCP options newer than
 //! the libc crate. midway-tcp decides which to set from a profile; this is only the calls.
+//! Besides them, the two questions asked of a socket's kernel queues: how many bytes they hold
+//! ([`queued_bytes`]) and whether an idle pooled connection is still fit to reuse
+//! ([`idle_and_open`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -162,4 +165,69 @@ pub fn queued_bytes(fd: BorrowedFd<'_>) -> io::Result<QueuedBytes> {
         unacked_out: ioctl_int(libc::TIOCOUTQ)?,
         unread_in: ioctl_int(libc::FIONREAD)?,
     })
+}
+
+/// Whether an idle connected socket (a pooled connection, waiting for its next use) is still fit
+/// to reuse: the peer has neither closed it (no EOF, no reset) nor sent anything unasked (no
+/// byte waiting). Peeks without blocking and without taking a byte off the queue.
+pub fn idle_and_open(fd: BorrowedFd<'_>) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: valid fd, pointer to one live byte and that length; MSG_DONTWAIT never blocks.
+    let rc = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    // 0 is EOF, 1 a byte nobody asked for; only "nothing to read yet" is an idle, open socket.
+    rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Waits (up to 5 s) until `check` holds: loopback delivers at once, but not synchronously.
+    fn eventually(check: impl Fn() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if check() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        check()
+    }
+
+    #[test]
+    fn an_idle_socket_is_open_until_the_peer_sends_or_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let talking = TcpStream::connect(addr).unwrap();
+        let (mut sender, _) = listener.accept().unwrap();
+        let closing = TcpStream::connect(addr).unwrap();
+        let (closer, _) = listener.accept().unwrap();
+
+        assert!(idle_and_open(talking.as_fd()), "nothing sent yet");
+        sender.write_all(b"x").unwrap();
+        assert!(
+            eventually(|| !idle_and_open(talking.as_fd())),
+            "a byte waits"
+        );
+        assert!(
+            !idle_and_open(talking.as_fd()),
+            "peeking leaves the byte queued"
+        );
+
+        assert!(idle_and_open(closing.as_fd()));
+        drop(closer);
+        assert!(eventually(|| !idle_and_open(closing.as_fd())), "EOF");
+    }
 }

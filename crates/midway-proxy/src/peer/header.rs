@@ -181,8 +181,11 @@ fn mac_of(key: &[u8]) -> Result<Hmac<Sha256>, HeaderError> {
     Hmac::<Sha256>::new_from_slice(key).map_err(|_| HeaderError::KeyTooShort)
 }
 
-/// IPv4-mapped IPv6 addresses travel as the IPv4 address they carry.
-fn canonical(addr: SocketAddr) -> SocketAddr {
+/// `[::ffff:a.b.c.d]:port` -> `a.b.c.d:port`, anything else unchanged: std's
+/// [`IpAddr::to_canonical`] for a socket address, the crate's one. A header carries IPv4-mapped
+/// addresses as the IPv4 address they carry (and a TPROXY'd original destination is compared and
+/// connected to that way). It lives here because the fuzz target compiles this file alone.
+pub(crate) fn canonical_socket_addr(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
@@ -193,8 +196,8 @@ impl PeerHeader {
             return Err(HeaderError::BadKeyName);
         }
         let mut mac = mac_of(key)?;
-        let destination = canonical(self.destination);
-        let client = canonical(self.client);
+        let destination = canonical_socket_addr(self.destination);
+        let client = canonical_socket_addr(self.client);
         let mut out = Vec::with_capacity(MAX_HEADER_LEN);
         out.extend_from_slice(&MAGIC);
         out.push(VERSION);

@@ -7,18 +7,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{field, Instrument};
 
+use super::connect::close_now;
 use super::connection::Connection;
 use super::generation::Generation;
 use super::log_limit::{admit_out_of_resources, is_resource_exhaustion};
-use super::Shared;
-use crate::access::canonical;
-use crate::config::Intercept;
+use super::shared::Shared;
 use crate::metrics::Metrics;
 
 /// First pause after accept ran out of a resource (file descriptors, memory); doubles per
@@ -119,11 +118,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             close_now(stream);
             continue;
         }
-        // A peer listener's connections all come from a few midways: the per-client limit
-        // applies to the client each header names instead (`peering.rs`).
-        let client_permit = if matches!(state.config.intercept, Intercept::Peer { .. }) {
-            None
-        } else {
+        let client_permit = if state.config.intercept.limits_connecting_client() {
             let Some(permit) = shared.client_limits.try_acquire(peer.ip()) else {
                 shared.metrics.refuse(&name, "client_limit");
                 tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
@@ -131,12 +126,13 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
                 continue;
             };
             Some(permit)
+        } else {
+            None
         };
         shared.metrics.accepted.get_or_create(&labels).inc();
         shared.served.fetch_add(1, Ordering::Relaxed);
 
-        let client_ip = canonical(peer.ip());
-        let (local_profile, remote_profile) = state.profiles.for_client(client_ip);
+        let (local_profile, remote_profile) = state.profiles.for_client(peer.ip());
         let span = tracing::info_span!(
             "conn",
             listener = %name,
@@ -159,11 +155,4 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         };
         tracker.spawn(conn.serve(stream).instrument(span));
     }
-}
-
-/// Closes with a reset, so a refused client learns at once and no TIME_WAIT stays behind.
-pub(super) fn close_now(stream: TcpStream) {
-    // Linger 0 does not block: the kernel sends RST and frees the socket at once.
-    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-    drop(stream);
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use midway_bpf::{Algorithm, Registration};
 use midway_tcp::{KnobError, TcpProfile};
 
-use super::ProxyError;
+use super::error::ProxyError;
 
 /// Registers every BPF congestion control the profiles named in `used` ask for; `None` when
 /// none does. The error names the first profile asking for the algorithm that failed and its

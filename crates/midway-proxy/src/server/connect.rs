@@ -1,6 +1,7 @@
 //! Connect: the remote segment's socket (resolution, denied destinations, profile before
-//! connect, optional spoofed source address) and the profile steps every proxy socket gets
-//! once established. The HTTP engine opens its upstream sockets through the same path.
+//! connect, optional spoofed source address), the profile steps every proxy socket gets once
+//! established, and the socket steps besides (the transparent option, a close with a reset).
+//! The HTTP engine opens its upstream sockets through the same path.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +28,13 @@ pub(super) fn set_transparent(sock: &Socket, v6: bool) -> io::Result<()> {
     } else {
         sock.set_ip_transparent(true)
     }
+}
+
+/// Closes with a reset, so a refused client learns at once and no TIME_WAIT stays behind.
+pub(super) fn close_now(stream: TcpStream) {
+    // Linger 0 does not block: the kernel sends RST and frees the socket at once.
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
 }
 
 /// The profile steps of an established proxy socket: TCP_NODELAY unless the profile decides

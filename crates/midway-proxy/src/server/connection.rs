@@ -13,16 +13,16 @@ use tracing::field;
 
 use super::connect::{apply_established, connect, resolve_first};
 use super::error::{ErrorChain, SetupError};
-use super::generation::Generation;
+use super::generation::{Generation, HttpListener};
 use super::intercept::{Accepted, Target};
 use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
 use super::peering::{self, Chain};
 use super::profiles::ListenerProfiles;
-use super::relay::ByteReporter;
-use super::{HttpListener, Shared};
-use crate::access::{canonical, ClientPermit};
-use crate::config::{peer_for, Intercept, ListenerConfig, TargetAddr};
+use super::relay::{self, ByteReporter, Split};
+use super::shared::Shared;
+use crate::access::ClientPermit;
+use crate::config::{peer_for, ListenerConfig, TargetAddr};
 use crate::metrics::{ListenerLabels, Metrics};
 
 /// An admitted connection, owned by its task.
@@ -100,28 +100,31 @@ impl Connection {
             }
             Err(err) => {
                 self.refuse(&err, "connection not relayed");
-                if let SetupError::PeerRefused { refusal, .. } = &err {
-                    peering::count_refusal(&self.shared.metrics, &self.listener.name, refusal);
-                }
                 self.listener.intercept.report_failure(client, &err).await;
                 return;
             }
         };
-        let adjustable = (leaves_buffers(local), leaves_buffers(remote));
-        // A peer listener's accepted socket is the peer segment (with the local profile).
-        let local_segment = match self.listener.intercept {
-            Intercept::Peer { .. } => "peer",
-            _ => "local",
+        let split = Split {
+            client,
+            server: onward.stream,
+            started,
+            adjustable: (leaves_buffers(local), leaves_buffers(remote)),
+            segments: (self.listener.intercept.accepted_segment(), onward.segment),
         };
-        let segments = (local_segment, onward.segment);
         let _chain = onward.chain;
-        self.relay(client, onward.stream, started, adjustable, segments)
-            .await;
+        relay::relay(
+            split,
+            &self.listener,
+            &self.shared,
+            self.generation.config.idle_timeout,
+            self.cancel.clone(),
+        )
+        .await;
     }
 
     /// The (local, remote) profile for this client.
     fn profiles(&self) -> (&TcpProfile, &TcpProfile) {
-        self.profiles.for_client(canonical(self.peer.ip()))
+        self.profiles.for_client(self.peer.ip())
     }
 
     /// Counts and logs a connection that ends before relaying or serving.
@@ -129,6 +132,9 @@ impl Connection {
         self.shared
             .metrics
             .refuse(&self.listener.name, err.reason());
+        if let SetupError::PeerRefused { refusal, .. } = err {
+            peering::count_refusal(&self.shared.metrics, &self.listener.name, refusal);
+        }
         if err.is_resource_exhaustion() {
             // One line per refused connection would flood the log exactly when the process
             // is out of descriptors; the metric above still counts each.
@@ -155,8 +161,9 @@ impl Connection {
             peer: self.peer,
             listener_addr: self.listener_addr,
             config,
-            shared: &self.shared,
-            generation: &self.generation,
+            access: &self.generation.access,
+            peering: &self.generation.peering,
+            client_limits: &self.shared.client_limits,
             shutdown: &self.shutdown,
         };
         let target = intercept.find_target(client, &accepted).await?;

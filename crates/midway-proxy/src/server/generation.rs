@@ -4,23 +4,25 @@
 //! and accept loops pick up the newest at their next accept. A connection keeps the generation
 //! it was accepted under to its end, so a reload never changes an established connection.
 //!
-//! What lives longer than a generation is in [`super::Shared`] (metrics, spool and pipes, the
+//! What lives longer than a generation is in `shared.rs` (metrics, spool and pipes, the
 //! memory guard, the limits' counters) and in the proxy (listening sockets, nftables, route
 //! knobs, BPF registrations).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use midway_http::{HttpProxy, HttpProxyConfig};
+use midway_http::{ConnectUpstream, HttpProxy, HttpProxyConfig};
 use midway_tcp::TcpProfile;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use super::connect;
+use super::error::ProxyError;
+use super::intercept::init_listener_metrics;
 use super::peering::Peering;
 use super::pool::WarmPool;
 use super::profiles::ListenerProfiles;
-use super::{HttpListener, ProxyError, Shared};
+use super::shared::Shared;
 use crate::access::AccessList;
 use crate::config::{ListenerConfig, RuntimeConfig};
 
@@ -36,6 +38,14 @@ pub(super) struct Generation {
     /// Fired when a newer generation replaces this one: its warm pools stop and close their
     /// idle connections (connections taken from them are not affected).
     pub(super) retired: CancellationToken,
+}
+
+/// The HTTP engine of one listener.
+#[derive(Clone)]
+pub(super) struct HttpListener {
+    pub(super) engine: Arc<HttpProxy>,
+    /// Opens upstream sockets exactly like the remote segment of a split connection.
+    pub(super) connect_upstream: ConnectUpstream,
 }
 
 /// One listener's part of a generation.
@@ -99,14 +109,7 @@ impl Generation {
                     )?)
                 }
             };
-            shared.metrics.init_listener(&listener.name);
-            let peer_listener = matches!(listener.intercept, crate::config::Intercept::Peer { .. });
-            if peer_listener {
-                shared.metrics.init_peer_listener(&listener.name);
-            }
-            if peer_listener || !listener.via.is_empty() {
-                shared.metrics.init_peer_segment(&listener.name);
-            }
+            init_listener_metrics(&shared.metrics, listener);
             listeners.insert(
                 listener.name.clone(),
                 ListenerState {

@@ -34,7 +34,7 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 use serde::{Deserialize, Serialize};
 
 /// File name of the upgrade socket, in the spool directory.
-pub(crate) const UPGRADE_SOCKET: &str = "midway-upgrade.sock";
+const UPGRADE_SOCKET: &str = "midway-upgrade.sock";
 /// First line of every exchange.
 const HELLO: &str = "midway-handover 1\n";
 const COMMIT: &str = "commit\n";
@@ -143,10 +143,12 @@ impl Inherited {
     }
 }
 
-/// The new process's side: asks the midway listening on `path` for its sockets. Blocking.
-pub(crate) fn request(path: &Path) -> Result<Inherited, HandoverError> {
-    let mut stream = UnixStream::connect(path).map_err(|source| HandoverError::Connect {
-        path: path.to_path_buf(),
+/// The new process's side: asks the midway whose upgrade socket is in `dir` (its spool
+/// directory) for its sockets. Blocking.
+pub(crate) fn request(dir: &Path) -> Result<Inherited, HandoverError> {
+    let path = dir.join(UPGRADE_SOCKET);
+    let mut stream = UnixStream::connect(&path).map_err(|source| HandoverError::Connect {
+        path: path.clone(),
         source,
     })?;
     stream.set_read_timeout(Some(STEP_TIMEOUT))?;
@@ -206,24 +208,30 @@ pub(crate) fn request(path: &Path) -> Result<Inherited, HandoverError> {
             fds.len()
         )));
     }
+    // In the offer's order; counted above, so `next_fd` never runs short.
     let mut fds = fds.into_iter();
+    let mut next_fd = || {
+        fds.next()
+            .ok_or_else(|| protocol("fewer descriptors came than the offer lists"))
+    };
     let listeners = offer
         .listeners
         .iter()
-        .map(|(_, key)| (*key, fds.next().expect("counted above")))
-        .collect();
-    let metrics = offer
-        .metrics
-        .map(|addr| (addr, fds.next().expect("counted above")));
+        .map(|(_, key)| Ok((*key, next_fd()?)))
+        .collect::<Result<_, HandoverError>>()?;
+    let metrics = match offer.metrics {
+        Some(addr) => Some((addr, next_fd()?)),
+        None => None,
+    };
     let congestion_controls = offer
         .congestion_controls
         .iter()
         .map(|name| {
-            Algorithm::from_name(name)
-                .ok_or_else(|| protocol(format!("unknown congestion control {name:?}")))
-                .map(|algorithm| (algorithm, fds.next().expect("counted above")))
+            let algorithm = Algorithm::from_name(name)
+                .ok_or_else(|| protocol(format!("unknown congestion control {name:?}")))?;
+            Ok((algorithm, next_fd()?))
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, HandoverError>>()?;
     Ok(Inherited {
         from_pid: offer.pid,
         record_dir: offer.record_dir,
@@ -354,7 +362,7 @@ impl UpgradeSocket {
     /// Binds `dir/UPGRADE_SOCKET`, replacing what is there: a stale socket of a midway that
     /// died, or (when this process took over) the old process's, which keeps serving its
     /// accepted connection through the descriptor it has.
-    pub(crate) fn bind(dir: &Path) -> std::io::Result<UpgradeSocket> {
+    fn bind(dir: &Path) -> std::io::Result<UpgradeSocket> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(UPGRADE_SOCKET);
         match std::fs::remove_file(&path) {
@@ -372,9 +380,28 @@ impl UpgradeSocket {
         })
     }
 
+    /// The upgrade socket in `dir`, unless another midway (not the one being taken over)
+    /// already answers there. A binary upgrade is optional: a socket that cannot be bound (e.g.
+    /// a spool path longer than the 107 bytes a Unix socket's path may have) costs only the
+    /// upgrade, with a warning, never the start, and never a take-over that has already
+    /// happened.
+    pub(crate) fn open(dir: &Path, taking_over: bool) -> Option<UpgradeSocket> {
+        if !taking_over && UpgradeSocket::in_use(dir) {
+            tracing::warn!(dir = %dir.display(), "another midway answers on this spool directory's upgrade socket; this one offers no binary upgrade (give each midway its own spool directory)");
+            return None;
+        }
+        match UpgradeSocket::bind(dir) {
+            Ok(socket) => Some(socket),
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "cannot open the upgrade socket in the spool directory; this midway offers no binary upgrade");
+                None
+            }
+        }
+    }
+
     /// Whether a midway listens on `dir`'s upgrade socket now (a start without `--take-over`
     /// must not replace it).
-    pub(crate) fn in_use(dir: &Path) -> bool {
+    fn in_use(dir: &Path) -> bool {
         UnixStream::connect(dir.join(UPGRADE_SOCKET)).is_ok()
     }
 

@@ -1,19 +1,21 @@
 //! Find the target: what each intercept mode does with an accepted client before and after
-//! the remote segment is connected. Every difference between the modes lives here.
+//! the remote segment is connected. Every difference between the modes lives here, a peer
+//! listener's included (its per-client limit, its segment label, its metrics, its header and
+//! status byte; the header's I/O itself is `peering.rs`).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::accept::close_now;
+use super::connect::close_now;
 use super::error::SetupError;
-use super::generation::Generation;
-use super::peering::{self, Chain, GatewayContext};
-use super::Shared;
-use crate::access::canonical;
-use crate::config::{DeniedDestinations, Intercept, RuntimeConfig, TargetAddr};
-use crate::peer::header::PeerStatus;
+use super::peering::{self, Chain, GatewayContext, Peering};
+use crate::access::{AccessList, ClientLimits};
+use crate::config::{DeniedDestinations, Intercept, ListenerConfig, RuntimeConfig, TargetAddr};
+use crate::metrics::Metrics;
+use crate::peer::header::{canonical_socket_addr, PeerStatus};
 use crate::socks5::{self, ReplyCode};
 
 /// Where a split connection's remote segment goes, and how.
@@ -33,18 +35,49 @@ pub(super) struct Accepted<'c> {
     pub(super) peer: SocketAddr,
     /// The address the listener really bound.
     pub(super) listener_addr: SocketAddr,
+    /// The configuration it was accepted under, and its access list and peers.
     pub(super) config: &'c RuntimeConfig,
-    pub(super) shared: &'c Shared,
-    /// The generation it was accepted under (access list, peers).
-    pub(super) generation: &'c Generation,
+    pub(super) access: &'c AccessList,
+    pub(super) peering: &'c Peering,
+    pub(super) client_limits: &'c Arc<ClientLimits>,
     /// Fires when shutdown begins (a warm connection waiting for its header then ends).
     pub(super) shutdown: &'c CancellationToken,
+}
+
+/// Starts at zero the metrics a listener reports: its own, and those of the peer segment it
+/// accepts (a peer listener) or connects through (`via`), with a peer listener's header
+/// refusals.
+pub(super) fn init_listener_metrics(metrics: &Metrics, listener: &ListenerConfig) {
+    metrics.init_listener(&listener.name);
+    let peer_listener = matches!(listener.intercept, Intercept::Peer { .. });
+    if peer_listener {
+        metrics.init_peer_listener(&listener.name);
+    }
+    if peer_listener || !listener.via.is_empty() {
+        metrics.init_peer_segment(&listener.name);
+    }
 }
 
 impl Intercept {
     /// Whether the listening socket must be transparent (to accept TPROXY'd connections).
     pub(super) fn needs_transparent_listener(&self) -> bool {
         matches!(self, Intercept::Transparent { .. })
+    }
+
+    /// Whether the per-client limit is taken at accept, for the address that connected. A peer
+    /// listener's connections all come from a few midways: it takes the limit for the client
+    /// each header names instead (`peering.rs`).
+    pub(super) fn limits_connecting_client(&self) -> bool {
+        !matches!(self, Intercept::Peer { .. })
+    }
+
+    /// The label of the accepted socket's segment (metrics, end-of-connection log): a peer
+    /// listener's accepted socket is the peer segment (with the local profile all the same).
+    pub(super) fn accepted_segment(&self) -> &'static str {
+        match self {
+            Intercept::Peer { .. } => "peer",
+            _ => "local",
+        }
     }
 
     /// Finds the target of a connection to a relaying listener: the forward target, the
@@ -81,7 +114,7 @@ impl Intercept {
                 let original = original_destination(client, accepted.listener_addr)?;
                 Ok(Target {
                     addr: TargetAddr::Ip(original),
-                    spoof_from: spoof_client_address.then_some(canonical(accepted.peer.ip())),
+                    spoof_from: spoof_client_address.then_some(accepted.peer.ip().to_canonical()),
                     denied: None,
                     chain: None,
                 })
@@ -90,20 +123,15 @@ impl Intercept {
                 keys,
                 spoof_client_address,
             } => {
-                let shared = accepted.shared;
                 let cx = GatewayContext {
                     from: accepted.peer,
                     keys,
                     config,
-                    access: &accepted.generation.access,
-                    client_limits: &shared.client_limits,
+                    access: accepted.access,
+                    client_limits: accepted.client_limits,
                     shutdown: accepted.shutdown,
                 };
-                let (destination, chain) = accepted
-                    .generation
-                    .peering
-                    .accept_header(client, &cx)
-                    .await?;
+                let (destination, chain) = accepted.peering.accept_header(client, &cx).await?;
                 Ok(Target {
                     addr: TargetAddr::Ip(destination),
                     spoof_from: spoof_client_address.then_some(chain.client().ip()),
@@ -187,8 +215,8 @@ fn original_destination(
 ) -> Result<SocketAddr, SetupError> {
     let original = client
         .local_addr()
+        .map(canonical_socket_addr)
         .map_err(SetupError::OriginalDestination)?;
-    let original = SocketAddr::new(canonical(original.ip()), original.port());
     if original.port() == listener_addr.port()
         && (listener_addr.ip().is_unspecified() || listener_addr.ip() == original.ip())
     {

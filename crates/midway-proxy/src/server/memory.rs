@@ -7,8 +7,8 @@ use std::sync::Arc;
 use midway_tcp::TcpProfile;
 use tokio::net::TcpStream;
 
+use super::error::ProxyError;
 use super::socket_id::SocketId;
-use super::ProxyError;
 use crate::sockmem::{
     self, Adjustable, BufferCaps, SocketCapper, SocketMemory, SocketMemorySetting,
 };

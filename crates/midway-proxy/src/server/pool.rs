@@ -10,10 +10,11 @@
 //! it comes back, never per attempt.
 
 use std::collections::VecDeque;
-use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use midway_sys::sockopt::idle_and_open;
 use midway_tcp::{Role, TcpProfile};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -50,17 +51,6 @@ pub(super) struct WarmPool {
     taken: Notify,
     metrics: Metrics,
     labels: PeerLabels,
-}
-
-/// Whether an idle socket is still connected: a non-blocking peek sees nothing to read. EOF
-/// (the peer closed it), an error (reset) or bytes (a peer never sends before the header) all
-/// mean it cannot carry a connection.
-fn is_alive(stream: &TcpStream) -> bool {
-    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-    match socket2::SockRef::from(stream).peek(&mut byte) {
-        Err(err) => err.kind() == std::io::ErrorKind::WouldBlock,
-        Ok(_) => false,
-    }
 }
 
 impl WarmPool {
@@ -111,7 +101,9 @@ impl WarmPool {
                 let mut idle = self.idle();
                 let mut found = None;
                 while let Some((stream, _)) = idle.pop_front() {
-                    if is_alive(&stream) {
+                    // EOF (the peer closed it), a reset, or bytes (a peer never sends before
+                    // the header) all mean it cannot carry a connection.
+                    if idle_and_open(stream.as_fd()) {
                         found = Some(stream);
                         break;
                     }
@@ -160,7 +152,7 @@ impl WarmPool {
     fn prune(&self) -> (usize, Option<Instant>) {
         let mut idle = self.idle();
         let max_idle = self.config.warm_max_idle;
-        idle.retain(|(stream, since)| since.elapsed() < max_idle && is_alive(stream));
+        idle.retain(|(stream, since)| since.elapsed() < max_idle && idle_and_open(stream.as_fd()));
         self.update_gauge(idle.len());
         (idle.len(), idle.front().map(|(_, since)| *since + max_idle))
     }

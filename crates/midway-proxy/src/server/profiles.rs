@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use midway_tcp::{RouteKnobs, TcpProfile};
 
-use super::ProxyError;
+use super::error::ProxyError;
 use crate::config::{most_specific, ListenerConfig, RuntimeConfig};
 
 /// A client override, resolved: clients in the prefix get these profiles where set.
@@ -93,7 +93,7 @@ pub(super) fn referenced_profiles(config: &RuntimeConfig) -> BTreeSet<String> {
 }
 
 /// Checks that `profiles` can honour every one of `names` on the running kernel.
-pub(super) fn check_profiles_supported<'a>(
+fn check_profiles_supported<'a>(
     names: impl IntoIterator<Item = &'a String>,
     profiles: &BTreeMap<String, TcpProfile>,
 ) -> Result<(), ProxyError> {
@@ -156,6 +156,19 @@ pub(super) fn install_route_knobs(
     })?;
     knobs.set_marks(profiles.values_mut());
     Ok(Some(knobs))
+}
+
+/// `profiles` (route marks filled in) as the proxy shares them, each behind an `Arc`, once the
+/// running kernel is found to honour every one of `used`.
+pub(super) fn share_checked(
+    used: &BTreeSet<String>,
+    profiles: BTreeMap<String, TcpProfile>,
+) -> Result<BTreeMap<String, Arc<TcpProfile>>, ProxyError> {
+    check_profiles_supported(used, &profiles)?;
+    Ok(profiles
+        .into_iter()
+        .map(|(name, profile)| (name, Arc::new(profile)))
+        .collect())
 }
 
 #[cfg(test)]

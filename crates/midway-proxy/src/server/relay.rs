@@ -10,136 +10,154 @@ use std::time::{Duration, Instant};
 use midway_relay::{OnClose, RelayCounters, RelayOptions, RelayReport};
 use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
-use super::connection::Connection;
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
+use super::shared::Shared;
 use super::socket_id::SocketId;
+use crate::config::ListenerConfig;
 use crate::metrics::{CongestionLabels, DirectionLabels, Metrics, SegmentLabels};
 use crate::sockmem::Adjustable;
 
 /// tcp_info of live connections is sampled this often (metrics, and the values logged at end).
 const TCP_INFO_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
 
-impl Connection {
-    /// Relays between `client` and `server` until both directions end (or the connection is
-    /// cancelled); `adjustable` says which buffers of each the memory guard may cap.
-    pub(super) async fn relay(
-        self,
-        client: TcpStream,
-        server: TcpStream,
-        started: Instant,
-        adjustable: (Adjustable, Adjustable),
-        segments: (&'static str, &'static str),
-    ) {
-        let name = &self.listener.name;
-        let metrics = &self.shared.metrics;
-        let mut memory = MemoryCaps::register(
-            self.shared.socket_memory.as_ref(),
-            &[
-                ("local", &client, adjustable.0),
-                ("remote", &server, adjustable.1),
-            ],
-        );
-        let counters = Arc::new(RelayCounters::default());
-        // The relay owns and closes both sockets; it hands them to this callback just before,
-        // so the end-of-connection log and histograms get final values, not a stale sample.
-        let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
-        let on_close: OnClose = {
-            let slot = final_stats.clone();
-            Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
-                let _ = slot.set((
-                    midway_tcp::tcp_stats(client).ok(),
-                    midway_tcp::tcp_stats(server).ok(),
-                ));
-            })
-        };
-        let options = RelayOptions {
-            idle_timeout: Some(self.generation.config.idle_timeout),
-            counters: counters.clone(),
-            on_close: Some(on_close),
-            client_prefix: Vec::new(),
-        };
-        let mut sampler = SegmentSampler::new(name, (&client, segments.0), (&server, segments.1));
-        sampler.sample(metrics);
-        let congestion_controls = sampler.count_congestion_controls(metrics);
-        let mut bytes = ByteReporter::new(name);
+/// A split connection with both segments connected, ready to relay.
+pub(super) struct Split {
+    pub(super) client: TcpStream,
+    pub(super) server: TcpStream,
+    /// When the client was accepted.
+    pub(super) started: Instant,
+    /// Which buffers of each segment's socket the memory guard may cap.
+    pub(super) adjustable: (Adjustable, Adjustable),
+    /// Each segment's label: local or peer, remote or peer.
+    pub(super) segments: (&'static str, &'static str),
+}
 
-        let relay = midway_relay::relay(
-            client,
-            server,
-            &self.listener.relay,
-            &self.shared.resources,
-            options,
-            self.cancel.clone(),
+/// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
+/// passes without a byte, or `cancel` fires; then logs the connection and counts it.
+pub(super) async fn relay(
+    split: Split,
+    listener: &ListenerConfig,
+    shared: &Shared,
+    idle_timeout: Duration,
+    cancel: CancellationToken,
+) {
+    let Split {
+        client,
+        server,
+        started,
+        adjustable,
+        segments,
+    } = split;
+    let name = &listener.name;
+    let metrics = &shared.metrics;
+    let mut memory = MemoryCaps::register(
+        shared.socket_memory.as_ref(),
+        &[
+            ("local", &client, adjustable.0),
+            ("remote", &server, adjustable.1),
+        ],
+    );
+    let counters = Arc::new(RelayCounters::default());
+    // The relay owns and closes both sockets; it hands them to this callback just before,
+    // so the end-of-connection log and histograms get final values, not a stale sample.
+    let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
+    let on_close: OnClose = {
+        let slot = final_stats.clone();
+        Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
+            let _ = slot.set((
+                midway_tcp::tcp_stats(client).ok(),
+                midway_tcp::tcp_stats(server).ok(),
+            ));
+        })
+    };
+    let options = RelayOptions {
+        idle_timeout: Some(idle_timeout),
+        counters: counters.clone(),
+        on_close: Some(on_close),
+        client_prefix: Vec::new(),
+    };
+    let mut sampler = SegmentSampler::new(name, (&client, segments.0), (&server, segments.1));
+    sampler.sample(metrics);
+    let congestion_controls = sampler.count_congestion_controls(metrics);
+    let mut bytes = ByteReporter::new(name);
+
+    let relay = midway_relay::relay(
+        client,
+        server,
+        &listener.relay,
+        &shared.resources,
+        options,
+        cancel,
+    );
+    let sampled_relay = async {
+        tokio::pin!(relay);
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
+            TCP_INFO_SAMPLE_INTERVAL,
         );
-        let sampled_relay = async {
-            tokio::pin!(relay);
-            let mut tick = tokio::time::interval_at(
-                tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
-                TCP_INFO_SAMPLE_INTERVAL,
-            );
-            loop {
-                tokio::select! {
-                    result = &mut relay => break result,
-                    _ = tick.tick() => {
-                        let moved = (
-                            counters.client_to_server.load(Ordering::Relaxed),
-                            counters.server_to_client.load(Ordering::Relaxed),
-                        );
-                        // An idle connection's tcp_info does not change: skip the syscalls,
-                        // which matters with thousands of idle connections.
-                        if moved != bytes.reported {
-                            // The relay future owns both sockets and is alive here, so their
-                            // fds are open (and SocketId checks the inode anyway).
-                            sampler.sample_live(metrics);
-                            bytes.report(metrics, moved.0, moved.1);
-                        }
+        loop {
+            tokio::select! {
+                result = &mut relay => break result,
+                _ = tick.tick() => {
+                    let moved = (
+                        counters.client_to_server.load(Ordering::Relaxed),
+                        counters.server_to_client.load(Ordering::Relaxed),
+                    );
+                    // An idle connection's tcp_info does not change: skip the syscalls,
+                    // which matters with thousands of idle connections.
+                    if moved != bytes.reported {
+                        // The relay future owns both sockets and is alive here, so their
+                        // fds are open (and SocketId checks the inode anyway).
+                        sampler.sample_live(metrics);
+                        bytes.report(metrics, moved.0, moved.1);
                     }
                 }
             }
-        };
-        let result = memory::following_caps(memory.as_mut(), sampled_relay).await;
-        let duration = started.elapsed();
-        if let Some((local, remote)) = final_stats.get() {
-            sampler.record_final(metrics, local.clone(), remote.clone());
         }
-        sampler.finish(metrics);
-        let (local, remote) = (&sampler.local.last, &sampler.remote.last);
-        match result {
-            Ok(report) => {
-                bytes.report(
-                    metrics,
-                    report.client_to_server_bytes,
-                    report.server_to_client_bytes,
-                );
-                log_end(
-                    &report,
-                    duration,
-                    (local.as_ref(), remote.as_ref()),
-                    segments,
-                    &congestion_controls,
-                    sampler.last_sample_age(),
-                );
-            }
-            Err(err) => {
-                bytes.report(
-                    metrics,
-                    counters.client_to_server.load(Ordering::Relaxed),
-                    counters.server_to_client.load(Ordering::Relaxed),
-                );
-                metrics
-                    .relay_errors
-                    .get_or_create(&Metrics::listener(name))
-                    .inc();
-                tracing::warn!(
-                    error = %ErrorChain(&err),
-                    bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
-                    bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
-                    duration_ms = duration.as_millis() as u64,
-                    "relay failed"
-                );
-            }
+    };
+    let result = memory::following_caps(memory.as_mut(), sampled_relay).await;
+    let duration = started.elapsed();
+    if let Some((local, remote)) = final_stats.get() {
+        sampler.record_final(metrics, local.clone(), remote.clone());
+    }
+    sampler.finish(metrics);
+    let (local, remote) = (&sampler.local.last, &sampler.remote.last);
+    match result {
+        Ok(report) => {
+            bytes.report(
+                metrics,
+                report.client_to_server_bytes,
+                report.server_to_client_bytes,
+            );
+            log_end(
+                &report,
+                duration,
+                (local.as_ref(), remote.as_ref()),
+                segments,
+                &congestion_controls,
+                sampler.last_sample_age(),
+            );
+        }
+        Err(err) => {
+            bytes.report(
+                metrics,
+                counters.client_to_server.load(Ordering::Relaxed),
+                counters.server_to_client.load(Ordering::Relaxed),
+            );
+            metrics
+                .relay_errors
+                .get_or_create(&Metrics::listener(name))
+                .inc();
+            tracing::warn!(
+                error = %ErrorChain(&err),
+                bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
+                bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
+                duration_ms = duration.as_millis() as u64,
+                "relay failed"
+            );
         }
     }
 }

@@ -8,14 +8,28 @@
 //! Settings that belong to the process are not reloaded: changing one refuses the reload and
 //! names it (a restart or a binary upgrade, `--take-over`, applies them) — see
 //! [`restart_only_changes`].
+//!
+//! The steps ([`reload`]): the checks (settings only a restart applies, route knobs), the BPF
+//! congestion controls and the kernel check of the new profiles, the listeners (kept ones get
+//! the new profile, new or moved ones are bound), the next generation, the nftables rules; from
+//! there on nothing fails: the switch (served metrics, limits, new HTTP engines' maintenance,
+//! removed listeners stopped, the generation published, added listeners started, the old
+//! generation's warm pools retired and the new ones started).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use midway_tcp::{RouteKnobs, TcpProfile};
 
+use super::congestion::register_congestion_controls;
+use super::error::{ErrorChain, ProxyError};
+use super::generation::Generation;
+use super::listeners::BoundListener;
 use super::profiles;
+use super::serving::Serving;
+use super::Proxy;
 use crate::config::RuntimeConfig;
+use crate::nft;
 
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +42,136 @@ pub struct ReloadSummary {
     pub removed: Vec<String>,
     /// Listeners whose socket was kept.
     pub kept: Vec<String>,
+}
+
+/// Applies `config` to the running `proxy` as its next generation, and logs the outcome.
+/// Nothing changes unless all of it can be applied: new listeners are bound first, then the
+/// nftables rules are brought to the new plan, then the generation is switched and removed
+/// listeners stop.
+pub(super) fn reload(
+    proxy: &mut Proxy,
+    serving: &mut Serving,
+    config: RuntimeConfig,
+) -> Result<ReloadSummary, ProxyError> {
+    let result = apply(proxy, serving, config);
+    match &result {
+        Ok(summary) => tracing::info!(
+            generation = summary.generation,
+            added = ?summary.added,
+            removed = ?summary.removed,
+            kept = summary.kept.len(),
+            "reloaded: new connections use the new configuration, open ones keep theirs"
+        ),
+        Err(err) => {
+            tracing::error!(error = %ErrorChain(err), "reload refused; the running configuration stays")
+        }
+    }
+    result
+}
+
+fn apply(
+    proxy: &mut Proxy,
+    serving: &mut Serving,
+    config: RuntimeConfig,
+) -> Result<ReloadSummary, ProxyError> {
+    let old = proxy.generation.clone();
+    let refuse = |reason: String| ProxyError::ReloadRefused { reason };
+    let changed = restart_only_changes(&old.config, &config);
+    if !changed.is_empty() {
+        return Err(refuse(format!(
+            "{} changed; only a restart or a binary upgrade (`midway proxy --take-over`) applies {}",
+            changed.join(", "),
+            if changed.len() == 1 { "it" } else { "them" }
+        )));
+    }
+    if !route_knobs_unchanged(proxy.route_knobs.as_ref(), &config, &config.profiles) {
+        return Err(refuse(
+            "the profiles with route-metric knobs (initial_cwnd, delayed_ack, rto_min_ms above 200, dupack_threshold) changed; a restart applies them".into(),
+        ));
+    }
+    let used = profiles::referenced_profiles(&config);
+    if let Some(registration) = register_congestion_controls(&used, &config.profiles)? {
+        proxy.congestion_controls.push(registration);
+    }
+    // The route knobs stay as installed at start (checked above): their marks go on the new
+    // profiles.
+    let mut profiles = config.profiles.clone();
+    if let Some(knobs) = &proxy.route_knobs {
+        knobs.set_marks(profiles.values_mut());
+    }
+    let profiles = profiles::share_checked(&used, profiles)?;
+
+    // Listeners: kept (same name, same socket identity), added, removed.
+    let mut added = Vec::new();
+    let mut kept = Vec::new();
+    for listener in &config.listeners {
+        if serving.listeners.keep(listener, &profiles)? {
+            kept.push(listener.name.clone());
+        } else {
+            // New, or moved to another address: bound now; on a later error, dropping `added`
+            // closes it again.
+            added.push(BoundListener::bind(listener, &profiles, None)?);
+        }
+    }
+    let generation = Generation::build(
+        old.number + 1,
+        config,
+        &profiles,
+        &proxy.shared,
+        Some(&old),
+        None,
+    )?;
+
+    let plan = nft::plan(&generation.config);
+    // `nft` and `ip` run for a few milliseconds, like at a start.
+    proxy
+        .intercept
+        .update(&plan)
+        .map_err(ProxyError::Intercept)?;
+    proxy.shared.set_intercept_tables(proxy.intercept.tables());
+
+    // From here on nothing fails: switch. The new HTTP engines' metrics are served from now on
+    // (a reload refused above registered nothing, so a retry cannot double them).
+    generation.register_new_http_metrics(
+        Some(&old),
+        &mut proxy
+            .served_registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    proxy.shared.set_limits(
+        generation.config.max_connections,
+        generation.config.max_connections_per_client,
+    );
+    let generation = Arc::new(generation);
+    for engine in generation.http_engines() {
+        if !old.http_engines().any(|e| Arc::ptr_eq(e, engine)) {
+            serving.maintain_http_pool(engine);
+        }
+    }
+    let removed: Vec<String> = serving
+        .listeners
+        .names()
+        .filter(|name| !kept.contains(name))
+        .cloned()
+        .collect();
+    for name in &removed {
+        serving.listeners.stop(name);
+    }
+    let added_names: Vec<String> = added.iter().map(|b| b.name.clone()).collect();
+    proxy.generation = generation.clone();
+    serving.generations.send_replace(generation.clone());
+    for bound in added {
+        serving.listeners.start(bound);
+    }
+    old.retired.cancel();
+    serving.start_pools(&generation);
+    Ok(ReloadSummary {
+        generation: generation.number,
+        added: added_names,
+        removed,
+        kept,
+    })
 }
 
 /// The settings of `new` that differ from `old` and only a restart (or an upgrade) applies.
@@ -82,22 +226,6 @@ pub(super) fn route_knobs_unchanged(
         Some(knobs) => knobs.serves_exactly(&candidates),
         None => !candidates.iter().any(|p| p.needs_route_knobs()),
     }
-}
-
-/// The profiles of `config` as the proxy shares them: marks of the installed route knobs filled
-/// in, each behind an `Arc`.
-pub(super) fn shared_profiles(
-    config: &RuntimeConfig,
-    knobs: Option<&RouteKnobs>,
-) -> BTreeMap<String, Arc<TcpProfile>> {
-    let mut profiles = config.profiles.clone();
-    if let Some(knobs) = knobs {
-        knobs.set_marks(profiles.values_mut());
-    }
-    profiles
-        .into_iter()
-        .map(|(name, profile)| (name, Arc::new(profile)))
-        .collect()
 }
 
 #[cfg(test)]

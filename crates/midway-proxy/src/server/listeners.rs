@@ -1,0 +1,261 @@
+//! The listening sockets, from bind to stop: each listener is bound (or taken over from the
+//! midway this one upgrades) at start or by a reload, gets its own accept loop (`accept.rs`)
+//! once the proxy runs, and stops on its own when a reload removes it, or with all the others at
+//! a handover or shutdown.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use midway_tcp::TcpProfile;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::accept::{accept_loop, AcceptLoop};
+use super::connect::set_transparent;
+use super::error::ProxyError;
+use super::generation::Generation;
+use super::handover::{Inherited, ListenerKey};
+use super::shared::Shared;
+use crate::config::ListenerConfig;
+
+/// Backlog of every listener. Large, so bursts and the total-limit wait queue in the kernel.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listening socket's identity across reloads and processes: its configured address and
+/// whether it is transparent.
+pub(super) fn listener_key(listener: &ListenerConfig) -> ListenerKey {
+    ListenerKey {
+        listen: listener.listen,
+        transparent: listener.intercept.needs_transparent_listener(),
+    }
+}
+
+/// A listening socket, bound (or taken over) at start or by a reload, not accepting yet.
+pub(super) struct BoundListener {
+    pub(super) name: String,
+    key: ListenerKey,
+    listener: Arc<TcpListener>,
+    /// The address it really bound (port 0 resolved).
+    pub(super) addr: SocketAddr,
+}
+
+impl BoundListener {
+    /// Binds `listener` (or takes the socket `inherited` offers for it) and puts its local
+    /// profile (one of `profiles`) on it.
+    pub(super) fn bind(
+        listener: &ListenerConfig,
+        profiles: &SharedProfiles,
+        inherited: Option<&mut Inherited>,
+    ) -> Result<BoundListener, ProxyError> {
+        let profile = local_profile(listener, profiles)?;
+        let addr = listener.listen;
+        let bind_err = |source| ProxyError::Bind {
+            listener: listener.name.clone(),
+            addr,
+            source,
+        };
+        let key = listener_key(listener);
+        let taken = inherited.and_then(|inherited| inherited.take_listener(key));
+        let took_over = taken.is_some();
+        let sock = match taken {
+            Some(fd) => Socket::from(fd),
+            None => {
+                let sock =
+                    Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+                        .map_err(bind_err)?;
+                sock.set_reuse_address(true).map_err(bind_err)?;
+                if addr.is_ipv6() {
+                    // The address family says which clients this listener takes: [::] is IPv6
+                    // only, so an IPv4 listener on the same port can coexist.
+                    sock.set_only_v6(true).map_err(bind_err)?;
+                }
+                if key.transparent {
+                    set_transparent(&sock, addr.is_ipv6()).map_err(bind_err)?;
+                }
+                sock
+            }
+        };
+        put_profile(listener, profile, &sock)?;
+        sock.set_nonblocking(true).map_err(bind_err)?;
+        if !took_over {
+            sock.bind(&SockAddr::from(addr)).map_err(bind_err)?;
+            sock.listen(LISTEN_BACKLOG).map_err(bind_err)?;
+        }
+        let std_listener: std::net::TcpListener = sock.into();
+        let local = std_listener.local_addr().map_err(bind_err)?;
+        let tokio_listener = TcpListener::from_std(std_listener).map_err(bind_err)?;
+        tracing::info!(
+            listener = %listener.name,
+            mode = listener.intercept.mode_name(),
+            http = listener.http.is_some(),
+            addr = %local,
+            taken_over = took_over,
+            "listening"
+        );
+        Ok(BoundListener {
+            name: listener.name.clone(),
+            key,
+            listener: Arc::new(tokio_listener),
+            addr: local,
+        })
+    }
+}
+
+/// The profiles by name, route marks filled in, as a generation shares them.
+type SharedProfiles = BTreeMap<String, Arc<TcpProfile>>;
+
+/// `listener`'s local profile, which its listening socket carries.
+fn local_profile<'p>(
+    listener: &ListenerConfig,
+    profiles: &'p SharedProfiles,
+) -> Result<&'p TcpProfile, ProxyError> {
+    profiles
+        .get(&listener.local_profile)
+        .map(|profile| profile.as_ref())
+        .ok_or_else(|| ProxyError::UnknownProfile {
+            listener: listener.name.clone(),
+            profile: listener.local_profile.clone(),
+        })
+}
+
+/// Puts `listener`'s local `profile` on its listening socket: accepted sockets inherit the
+/// listener's options.
+fn put_profile(
+    listener: &ListenerConfig,
+    profile: &TcpProfile,
+    sock: &Socket,
+) -> Result<(), ProxyError> {
+    profile
+        .apply_to_listener(sock)
+        .map_err(|source| ProxyError::ListenerProfile {
+            listener: listener.name.clone(),
+            profile: profile.name.clone(),
+            source: Box::new(source),
+        })
+}
+
+/// What every accept loop shares.
+#[derive(Clone)]
+pub(super) struct AcceptContext {
+    pub(super) shared: Arc<Shared>,
+    pub(super) generations: watch::Sender<Arc<Generation>>,
+    pub(super) tracker: TaskTracker,
+    /// Fires when the process stops taking new work (given to connections).
+    pub(super) draining: CancellationToken,
+    /// Cancels connections; fired only after the grace period.
+    pub(super) connections_cancel: CancellationToken,
+}
+
+/// One accept loop per listener, each stoppable on its own (a reload that removes it).
+pub(super) struct RunningListeners {
+    listeners: BTreeMap<String, RunningListener>,
+    accept_loops: JoinSet<()>,
+    context: AcceptContext,
+}
+
+struct RunningListener {
+    key: ListenerKey,
+    listener: Arc<TcpListener>,
+    stop: CancellationToken,
+}
+
+impl RunningListeners {
+    /// No listener accepting yet; each one [`RunningListeners::start`] starts shares `context`.
+    pub(super) fn new(context: AcceptContext) -> RunningListeners {
+        RunningListeners {
+            listeners: BTreeMap::new(),
+            accept_loops: JoinSet::new(),
+            context,
+        }
+    }
+
+    /// Starts `bound`'s accept loop (replacing a running listener of the same name).
+    pub(super) fn start(&mut self, bound: BoundListener) {
+        let stop = CancellationToken::new();
+        let cx = self.context.clone();
+        self.accept_loops.spawn(accept_loop(AcceptLoop {
+            shared: cx.shared,
+            name: bound.name.clone(),
+            listener: bound.listener.clone(),
+            addr: bound.addr,
+            generations: cx.generations.subscribe(),
+            tracker: cx.tracker,
+            stop: stop.clone(),
+            draining: cx.draining,
+            connections_cancel: cx.connections_cancel,
+        }));
+        if bound.key.transparent {
+            self.context
+                .shared
+                .transparent_listeners()
+                .push(bound.listener.clone());
+        }
+        if let Some(replaced) = self.listeners.insert(
+            bound.name,
+            RunningListener {
+                key: bound.key,
+                listener: bound.listener,
+                stop,
+            },
+        ) {
+            replaced.stop.cancel();
+        }
+    }
+
+    /// Stops one listener's accept loop; its socket closes when the loop returns.
+    pub(super) fn stop(&mut self, name: &str) {
+        if let Some(listener) = self.listeners.remove(name) {
+            listener.stop.cancel();
+            self.context
+                .shared
+                .transparent_listeners()
+                .retain(|l| !Arc::ptr_eq(l, &listener.listener));
+        }
+    }
+
+    /// Stops every accept loop and waits until none accepts any more.
+    pub(super) async fn stop_all(&mut self) {
+        for (_, listener) in std::mem::take(&mut self.listeners) {
+            listener.stop.cancel();
+        }
+        self.context.shared.transparent_listeners().clear();
+        while self.accept_loops.join_next().await.is_some() {}
+    }
+
+    /// The names of the listeners accepting now.
+    pub(super) fn names(&self) -> impl Iterator<Item = &String> + '_ {
+        self.listeners.keys()
+    }
+
+    /// Keeps the running listener `listener` names if its socket is the one `listener` wants
+    /// (same address, same kind), putting the new local profile (one of `profiles`) on it;
+    /// `false` when it must be bound anew (new, or moved).
+    pub(super) fn keep(
+        &self,
+        listener: &ListenerConfig,
+        profiles: &SharedProfiles,
+    ) -> Result<bool, ProxyError> {
+        let profile = local_profile(listener, profiles)?;
+        match self.listeners.get(&listener.name) {
+            Some(current) if current.key == listener_key(listener) => {
+                // Accepted sockets inherit the listener's options: the new profile's.
+                let sock = socket2::SockRef::from(current.listener.as_ref());
+                put_profile(listener, profile, &sock)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Every running listener's name, identity and socket (what a handover offers).
+    pub(super) fn sockets(&self) -> impl Iterator<Item = (&String, ListenerKey, &TcpListener)> {
+        self.listeners
+            .iter()
+            .map(|(name, l)| (name, l.key, l.listener.as_ref()))
+    }
+}
