@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 
 use futures::future::try_join_all;
 use tokio::io::AsyncWriteExt;
@@ -219,8 +220,7 @@ fn looks_open(conn: &Conn) -> bool {
     if !conn.buf.is_empty() {
         return false;
     }
-    let mut probe = [0u8; 1];
-    matches!(conn.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    midway_sys::sockopt::idle_and_open(conn.stream.as_fd())
 }
 
 #[cfg(test)]
