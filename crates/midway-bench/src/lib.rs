@@ -512,12 +512,7 @@ fn measure_throughput(
             "-J".into(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let child = net
-            .command(Host::Client, "iperf3", &args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .context("cannot start iperf3")?;
+        let child = net.start_piped(Host::Client, "iperf3", &args)?;
         children.push(child);
     }
     let mut bits_per_second = 0.0;

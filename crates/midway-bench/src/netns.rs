@@ -240,11 +240,26 @@ impl BenchNet {
     }
 
     /// A command that runs `program` inside a host, for a child the caller manages (piped
-    /// standard input or output, several at once).
+    /// standard input).
     pub(crate) fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
         let mut cmd = self.topology.command(host.name(), program);
         cmd.args(args);
         cmd
+    }
+
+    /// Starts `program` in a host with its standard output and error piped, for the caller to
+    /// wait for (several at once): it is forked from a thread inside the host's namespace, so
+    /// it runs there without `ip netns exec`.
+    pub(crate) fn start_piped(
+        &self,
+        host: Host,
+        program: &str,
+        args: &[&str],
+    ) -> anyhow::Result<std::process::Child> {
+        let mut command = Program::new(program).args(args).to_command();
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        midway_sys::netns::run_in(&self.netns_path(host), move || command.spawn())?
+            .with_context(|| format!("cannot start {program} in {host:?}"))
     }
 
     /// Starts a long-running program in a host; it is stopped when the network is dropped, and

@@ -5,12 +5,12 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use midway_labnet::{SpawnOptions, Topology};
 use midway_launch::{Launch, LaunchError, Place, Running};
+use midway_sys::command::Program;
 
 use super::{listening_ports, log_tail, Measurement, RunContext};
 use super::{READY_POLL_INTERVAL, READY_POLL_TRIES};
@@ -208,14 +208,11 @@ fn wait_until_ready(
         let mut ready = wanted.iter().all(|p| listening.contains(p));
         if ready && transparent {
             // midway installs its nftables table after binding; wait for it too.
-            ready = topology
-                .command(host, "nft")
+            ready = Program::new("nft")
                 .args(["list", "table", "inet", "midway"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+                .in_namespace(topology.netns_path(host))
+                .run()
+                .is_ok();
         }
         Ok::<_, anyhow::Error>(ready)
     });
