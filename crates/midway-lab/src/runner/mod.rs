@@ -24,6 +24,7 @@ use crate::scenario::{Case, CaseKind, RouteTuning, Scenario};
 
 mod admission;
 mod proxy;
+mod route_tuning;
 mod workloads;
 
 use admission::Admission;
@@ -426,7 +427,7 @@ fn apply_route_tuning(
     tuning: &RouteTuning,
     placement: &Placement,
 ) -> anyhow::Result<()> {
-    let Some(tuned) = cases::tuned_route(tuning, placement) else {
+    let Some(tuned) = route_tuning::tuned_route(tuning, placement) else {
         return Ok(());
     };
     let what = || format!("cannot tune the route in {}: `ip {tuned}`", case.host);
