@@ -21,6 +21,8 @@
 //!
 //! It prints figures; it asserts nothing. Every number comes from this run.
 
+#![forbid(unsafe_code)]
+
 mod configs;
 pub mod faults;
 mod netns;
@@ -196,7 +198,7 @@ pub struct IdleMemoryRow {
 /// Everything one benchmark run measured, as written to `bench.json`.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
-    /// Kernel release the benchmark ran on (`/proc/sys/kernel/osrelease`).
+    /// Kernel release the benchmark ran on (the sysctl `kernel.osrelease`).
     pub kernel: String,
     /// CPUs available to the benchmark.
     pub cpus: usize,
@@ -269,10 +271,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         workloads::start_close_server(&net, SocketAddr::from((SERVER_ADDR, CPS_PORT)))?;
 
     let mut report = BenchReport {
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
+        kernel: midway_sys::sysctl::read("kernel.osrelease").unwrap_or_default(),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
@@ -513,12 +512,7 @@ fn measure_throughput(
             "-J".into(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let child = net
-            .command(Host::Client, "iperf3", &args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .context("cannot start iperf3")?;
+        let child = net.start_piped(Host::Client, "iperf3", &args)?;
         children.push(child);
     }
     let mut bits_per_second = 0.0;

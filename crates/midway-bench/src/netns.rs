@@ -7,6 +7,7 @@
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 
@@ -14,6 +15,9 @@ use anyhow::{bail, Context};
 use midway_labnet::{
     DirectionConfig, HostChild, HostSpec, LinkMode, LinkSpec, StackProfile, Topology, TopologySpec,
 };
+use midway_sys::command::Program;
+use midway_sys::netlink::{Family, Metric, MetricValue, Netlink, RouteMetric, TABLE_MAIN};
+use midway_sys::sysctl;
 
 /// Which of the three hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,27 +120,47 @@ impl BenchNet {
         }
         // Thousands of short connections per second would run out of ephemeral ports otherwise.
         for host in [Host::Client, Host::Router] {
-            net.run(
-                host,
-                "sysctl",
-                &["-qw", "net.ipv4.ip_local_port_range=1024 65000"],
-            )?;
-            net.run(host, "sysctl", &["-qw", "net.ipv4.tcp_tw_reuse=1"])?;
+            net.write_sysctl(host, "net.ipv4.ip_local_port_range", "1024 65000")?;
+            net.write_sysctl(host, "net.ipv4.tcp_tw_reuse", "1")?;
         }
         Ok(net)
+    }
+
+    /// Sets the sysctl `key` of the host's namespace to `value`.
+    fn write_sysctl(&self, host: Host, key: &str, value: &str) -> anyhow::Result<()> {
+        sysctl::write_in(&self.netns_path(host), key, value)
+            .with_context(|| format!("cannot set {key} in {host:?}"))
+    }
+
+    /// The sysctl `key` of the host's namespace.
+    fn read_sysctl(&self, host: Host, key: &str) -> anyhow::Result<String> {
+        sysctl::read_in(&self.netns_path(host), key)
+            .with_context(|| format!("cannot read {key} in {host:?}"))
+    }
+
+    fn netns_path(&self, host: Host) -> PathBuf {
+        self.topology.netns_path(host.name())
+    }
+
+    /// A netlink socket in the host's namespace.
+    fn netlink(&self, host: Host) -> anyhow::Result<Netlink> {
+        Netlink::open_in(&self.netns_path(host))
+            .with_context(|| format!("cannot open netlink in {host:?}"))
     }
 
     /// Caps the client namespace's send-buffer autotuning at `max` bytes (`tcp_wmem`, whose
     /// first two fields stay the kernel's defaults).
     pub(crate) fn cap_client_send_buffers(&self, max: u32) -> anyhow::Result<()> {
-        let current = self.run(Host::Client, "sysctl", &["-n", "net.ipv4.tcp_wmem"])?;
+        let current = self.read_sysctl(Host::Client, "net.ipv4.tcp_wmem")?;
         let fields: Vec<&str> = current.split_whitespace().collect();
         let [min, default, _] = fields[..] else {
             bail!("unexpected net.ipv4.tcp_wmem: {current:?}");
         };
-        let value = format!("net.ipv4.tcp_wmem={min} {default} {max}");
-        self.run(Host::Client, "sysctl", &["-qw", &value])?;
-        Ok(())
+        self.write_sysctl(
+            Host::Client,
+            "net.ipv4.tcp_wmem",
+            &format!("{min} {default} {max}"),
+        )
     }
 
     /// Gives every route of a host's main table the `congctl NAME` metric, so every TCP socket
@@ -148,46 +172,48 @@ impl BenchNet {
     /// default (on a fresh machine `reno bbr`), and widening that list would change the host.
     /// A route's `congctl` is the namespace's own and needs no such permission.
     pub(crate) fn set_congestion_control(&self, host: Host, name: &str) -> anyhow::Result<()> {
-        self.add_route_metric(host, "congctl", name)
+        self.add_route_metric(host, &RouteMetric::congctl(name))
     }
 
     /// Gives the router's routes to both subnets the `quickack` metric, so every socket in the
     /// router that follows the main table (HAProxy's; midway's profiles use tables of their
     /// own) ACKs each segment at once instead of delaying ACKs.
     pub(crate) fn router_quick_acks(&self) -> anyhow::Result<()> {
-        self.add_route_metric(Host::Router, "quickack", "1")
+        self.add_route_metric(Host::Router, &RouteMetric::new(Metric::QuickAck, 1))
     }
 
-    /// Rewrites each route of the host's main table with `metric value` (replacing an earlier
+    /// Rewrites each IPv4 route of the host's main table with `metric` (replacing an earlier
     /// value of the same metric, keeping the others).
-    fn add_route_metric(&self, host: Host, metric: &str, value: &str) -> anyhow::Result<()> {
-        let routes = self.run(host, "ip", &["-o", "route", "show", "table", "main"])?;
-        for route in routes.lines().filter(|l| !l.trim().is_empty()) {
-            let mut args = without_metric(route, metric);
-            args.extend([metric.to_string(), value.to_string()]);
-            let mut command: Vec<&str> = vec!["route", "replace"];
-            command.extend(args.iter().map(String::as_str));
-            self.run(host, "ip", &command)?;
-        }
+    fn add_route_metric(&self, host: Host, metric: &RouteMetric) -> anyhow::Result<()> {
+        self.netlink(host)?
+            .set_metric_on_routes(Family::V4, TABLE_MAIN, metric)
+            .with_context(|| format!("cannot set {metric} on the routes of {host:?}"))?;
         Ok(())
     }
 
     /// The congestion control a new socket of this host starts with: the `congctl` of its
     /// routes when they all carry the same one, else the namespace's default.
     pub(crate) fn congestion_control(&self, host: Host) -> anyhow::Result<String> {
-        let routes = self.run(host, "ip", &["-o", "route", "show", "table", "main"])?;
-        let per_route: Vec<Option<String>> = routes
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|route| route_metric(route, "congctl"))
+        let routes = self
+            .netlink(host)?
+            .routes(Family::V4, TABLE_MAIN)
+            .with_context(|| format!("cannot list the routes of {host:?}"))?;
+        let per_route: Vec<Option<&str>> = routes
+            .iter()
+            .map(|route| match route.metrics.get(Metric::CongCtl) {
+                Some(RouteMetric {
+                    value: MetricValue::Name(name),
+                    ..
+                }) => Some(name.as_str()),
+                _ => None,
+            })
             .collect();
         if let Some(Some(first)) = per_route.first() {
-            if per_route.iter().all(|cc| cc.as_ref() == Some(first)) {
-                return Ok(first.clone());
+            if per_route.iter().all(|cc| cc == &Some(*first)) {
+                return Ok((*first).to_string());
             }
         }
-        let name = self.run(host, "sysctl", &["-n", "net.ipv4.tcp_congestion_control"])?;
-        Ok(name.trim().to_string())
+        self.read_sysctl(host, "net.ipv4.tcp_congestion_control")
     }
 
     /// Where a process started with `midway-launch` runs to be in `host` (its own process
@@ -204,27 +230,36 @@ impl BenchNet {
         self.topology.iface(host.name(), neighbour.name())
     }
 
-    /// Runs a command inside a host and fails with its stderr when it fails.
+    /// Runs a program inside a host to completion; its standard output, or an error with the
+    /// command line and its stderr.
     pub(crate) fn run(&self, host: Host, program: &str, args: &[&str]) -> anyhow::Result<String> {
-        let output = self
-            .command(host, program, args)
-            .output()
-            .with_context(|| format!("cannot run {program}"))?;
-        if !output.status.success() {
-            bail!(
-                "{program} {} failed in {:?}: {}",
-                args.join(" "),
-                host,
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok(Program::new(program)
+            .args(args)
+            .in_namespace(self.netns_path(host))
+            .output()?)
     }
 
+    /// A command that runs `program` inside a host, for a child the caller manages (piped
+    /// standard input).
     pub(crate) fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
         let mut cmd = self.topology.command(host.name(), program);
         cmd.args(args);
         cmd
+    }
+
+    /// Starts `program` in a host with its standard output and error piped, for the caller to
+    /// wait for (several at once): it is forked from a thread inside the host's namespace, so
+    /// it runs there without `ip netns exec`.
+    pub(crate) fn start_piped(
+        &self,
+        host: Host,
+        program: &str,
+        args: &[&str],
+    ) -> anyhow::Result<std::process::Child> {
+        let mut command = Program::new(program).args(args).to_command();
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        midway_sys::netns::run_in(&self.netns_path(host), move || command.spawn())?
+            .with_context(|| format!("cannot start {program} in {host:?}"))
     }
 
     /// Starts a long-running program in a host; it is stopped when the network is dropped, and
@@ -270,62 +305,5 @@ impl Drop for BenchNet {
         // Children first (each handle stops its process group), then the topology's own drop
         // removes the namespaces and with them the veths.
         self.children.clear();
-    }
-}
-
-/// The words of a route as `ip -o route show` prints it, less one metric and its value (and
-/// iproute2's `lock` before it, if any).
-fn without_metric(route: &str, metric: &str) -> Vec<String> {
-    let words: Vec<&str> = route.split_whitespace().collect();
-    let mut kept = Vec::with_capacity(words.len());
-    let mut i = 0;
-    while i < words.len() {
-        if words[i] == metric {
-            i += 2;
-            if words.get(i - 1) == Some(&"lock") {
-                i += 1;
-            }
-            continue;
-        }
-        kept.push(words[i].to_string());
-        i += 1;
-    }
-    kept
-}
-
-/// A metric's value in a route line, if the route carries it.
-fn route_metric(route: &str, metric: &str) -> Option<String> {
-    let mut words = route
-        .split_whitespace()
-        .skip_while(|w| *w != metric)
-        .skip(1);
-    match words.next()? {
-        "lock" => words.next().map(str::to_string),
-        value => Some(value.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_metric_is_replaced_and_the_others_kept() {
-        let route = "10.201.1.0/24 dev mwb1r0 proto kernel scope link src 10.201.1.1 quickack 1 congctl bbr";
-        assert_eq!(
-            without_metric(route, "congctl").join(" "),
-            "10.201.1.0/24 dev mwb1r0 proto kernel scope link src 10.201.1.1 quickack 1"
-        );
-        assert_eq!(
-            without_metric("default via 10.201.1.1 dev c0 congctl lock reno", "congctl").join(" "),
-            "default via 10.201.1.1 dev c0"
-        );
-        assert_eq!(route_metric(route, "congctl").as_deref(), Some("bbr"));
-        assert_eq!(route_metric(route, "quickack").as_deref(), Some("1"));
-        assert_eq!(
-            route_metric("default via 1.2.3.4 dev x congctl lock reno", "congctl").as_deref(),
-            Some("reno")
-        );
-        assert_eq!(route_metric("default via 1.2.3.4 dev x", "congctl"), None);
     }
 }

@@ -1,5 +1,5 @@
 //! What each case puts on the proxy host, as pure functions: midway's generated config, HAProxy's
-//! and Squid's configs, the `ip route` arguments of route tuning, where the client connects; and
+//! and Squid's configs, where the client connects; and
 //! parsers for what the lab reads back (midway's metrics, Squid's access log, the listening
 //! sockets of `/proc/net/tcp`).
 
@@ -15,8 +15,7 @@ use midway_config::{
 };
 
 use crate::scenario::{
-    Case, CaseKind, ChainCase, Intercept, MidwayCase, RelayKind, RouteTuning, SquidCase,
-    UpstreamPersistence,
+    Case, CaseKind, ChainCase, Intercept, MidwayCase, RelayKind, SquidCase, UpstreamPersistence,
 };
 
 /// Port the proxy listens on inside the proxy host (each topology is its own namespace set, so a
@@ -368,57 +367,6 @@ pub(crate) fn parse_squid_access_log(text: &str) -> SquidLogSummary {
         }
     }
     summary
-}
-
-/// `ip` arguments that replace the proxy host's connected route toward the client with one that
-/// carries the tuning metrics. `None` when the tuning sets nothing.
-pub(crate) fn route_tuning_args(
-    tuning: &RouteTuning,
-    placement: &Placement,
-) -> Option<Vec<String>> {
-    let mut metrics = Vec::new();
-    if let Some(n) = tuning.initcwnd {
-        metrics.extend(["initcwnd".to_string(), n.to_string()]);
-    }
-    if let Some(n) = tuning.initrwnd {
-        metrics.extend(["initrwnd".to_string(), n.to_string()]);
-    }
-    if let Some(quickack) = tuning.quickack {
-        metrics.extend(["quickack".to_string(), u8::from(quickack).to_string()]);
-    }
-    if let Some(rto) = tuning.rto_min {
-        metrics.extend(["rto_min".to_string(), format!("{}ms", rto.0.as_millis())]);
-    }
-    if let Some(cc) = &tuning.congctl {
-        metrics.extend(["congctl".to_string(), cc.clone()]);
-    }
-    if metrics.is_empty() {
-        return None;
-    }
-    let family = if placement.proxy_addr.is_ipv6() {
-        "-6"
-    } else {
-        "-4"
-    };
-    let mut args: Vec<String> = [
-        family,
-        "route",
-        "replace",
-        &placement.route_prefix,
-        "dev",
-        &placement.client_iface,
-        "proto",
-        "kernel",
-        "scope",
-        "link",
-        "src",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push(placement.proxy_addr.to_string());
-    args.extend(metrics);
-    Some(args)
 }
 
 /// Samples of metric family `name` (matched by suffix, so a registry prefix does not matter):
@@ -894,24 +842,6 @@ garbage line
             midway_config(&case, &placement()),
             Err(ConfigGenError::MergeConflict { .. })
         ));
-    }
-
-    #[test]
-    fn route_tuning_replaces_the_connected_route_with_metrics() {
-        let tuning = RouteTuning {
-            initcwnd: Some(10),
-            quickack: Some(true),
-            rto_min: Some(crate::units::HumanDuration::parse("20ms").unwrap()),
-            congctl: Some("bbr".into()),
-            ..RouteTuning::default()
-        };
-        let args = route_tuning_args(&tuning, &placement()).unwrap().join(" ");
-        assert_eq!(
-            args,
-            "-4 route replace 10.0.1.0/24 dev e-client proto kernel scope link src 10.0.1.2 \
-             initcwnd 10 quickack 1 rto_min 20ms congctl bbr"
-        );
-        assert!(route_tuning_args(&RouteTuning::default(), &placement()).is_none());
     }
 
     #[test]

@@ -440,9 +440,7 @@ pub fn check_summary(loaded: &LoadedScenario) -> anyhow::Result<String> {
 
 /// Congestion controls the points ask for that this kernel does not offer, as a message.
 fn missing_congestion_controls(points: &[Point]) -> Option<String> {
-    let available =
-        fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").ok()?;
-    let available: Vec<&str> = available.split_whitespace().collect();
+    let available = midway_sys::sysctl::available_congestion_controls().ok()?;
     let mut wanted = std::collections::BTreeSet::new();
     for point in points {
         if let crate::scenario::Workload::Bulk(bulk) = &point.scenario.workload {
@@ -457,7 +455,7 @@ fn missing_congestion_controls(points: &[Point]) -> Option<String> {
     }
     let missing: Vec<String> = wanted
         .into_iter()
-        .filter(|cc| !available.contains(&cc.as_str()))
+        .filter(|cc| !available.contains(cc))
         .collect();
     (!missing.is_empty()).then(|| {
         format!(

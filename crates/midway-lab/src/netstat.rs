@@ -2,9 +2,11 @@
 //! `nstat` shows as `TcpExt*`). Each point builds fresh namespaces, so a namespace's counters
 //! are exactly what that point's sockets did there: on the proxy host, the proxy's two segments.
 //! They show whether a tuning took effect (fast retransmits instead of timeouts), and
-//! [`cached_reordering`] reads what `ip tcp_metrics show` cached for a returning client.
+//! [`cached_reordering`] reads what the tcp_metrics cache holds for a returning client.
 
 use std::collections::BTreeMap;
+
+use midway_sys::netlink::TcpMetricsEntry;
 
 /// The `TcpExt` counters the lab records, by the name `nstat` gives them (without the prefix).
 pub(crate) const RECORDED: [&str; 5] = [
@@ -43,15 +45,10 @@ pub(crate) fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
     )?))
 }
 
-/// The largest `reordering N` of `ip tcp_metrics show` output (the threshold the next
+/// The largest `reordering` of a peer's tcp_metrics entries (the threshold the next
 /// connection to that peer starts with), if any entry has one.
-pub(crate) fn cached_reordering(tcp_metrics: &str) -> Option<u32> {
-    let words: Vec<&str> = tcp_metrics.split_whitespace().collect();
-    words
-        .windows(2)
-        .filter(|pair| pair[0] == "reordering")
-        .filter_map(|pair| pair[1].parse().ok())
-        .max()
+pub(crate) fn cached_reordering(entries: &[TcpMetricsEntry]) -> Option<u32> {
+    entries.iter().filter_map(|entry| entry.reordering).max()
 }
 
 #[cfg(test)]
@@ -72,10 +69,22 @@ mod tests {
 
     #[test]
     fn cached_reordering_reads_ip_tcp_metrics_output() {
-        let text = "10.0.1.1 age 0.512sec cwnd 10 rtt 21000us reordering 1 source 10.0.1.2\n\
-                    10.0.2.2 age 3sec cwnd 10 rtt 1000us source 10.0.2.1";
-        assert_eq!(cached_reordering(text), Some(1));
-        assert_eq!(cached_reordering("10.0.1.1 age 1sec cwnd 10"), None);
+        // `10.0.1.1 age 0.512sec cwnd 10 rtt 21000us reordering 1 source 10.0.1.2` and
+        // `10.0.2.2 age 3sec cwnd 10 rtt 1000us source 10.0.2.1`, as the cache gives them.
+        let entry = |destination: &str, rtt_us, reordering, source: &str| TcpMetricsEntry {
+            destination: Some(destination.parse().unwrap()),
+            source: Some(source.parse().unwrap()),
+            cwnd: Some(10),
+            rtt_us: Some(rtt_us),
+            reordering,
+            ..TcpMetricsEntry::default()
+        };
+        let entries = [
+            entry("10.0.1.1", 21000, Some(1), "10.0.1.2"),
+            entry("10.0.2.2", 1000, None, "10.0.2.1"),
+        ];
+        assert_eq!(cached_reordering(&entries), Some(1));
+        assert_eq!(cached_reordering(&entries[1..]), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -294,14 +294,9 @@ pub(crate) struct ServerOutcome {
 /// and a millisecond is small against the transfers measured (tens of ms and more).
 fn wait_all_acked(stream: &TcpStream, deadline: Instant) -> Option<Instant> {
     loop {
-        let mut queued: libc::c_int = 0;
-        // SAFETY: SIOCOUTQ writes one int into `queued`.
-        let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-        if rc != 0 {
-            return None;
-        }
+        let queued = midway_sys::sockopt::queued_bytes(stream.as_fd()).ok()?;
         let now = Instant::now();
-        if queued == 0 {
+        if queued.unacked_out == 0 {
             return Some(now);
         }
         if now >= deadline {

@@ -1,10 +1,10 @@
 //! Reading and writing sysctls through `/proc/sys`, the one place midway does. The `net.*` ones
 //! belong to the network namespace of the thread that opens the file, so a caller that wants a
-//! namespace's value reads it from a thread inside it ([`crate::netns::run_in`]); no `sysctl`
+//! namespace's value reads it from a thread inside it ([`read_in`], [`write_in`]); no `sysctl`
 //! program is needed.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Where a sysctl's file is: `net.ipv4.tcp_rmem` is `/proc/sys/net/ipv4/tcp_rmem`. A key that
 /// contains a `/` is taken as a path below `/proc/sys` as it is, for names with dots in them
@@ -57,6 +57,20 @@ pub fn read_numbers(key: &str) -> io::Result<Vec<u64>> {
 pub fn write(key: &str, value: &str) -> io::Result<()> {
     let path = path(key);
     std::fs::write(&path, value).map_err(|e| named(e, &format!("cannot write {value:?} to"), &path))
+}
+
+/// [`read`] in the network namespace whose handle is `netns` (`/run/netns/NAME`), from a
+/// short-lived thread that joined it; the calling thread stays where it is.
+pub fn read_in(netns: &Path, key: &str) -> io::Result<String> {
+    let key = key.to_owned();
+    crate::netns::run_in(netns, move || read(&key))?
+}
+
+/// [`write`] in the network namespace whose handle is `netns`, from a short-lived thread that
+/// joined it.
+pub fn write_in(netns: &Path, key: &str, value: &str) -> io::Result<()> {
+    let (key, value) = (key.to_owned(), value.to_owned());
+    crate::netns::run_in(netns, move || write(&key, &value))?
 }
 
 /// The sysctl that lists every congestion control registered on the kernel (host-wide, whatever

@@ -13,7 +13,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use midway_sys::command::Program;
 use midway_sys::netlink::{
-    AddressSpec, Family, FwmarkRule, Metric, Netlink, Route, RouteMetric, RouteMetrics, VethEnd,
+    AddressSpec, Family, FwmarkRule, Metric, Netlink, PermanentNeighbour, Route, RouteMetric,
+    RouteMetrics, TcpMetricsCache, VethEnd,
 };
 use midway_sys::{netns, sysctl};
 
@@ -223,8 +224,62 @@ fn programs_and_sysctls_run_in_the_namespace_given() {
         sysctl::read("net.ipv4.ip_forward").unwrap(),
         root_forwarding
     );
+    let path = netns::netns_path(&ns.0);
+    sysctl::write_in(&path, "net.ipv4.ip_local_port_range", "1024 65000").unwrap();
+    assert_eq!(
+        sysctl::read_in(&path, "net.ipv4.ip_local_port_range").unwrap(),
+        "1024 65000"
+    );
     assert_eq!(
         netns::create(&ns.0).unwrap_err().kind(),
         std::io::ErrorKind::AlreadyExists
     );
+}
+
+#[test]
+fn a_pinned_neighbour_carries_tcp_and_the_closed_connection_is_cached() {
+    let (a, b) = pair("n");
+    let server_mac = a.netlink().link("va").unwrap().address.unwrap();
+    let mut nl = b.netlink();
+    let device = nl.link_index("vb").unwrap();
+    let neighbour = PermanentNeighbour {
+        address: "10.235.0.1".parse().unwrap(),
+        link_address: server_mac,
+        device,
+    };
+    // Replace: twice is fine.
+    nl.replace_neighbour(&neighbour).unwrap();
+    nl.replace_neighbour(&neighbour).unwrap();
+
+    let mut cache = TcpMetricsCache::open_in_named(&a.0).unwrap();
+    let client: IpAddr = "10.235.0.2".parse().unwrap();
+    assert!(cache.entries_for(client).unwrap().is_empty());
+    let listener = a.run(|| TcpListener::bind("10.235.0.1:0").unwrap());
+    let port = listener.local_addr().unwrap().port();
+    let mut stream = b
+        .run(move || {
+            TcpStream::connect_timeout(
+                &SocketAddr::from(([10, 235, 0, 1], port)),
+                Duration::from_secs(5),
+            )
+        })
+        .unwrap();
+    let (mut accepted, _) = listener.accept().unwrap();
+    accepted.write_all(&vec![7; 200_000]).unwrap();
+    let mut received = vec![0; 200_000];
+    stream.read_exact(&mut received).unwrap();
+    // The server closes first: Linux caches the peer when the closing side's socket goes.
+    drop(accepted);
+    drop(stream);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let entries = loop {
+        let entries = cache.entries_for(client).unwrap();
+        if !entries.is_empty() || std::time::Instant::now() > deadline {
+            break entries;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].rtt_us.is_some(), "{}", entries[0]);
+    assert!(entries[0].to_string().starts_with("10.235.0.2 age "));
 }

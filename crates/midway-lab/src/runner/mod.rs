@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use midway_labnet::Topology;
 use midway_report::RunRecord;
+use midway_sys::netlink::{Netlink, PermanentNeighbour, Route, RouteProtocol, RouteScope};
 
 use crate::cases::{self, Placement};
 use crate::plan::{skeleton_record, Point};
@@ -23,6 +24,7 @@ use crate::scenario::{Case, CaseKind, RouteTuning, Scenario};
 
 mod admission;
 mod proxy;
+mod route_tuning;
 mod workloads;
 
 use admission::Admission;
@@ -425,35 +427,24 @@ fn apply_route_tuning(
     tuning: &RouteTuning,
     placement: &Placement,
 ) -> anyhow::Result<()> {
-    if let Some(args) = cases::route_tuning_args(tuning, placement) {
-        run_ip(topology, &case.host, &args)?;
-    }
-    Ok(())
+    let Some(tuned) = route_tuning::tuned_route(tuning, placement) else {
+        return Ok(());
+    };
+    let what = || format!("cannot tune the route in {}: `ip {tuned}`", case.host);
+    let mut netlink = host_netlink(topology, &case.host)?;
+    let mut route = Route::to(tuned.prefix.parse().with_context(what)?);
+    route.device = Some(netlink.link_index(&tuned.device).with_context(what)?);
+    route.protocol = RouteProtocol::Kernel;
+    route.scope = Some(RouteScope::Link);
+    route.preferred_source = Some(tuned.source);
+    route.metrics = tuned.metrics.clone();
+    netlink.replace_route(&route).with_context(what)
 }
 
-/// Runs `ip ARGS` in `host`'s namespace; its stdout, or an error with its stderr.
-pub(super) fn run_ip<S: AsRef<std::ffi::OsStr>>(
-    topology: &Topology,
-    host: &str,
-    args: &[S],
-) -> anyhow::Result<String> {
-    let output = topology
-        .command(host, "ip")
-        .args(args)
-        .output()
-        .context("cannot run ip")?;
-    if !output.status.success() {
-        let words: Vec<String> = args
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .collect();
-        bail!(
-            "ip {} in {host} failed: {}",
-            words.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+/// A netlink socket in `host`'s namespace.
+pub(super) fn host_netlink(topology: &Topology, host: &str) -> anyhow::Result<Netlink> {
+    Netlink::open_in(&topology.netns_path(host))
+        .with_context(|| format!("cannot open netlink in {host}"))
 }
 
 /// Adds every host's loss-recovery counters to `measurement`.
@@ -505,33 +496,25 @@ fn add_link_drops(scenario: &Scenario, topology: &Topology, measurement: &mut Me
 /// on each hop waits for ARP, which costs one extra round trip per link on the first connection:
 /// 0.5 s on a GEO hop, more than a small transfer itself.
 fn pin_neighbours(scenario: &Scenario, topology: &Topology) -> anyhow::Result<()> {
-    let run = |host: &str, args: &[&str]| run_ip(topology, host, args);
     for link in &scenario.links {
         for (host, neighbour) in [(&link.a, &link.b), (&link.b, &link.a)] {
-            let neighbour_iface = topology.iface(neighbour, host).to_string();
-            let shown = run(neighbour, &["-o", "link", "show", "dev", &neighbour_iface])?;
-            let mac = shown
-                .split_whitespace()
-                .skip_while(|word| *word != "link/ether")
-                .nth(1)
-                .with_context(|| format!("no MAC address in `{}`", shown.trim()))?
-                .to_string();
-            let address = topology.try_addr(neighbour, host)?.to_string();
-            let iface = topology.iface(host, neighbour).to_string();
-            run(
-                host,
-                &[
-                    "neigh",
-                    "replace",
-                    &address,
-                    "lladdr",
-                    &mac,
-                    "dev",
-                    &iface,
-                    "nud",
-                    "permanent",
-                ],
-            )?;
+            let neighbour_iface = topology.iface(neighbour, host);
+            let link_address = host_netlink(topology, neighbour)?
+                .link(neighbour_iface)
+                .with_context(|| format!("no interface {neighbour_iface} in {neighbour}"))?
+                .address
+                .with_context(|| format!("no MAC address on {neighbour_iface} in {neighbour}"))?;
+            let address = topology.try_addr(neighbour, host)?;
+            let iface = topology.iface(host, neighbour);
+            let mut netlink = host_netlink(topology, host)?;
+            let pinned = PermanentNeighbour {
+                address,
+                link_address,
+                device: netlink.link_index(iface)?,
+            };
+            netlink
+                .replace_neighbour(&pinned)
+                .with_context(|| format!("cannot pin {neighbour}'s address in {host}"))?;
         }
     }
     Ok(())

@@ -3,18 +3,18 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use midway_labnet::{SpawnOptions, Topology};
 use midway_launch::{Launch, LaunchError, Place, Running};
+use midway_sys::command::Program;
 
 use super::{listening_ports, log_tail, Measurement, RunContext};
 use super::{READY_POLL_INTERVAL, READY_POLL_TRIES};
-use crate::cases::{self, Placement, METRICS_LISTEN, PROXY_PORT};
+use crate::cases::{self, Placement, PROXY_PORT};
 use crate::scenario::{Case, CaseKind, Intercept};
 
 /// Squid's folder inside a point's folder (owned by Squid's user).
@@ -200,7 +200,7 @@ fn wait_until_ready(
 ) -> anyhow::Result<Running> {
     let mut wanted = vec![PROXY_PORT];
     if matches!(kind, CaseKind::Midway | CaseKind::Chain) {
-        wanted.push(metrics_addr()?.port());
+        wanted.push(cases::metrics_listen().port());
     }
     let limit = READY_POLL_INTERVAL * READY_POLL_TRIES;
     let ready = process.wait_until(limit, READY_POLL_INTERVAL, "listening ports", || {
@@ -208,14 +208,11 @@ fn wait_until_ready(
         let mut ready = wanted.iter().all(|p| listening.contains(p));
         if ready && transparent {
             // midway installs its nftables table after binding; wait for it too.
-            ready = topology
-                .command(host, "nft")
+            ready = Program::new("nft")
                 .args(["list", "table", "inet", "midway"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+                .in_namespace(topology.netns_path(host))
+                .run()
+                .is_ok();
         }
         Ok::<_, anyhow::Error>(ready)
     });
@@ -236,13 +233,6 @@ fn wait_until_ready(
         ),
         Err(other) => Err(other).context("cannot poll the proxy"),
     }
-}
-
-/// Where midway's metrics endpoint listens in its host.
-fn metrics_addr() -> anyhow::Result<SocketAddr> {
-    METRICS_LISTEN
-        .parse()
-        .context("the metrics address constant does not parse")
 }
 
 /// Makes Squid's folder, owned by its user, and checks that the user can reach it (Squid drops
@@ -448,7 +438,7 @@ fn settled_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
 
 /// GET /metrics from midway's endpoint inside `host`.
 fn scrape_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
-    let addr = metrics_addr()?;
+    let addr = cases::metrics_listen();
     let text = topology.try_in_host(host, move || -> io::Result<String> {
         let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use midway_labnet::{HostChild, SpawnOptions, Topology};
 use midway_report::WARMUP_CACHED_METRIC;
+use midway_sys::netlink::{
+    Family, Metric, RouteMetric, TcpMetricsCache, TcpMetricsEntry, TABLE_MAIN,
+};
 
 use super::{listening_ports, log_tail, netstat_all, Measurement, NetstatCounters};
 use super::{READY_POLL_INTERVAL, READY_POLL_TRIES};
@@ -65,42 +68,14 @@ impl From<Measurement> for WorkloadOutcome {
 /// IPv4 routes (the bulk transfer is IPv4). A per-socket TCP_QUICKACK would not do: the kernel
 /// clears it again, so it holds only until the next delayed ACK.
 fn acknowledge_every_segment(topology: &Topology, host: &str) -> anyhow::Result<()> {
-    let run = |args: &[String]| super::run_ip(topology, host, args);
-    let routes = run(&["-4".into(), "route".into(), "show".into()])?;
-    let changes = quickack_route_changes(&routes);
-    if changes.is_empty() {
+    let quickack = RouteMetric::new(Metric::QuickAck, 1);
+    let changed = super::host_netlink(topology, host)?
+        .set_metric_on_routes(Family::V4, TABLE_MAIN, &quickack)
+        .with_context(|| format!("cannot set `quickack 1` on the routes of {host}"))?;
+    if changed == 0 {
         bail!("{host} has no IPv4 route to set `quickack` on");
     }
-    for change in changes {
-        run(&change)?;
-    }
     Ok(())
-}
-
-/// `ip` arguments that rewrite each route of `ip -4 route show`'s output with `quickack 1` added.
-/// What the listing shows but a route command does not take is dropped: state flags, and the
-/// `lock` the kernel reports on an `rto_min` (which it locks by itself; `ip` refuses the word
-/// there).
-fn quickack_route_changes(routes: &str) -> Vec<Vec<String>> {
-    routes
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| {
-            let mut args: Vec<String> = ["-4", "route", "change"].map(String::from).to_vec();
-            let words: Vec<&str> = line.split_whitespace().collect();
-            for (index, word) in words.iter().enumerate() {
-                let after_rto_min = index > 0 && words[index - 1] == "rto_min";
-                if matches!(*word, "linkdown" | "dead" | "offload")
-                    || (*word == "lock" && after_rto_min)
-                {
-                    continue;
-                }
-                args.push((*word).to_string());
-            }
-            args.extend(["quickack".to_string(), "1".to_string()]);
-            args
-        })
-        .collect()
 }
 
 /// One kind of workload: how a point runs and times it.
@@ -434,28 +409,28 @@ fn warm_up(
 }
 
 /// Waits (bounded) until `host`'s tcp_metrics cache holds an entry for `peer`, which Linux writes
-/// when a connection to it closes, and returns that entry. Only `peer`'s: a proxy also caches the
-/// server when its remote segment closes, usually first, and an entry for any address would let
-/// the measured connection start before the client's entry exists (and read the server's).
+/// when a connection to it closes, and returns its entries. Only `peer`'s: a proxy also caches
+/// the server when its remote segment closes, usually first, and an entry for any address would
+/// let the measured connection start before the client's entry exists (and read the server's).
 fn wait_tcp_metrics(
     topology: &Topology,
     host: &str,
     peer: IpAddr,
     limit: Duration,
-) -> Option<String> {
+) -> Option<Vec<TcpMetricsEntry>> {
     let deadline = std::time::Instant::now() + limit;
-    let peer = peer.to_string();
+    let mut cache = match TcpMetricsCache::open_in(&topology.netns_path(host)) {
+        Ok(cache) => cache,
+        Err(error) => {
+            tracing::warn!("cannot read the tcp_metrics cache of {host}: {error}");
+            return None;
+        }
+    };
     loop {
-        let listed = topology
-            .command(host, "ip")
-            .args(["tcp_metrics", "show", &peer])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .filter(|text| !text.is_empty());
-        if listed.is_some() {
-            return listed;
+        match cache.entries_for(peer) {
+            Ok(entries) if !entries.is_empty() => return Some(entries),
+            Ok(_) => {}
+            Err(error) => tracing::debug!("tcp_metrics of {host}: {error}"),
         }
         if std::time::Instant::now() >= deadline {
             tracing::warn!("no tcp_metrics entry for {peer} in {host} after the warm-up");
@@ -606,27 +581,5 @@ impl MeasuredWorkload for WebWorkload {
         m.extra
             .insert("origin_requests".into(), stats.requests_served as f64);
         Ok(m.into())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn every_route_is_rewritten_with_quickack() {
-        let routes = "default via 10.0.1.2 dev to-b rto_min lock 1s mtu lock 576\n\
-                      10.0.1.0/24 dev to-b proto kernel scope link src 10.0.1.1 linkdown\n";
-        let changes: Vec<String> = super::quickack_route_changes(routes)
-            .iter()
-            .map(|args| args.join(" "))
-            .collect();
-        assert_eq!(
-            changes,
-            [
-                "-4 route change default via 10.0.1.2 dev to-b rto_min 1s mtu lock 576 quickack 1",
-                "-4 route change 10.0.1.0/24 dev to-b proto kernel scope link src 10.0.1.1 \
-                 quickack 1"
-            ]
-        );
-        assert!(super::quickack_route_changes("\n").is_empty());
     }
 }

@@ -16,8 +16,10 @@
 mod address;
 mod link;
 mod metrics;
+mod neighbour;
 mod route;
 mod rule;
+mod tcp_metrics;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -32,8 +34,10 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 pub use address::AddressSpec;
 pub use link::{LinkInfo, VethEnd};
 pub use metrics::{Metric, MetricParseError, MetricValue, RouteMetric, RouteMetrics};
+pub use neighbour::PermanentNeighbour;
 pub use route::{Family, Route, RouteKind, RouteProtocol, RouteScope, TABLE_LOCAL, TABLE_MAIN};
 pub use rule::FwmarkRule;
+pub use tcp_metrics::{TcpMetricsCache, TcpMetricsEntry};
 
 /// How long a request waits for the kernel's answer before it fails with `TimedOut`.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
