@@ -14,6 +14,7 @@
 //! namespace without a runtime and a connection task per namespace.
 
 mod address;
+mod channel;
 mod link;
 mod metrics;
 mod neighbour;
@@ -25,11 +26,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP};
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use netlink_sys::protocols::NETLINK_ROUTE;
+
+use channel::Channel;
 
 pub use address::AddressSpec;
 pub use link::{LinkInfo, VethEnd};
@@ -116,30 +117,14 @@ impl NetlinkError {
 /// A synchronous rtnetlink socket in one network namespace; see the module documentation.
 #[derive(Debug)]
 pub struct Netlink {
-    socket: Socket,
-    sequence: u32,
+    channel: Channel,
 }
 
 impl Netlink {
     /// A socket in the calling thread's network namespace.
     pub fn open() -> Result<Netlink, NetlinkError> {
-        let mut socket = Socket::new(NETLINK_ROUTE).map_err(NetlinkError::Open)?;
-        socket.bind_auto().map_err(NetlinkError::Open)?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(NetlinkError::Open)?;
-        // Errors carry the offending attribute's message (extended ACK), and a dump that does
-        // not fit the default buffer is not cut short.
-        let _ = socket.set_ext_ack(true);
-        nix::sys::socket::setsockopt(
-            &socket,
-            nix::sys::socket::sockopt::ReceiveTimeout,
-            &nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as i64, 0),
-        )
-        .map_err(|e| NetlinkError::Open(e.into()))?;
         Ok(Netlink {
-            socket,
-            sequence: 0,
+            channel: Channel::open(NETLINK_ROUTE)?,
         })
     }
 
@@ -166,16 +151,9 @@ impl Netlink {
         flags: u16,
         request: &str,
     ) -> Result<(), NetlinkError> {
-        let sequence = self.send(message, NLM_F_REQUEST | NLM_F_ACK | flags, request)?;
-        loop {
-            for reply in self.receive(sequence, request)? {
-                match reply {
-                    NetlinkPayload::Error(e) => return kernel_result(e, request),
-                    NetlinkPayload::Done(_) => return Ok(()),
-                    _ => {}
-                }
-            }
-        }
+        self.channel
+            .exchange(message, NLM_F_ACK | flags, request)
+            .map(drop)
     }
 
     /// Sends a dump request and collects every message of the answer.
@@ -184,94 +162,6 @@ impl Netlink {
         message: RouteNetlinkMessage,
         request: &str,
     ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        let sequence = self.send(message, NLM_F_REQUEST | NLM_F_DUMP, request)?;
-        let mut messages = Vec::new();
-        loop {
-            for reply in self.receive(sequence, request)? {
-                match reply {
-                    NetlinkPayload::InnerMessage(inner) => messages.push(inner),
-                    NetlinkPayload::Done(_) => return Ok(messages),
-                    NetlinkPayload::Error(e) => {
-                        kernel_result(e, request)?;
-                        return Ok(messages);
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    fn send(
-        &mut self,
-        message: RouteNetlinkMessage,
-        flags: u16,
-        request: &str,
-    ) -> Result<u32, NetlinkError> {
-        self.sequence = self.sequence.wrapping_add(1);
-        let mut header = NetlinkHeader::default();
-        header.flags = flags;
-        header.sequence_number = self.sequence;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
-        packet.finalize();
-        let mut buffer = vec![0; packet.buffer_len()];
-        packet.serialize(&mut buffer);
-        self.socket
-            .send(&buffer, 0)
-            .map_err(|source| io_error(request, source))?;
-        Ok(self.sequence)
-    }
-
-    /// The payloads of one datagram that answer request `sequence` (answers to earlier,
-    /// abandoned requests are skipped).
-    fn receive(
-        &mut self,
-        sequence: u32,
-        request: &str,
-    ) -> Result<Vec<NetlinkPayload<RouteNetlinkMessage>>, NetlinkError> {
-        let (datagram, _) = self
-            .socket
-            .recv_from_full()
-            .map_err(|source| io_error(request, source))?;
-        let mut payloads = Vec::new();
-        let mut offset = 0;
-        while offset < datagram.len() {
-            let bytes = &datagram[offset..];
-            let message =
-                NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes).map_err(|e| {
-                    NetlinkError::Decode {
-                        request: request.to_owned(),
-                        message: e.to_string(),
-                    }
-                })?;
-            let length = message.header.length as usize;
-            if length == 0 {
-                break;
-            }
-            offset += (length + 3) & !3;
-            if message.header.sequence_number == sequence {
-                payloads.push(message.payload);
-            }
-        }
-        Ok(payloads)
-    }
-}
-
-fn kernel_result(
-    error: netlink_packet_core::ErrorMessage,
-    request: &str,
-) -> Result<(), NetlinkError> {
-    match error.code {
-        None => Ok(()),
-        Some(_) => Err(NetlinkError::Kernel {
-            request: request.to_owned(),
-            source: error.to_io(),
-        }),
-    }
-}
-
-fn io_error(request: &str, source: io::Error) -> NetlinkError {
-    NetlinkError::Io {
-        request: request.to_owned(),
-        source,
+        self.channel.exchange(message, NLM_F_DUMP, request)
     }
 }

@@ -15,16 +15,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use netlink_packet_core::{
-    DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
-    NetlinkPayload, NetlinkSerializable, NlasIterator, ParseableParametrized, NLM_F_ACK,
-    NLM_F_DUMP, NLM_F_REQUEST,
+    DecodeError, DefaultNla, Emitable, NlasIterator, ParseableParametrized, NLM_F_ACK, NLM_F_DUMP,
 };
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
 use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 use netlink_packet_generic::{GenlFamily, GenlHeader, GenlMessage};
-use netlink_sys::{protocols::NETLINK_GENERIC, Socket, SocketAddr};
+use netlink_sys::protocols::NETLINK_GENERIC;
 
-use super::{NetlinkError, REPLY_TIMEOUT};
+use super::channel::Channel;
+use super::NetlinkError;
 
 /// The generic netlink family's name (`TCP_METRICS_GENL_NAME`).
 const FAMILY_NAME: &str = "tcp_metrics";
@@ -204,28 +203,15 @@ impl ParseableParametrized<[u8], GenlHeader> for TcpMetricsMessage {
 /// A generic netlink socket reading the TCP metrics cache of one network namespace.
 #[derive(Debug)]
 pub struct TcpMetricsCache {
-    socket: Socket,
-    sequence: u32,
+    channel: Channel,
     family: u16,
 }
 
 impl TcpMetricsCache {
     /// The cache of the calling thread's network namespace.
     pub fn open() -> Result<TcpMetricsCache, NetlinkError> {
-        let mut socket = Socket::new(NETLINK_GENERIC).map_err(NetlinkError::Open)?;
-        socket.bind_auto().map_err(NetlinkError::Open)?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(NetlinkError::Open)?;
-        nix::sys::socket::setsockopt(
-            &socket,
-            nix::sys::socket::sockopt::ReceiveTimeout,
-            &nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as i64, 0),
-        )
-        .map_err(|e| NetlinkError::Open(e.into()))?;
         let mut cache = TcpMetricsCache {
-            socket,
-            sequence: 0,
+            channel: Channel::open(NETLINK_GENERIC)?,
             family: 0,
         };
         cache.family = cache.resolve_family()?;
@@ -255,7 +241,9 @@ impl TcpMetricsCache {
             attributes: Vec::new(),
         });
         message.set_resolved_family_id(self.family);
-        let replies = self.exchange(message, NLM_F_DUMP, "tcp_metrics show")?;
+        let replies = self
+            .channel
+            .exchange(message, NLM_F_DUMP, "tcp_metrics show")?;
         Ok(replies.iter().map(|m| m.payload.entry()).collect())
     }
 
@@ -279,7 +267,7 @@ impl TcpMetricsCache {
             cmd: GenlCtrlCmd::GetFamily,
             nlas: vec![GenlCtrlAttrs::FamilyName(FAMILY_NAME.to_owned())],
         });
-        let replies = self.exchange(message, NLM_F_ACK, &request)?;
+        let replies = self.channel.exchange(message, NLM_F_ACK, &request)?;
         replies
             .iter()
             .flat_map(|m| m.payload.nlas.iter())
@@ -291,67 +279,6 @@ impl TcpMetricsCache {
                 request,
                 message: "no family id in the answer".to_owned(),
             })
-    }
-
-    /// Sends `message` with `flags` (besides `NLM_F_REQUEST`) and collects the answer up to
-    /// the end of the dump or the acknowledgement.
-    fn exchange<F>(
-        &mut self,
-        message: GenlMessage<F>,
-        flags: u16,
-        request: &str,
-    ) -> Result<Vec<GenlMessage<F>>, NetlinkError>
-    where
-        F: GenlFamily + Emitable + ParseableParametrized<[u8], GenlHeader> + Debug,
-        GenlMessage<F>: NetlinkSerializable + NetlinkDeserializable,
-    {
-        self.sequence = self.sequence.wrapping_add(1);
-        let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | flags;
-        header.sequence_number = self.sequence;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
-        packet.finalize();
-        let mut buffer = vec![0; packet.buffer_len()];
-        packet.serialize(&mut buffer);
-        let io = |source| NetlinkError::Io {
-            request: request.to_owned(),
-            source,
-        };
-        self.socket.send(&buffer, 0).map_err(io)?;
-        let mut replies = Vec::new();
-        loop {
-            let (datagram, _) = self.socket.recv_from_full().map_err(io)?;
-            let mut offset = 0;
-            while offset < datagram.len() {
-                let reply = NetlinkMessage::<GenlMessage<F>>::deserialize(&datagram[offset..])
-                    .map_err(|e| NetlinkError::Decode {
-                        request: request.to_owned(),
-                        message: e.to_string(),
-                    })?;
-                let length = reply.header.length as usize;
-                if length == 0 {
-                    break;
-                }
-                offset += (length + 3) & !3;
-                if reply.header.sequence_number != self.sequence {
-                    continue;
-                }
-                match reply.payload {
-                    NetlinkPayload::InnerMessage(inner) => replies.push(inner),
-                    NetlinkPayload::Done(_) => return Ok(replies),
-                    NetlinkPayload::Error(error) => {
-                        return match error.code {
-                            None => Ok(replies),
-                            Some(_) => Err(NetlinkError::Kernel {
-                                request: request.to_owned(),
-                                source: error.to_io(),
-                            }),
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
     }
 }
 
