@@ -17,7 +17,7 @@ const LINE_POLL: Duration = Duration::from_millis(20);
 /// known to the topology's signal cleanup).
 #[derive(Debug)]
 pub(crate) enum Process {
-    /// Started here or through `ip netns exec`. `None` once stopped.
+    /// Started here or in a named network namespace. `None` once stopped.
     Plain(Option<Child>),
     /// Started in a lab host. `None` once stopped.
     Host(Option<HostChild>),
@@ -59,7 +59,7 @@ impl Running {
         }
     }
 
-    /// Its process id (through `nice` or `ip netns exec`, which exec it, still its own).
+    /// Its process id (through `nice`, which execs it, still its own).
     pub fn id(&self) -> u32 {
         self.pid
     }
