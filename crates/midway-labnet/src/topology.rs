@@ -642,9 +642,10 @@ impl Topology {
         let pgid = child.id() as i32;
         cleanup::register_child(pgid);
         Ok(HostChild {
-            child: Some(child),
+            child,
             pgid,
             host: host.to_owned(),
+            stopped: false,
         })
     }
 
@@ -753,9 +754,11 @@ fn mount_hosts_file(file: &std::path::Path) -> std::io::Result<()> {
 /// A child process running inside a host; stopped when dropped.
 #[derive(Debug)]
 pub struct HostChild {
-    child: Option<Child>,
+    child: Child,
     pgid: i32,
     host: String,
+    /// Set by the first stop, so neither a second one nor `drop` signals a reused pid.
+    stopped: bool,
 }
 
 impl HostChild {
@@ -770,13 +773,8 @@ impl HostChild {
     }
 
     /// The underlying child, e.g. to take its stdout.
-    #[allow(
-        clippy::expect_used,
-        reason = "`child` is Some from spawn on; only `stop` (which consumes the handle) and \
-                  `drop` take it"
-    )]
     pub fn child_mut(&mut self) -> &mut Child {
-        self.child.as_mut().expect("present until stopped")
+        &mut self.child
     }
 
     /// Whether it has exited, without waiting.
@@ -800,13 +798,17 @@ impl HostChild {
 
     /// SIGTERM to its process group, SIGKILL after 2 s; returns how it ended.
     pub fn stop(mut self) -> std::io::Result<ExitStatus> {
-        self.stop_inner()
+        self.stop_in_place()
     }
 
-    fn stop_inner(&mut self) -> std::io::Result<ExitStatus> {
-        let Some(mut child) = self.child.take() else {
+    /// [`HostChild::stop`] for a holder that keeps the handle (a launcher's process); a second
+    /// call fails, and dropping the handle afterwards does nothing more.
+    pub fn stop_in_place(&mut self) -> std::io::Result<ExitStatus> {
+        if self.stopped {
             return Err(std::io::Error::other("the child was already stopped"));
-        };
+        }
+        self.stopped = true;
+        let child = &mut self.child;
         let result = (|| {
             if let Some(status) = child.try_wait()? {
                 return Ok(status);
@@ -831,8 +833,8 @@ impl HostChild {
 
 impl Drop for HostChild {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            let _ = self.stop_inner();
+        if !self.stopped {
+            let _ = self.stop_in_place();
         }
     }
 }

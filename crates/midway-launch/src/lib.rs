@@ -233,13 +233,13 @@ impl Launch {
             }
         }
         let mut process = match place {
-            Place::Here => Process::Plain(Some(command.spawn().map_err(|source| {
-                LaunchError::Spawn {
+            Place::Here => {
+                Process::Plain(command.spawn().map_err(|source| LaunchError::Spawn {
                     program: program.clone(),
                     source,
-                }
-            })?)),
-            Place::Netns(name) => Process::Plain(Some(
+                })?)
+            }
+            Place::Netns(name) => Process::Plain(
                 spawn_in_namespace(&midway_sys::netns::netns_path(name), command).map_err(
                     |source| LaunchError::SpawnInNetns {
                         program: program.clone(),
@@ -247,8 +247,8 @@ impl Launch {
                         source,
                     },
                 )?,
-            )),
-            Place::Host { topology, host } => Process::Host(Some(
+            ),
+            Place::Host { topology, host } => Process::Host(
                 topology
                     .spawn_with(host, command, &self.spawn_options)
                     .map_err(|source| LaunchError::SpawnInHost {
@@ -256,7 +256,7 @@ impl Launch {
                         host: host.to_string(),
                         source: Box::new(source),
                     })?,
-            )),
+            ),
         };
         let log = match self.log {
             LogTo::File(path) => Log::File(path),
