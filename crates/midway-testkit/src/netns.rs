@@ -193,7 +193,7 @@ pub fn output(args: &[&str]) -> String {
 }
 
 /// Network namespaces of labnet topology `tag` (named `mw<tag>-host` or `mw<tag>.host`), as
-/// `ip netns list` shows them.
+/// `/run/netns` lists them.
 pub fn namespaces_tagged(tag: &str) -> Vec<String> {
     let (dash, dot) = (format!("mw{tag}-"), format!("mw{tag}."));
     midway_sys::netns::list()
