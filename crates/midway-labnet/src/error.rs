@@ -91,25 +91,22 @@ pub enum LabNetError {
         /// The other host.
         b: String,
     },
-    /// A program (`ip`, `ethtool`, a child in a host) could not be started.
-    #[error("could not run {program:?}")]
-    Spawn {
-        /// The program's name.
-        program: String,
-        /// The error from starting it (or from writing its input).
+    /// A program (`ethtool`) could not be run or failed; the error names the command line and
+    /// quotes its stderr.
+    #[error(transparent)]
+    Program(midway_sys::command::CommandError),
+    /// A netlink request (a link, an address, a route) in a namespace failed.
+    #[error("netlink request in network namespace {netns:?} failed")]
+    Netlink {
+        /// The namespace's name.
+        netns: String,
+        /// The request and the kernel's answer.
         #[source]
-        source: std::io::Error,
+        source: midway_sys::netlink::NetlinkError,
     },
-    /// A command ran but exited unsuccessfully.
-    #[error("`{command}` failed ({status}): {stderr}")]
-    CommandFailed {
-        /// The command line (with its input, if any, after `<<<`).
-        command: String,
-        /// Its exit status, as the system describes it.
-        status: String,
-        /// Its standard error, trimmed.
-        stderr: String,
-    },
+    /// A sysctl could not be read or written (the error names its file).
+    #[error(transparent)]
+    Sysctl(std::io::Error),
     /// A file-system operation failed.
     #[error("{what} {path:?}")]
     Io {

@@ -3,6 +3,7 @@
 
 use std::sync::OnceLock;
 
+use midway_sys::netlink::{Metric, RouteMetric, RouteMetrics};
 use nix::sched::{unshare, CloneFlags};
 
 use crate::error::LabNetError;
@@ -60,20 +61,23 @@ pub(crate) fn sysctls(profile: StackProfile) -> Result<Vec<(&'static str, String
     }
 }
 
-/// Metrics appended to every route of a host with this profile. `end_host` = the host does not
-/// forward; only then is the IPv4 route MTU lowered to 576 (so it also *sends* 536-byte segments),
-/// because on a forwarding host that MTU would apply to forwarded traffic too.
-pub(crate) fn route_metrics(profile: StackProfile, ipv6: bool, end_host: bool) -> String {
+/// Metrics of every route of a host with this profile. `end_host` = the host does not forward;
+/// only then is the IPv4 route MTU lowered (and locked) to 576 (so it also *sends* 536-byte
+/// segments), because on a forwarding host that MTU would apply to forwarded traffic too.
+pub(crate) fn route_metrics(profile: StackProfile, ipv6: bool, end_host: bool) -> RouteMetrics {
     match profile {
-        StackProfile::Modern => String::new(),
+        StackProfile::Modern => RouteMetrics::new(),
         StackProfile::Legacy => {
-            let mut m = format!(
-                "congctl reno rto_min {LEGACY_RTO_MIN_MS}ms initcwnd {LEGACY_INITCWND} advmss {LEGACY_MSS}"
-            );
+            let metrics = RouteMetrics::new()
+                .with(RouteMetric::congctl("reno"))
+                .with(RouteMetric::rto_min_ms(LEGACY_RTO_MIN_MS))
+                .with(RouteMetric::new(Metric::InitCwnd, LEGACY_INITCWND))
+                .with(RouteMetric::new(Metric::Advmss, LEGACY_MSS));
             if !ipv6 && end_host {
-                m.push_str(&format!(" mtu lock {}", LEGACY_MSS + 40));
+                metrics.with(RouteMetric::locked(Metric::Mtu, LEGACY_MSS + 40))
+            } else {
+                metrics
             }
-            m
         }
     }
 }
@@ -125,5 +129,31 @@ pub(crate) fn stack_notes(profile: StackProfile) -> &'static str {
              200 ms BSD timer; (4) there is no 500 ms timer tick: rto_min raises the floor but the RTO \
              formula differs, and the initial RTO is 1 s (old stacks: 3-6 s)."
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The metrics are the ones `ip route replace` was given as text before they went over
+    /// netlink.
+    #[test]
+    fn legacy_route_metrics_are_the_ones_ip_was_given() {
+        let parsed = |text: &str| text.parse::<RouteMetrics>().unwrap();
+        let base = "congctl reno rto_min 1000ms initcwnd 2 advmss 536";
+        assert_eq!(
+            route_metrics(StackProfile::Legacy, false, true),
+            parsed(&format!("{base} mtu lock 576"))
+        );
+        assert_eq!(
+            route_metrics(StackProfile::Legacy, false, false),
+            parsed(base)
+        );
+        assert_eq!(
+            route_metrics(StackProfile::Legacy, true, true),
+            parsed(base)
+        );
+        assert!(route_metrics(StackProfile::Modern, false, true).is_empty());
     }
 }

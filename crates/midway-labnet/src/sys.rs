@@ -1,93 +1,27 @@
-//! Thin system helpers: running `ip`/`ethtool`, entering a namespace on a thread, deleting a
-//! namespace in-process (safe from a signal-handling thread), finding processes in a namespace.
+//! Thin system helpers over `midway-sys`: entering a namespace on a thread, a namespace's
+//! sysctls, its netlink socket, and `ethtool` (a program that stays a program).
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+
+use midway_sys::command::Program;
+use midway_sys::netlink::{Netlink, NetlinkError};
 
 use crate::error::LabNetError;
 
 pub(crate) use midway_sys::netns::{netns_path, NETNS_DIR};
 
-/// Runs a command to completion; a non-zero exit becomes `CommandFailed` with its stderr.
-pub(crate) fn run(mut cmd: Command, stdin: Option<&str>) -> Result<(), LabNetError> {
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    let described = describe(&cmd);
-    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    let mut child = cmd.spawn().map_err(|source| LabNetError::Spawn {
-        program: program.clone(),
-        source,
-    })?;
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().ok_or_else(|| LabNetError::Spawn {
-            program: program.clone(),
-            source: std::io::Error::other("its stdin is not a pipe"),
-        })?;
-        pipe.write_all(input.as_bytes())
-            .map_err(|source| LabNetError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|source| LabNetError::Spawn { program, source })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        let mut command = described;
-        if let Some(input) = stdin {
-            command.push_str(" <<< ");
-            command.push_str(&input.replace('\n', "; "));
-        }
-        Err(LabNetError::CommandFailed {
-            command,
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
-    }
-}
-
-fn describe(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&arg.to_string_lossy());
-    }
-    s
-}
-
-/// `ip [-n NETNS] -batch -` fed with `lines` (one command per line, without the leading `ip`).
-pub(crate) fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), LabNetError> {
-    if lines.is_empty() {
-        return Ok(());
-    }
-    let mut cmd = Command::new("ip");
-    if let Some(ns) = netns {
-        cmd.args(["-n", ns]);
-    }
-    cmd.args(["-batch", "-"]);
-    let mut input = lines.join("\n");
-    input.push('\n');
-    run(cmd, Some(&input))
-}
-
 /// Turns off every offload that would let one "packet" be many frames (GSO/TSO/GRO) or leave
 /// checksums to hardware that does not exist (veth needs `tx off`), so the emulator handles one
 /// real frame per packet.
 pub(crate) fn offloads_off(netns: &str, iface: &str) -> Result<(), LabNetError> {
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", netns, "ethtool", "-K", iface]);
-    cmd.args([
-        "gso", "off", "tso", "off", "gro", "off", "tx", "off", "rx", "off", "sg", "off",
-    ]);
-    run(cmd, None)
+    Program::new("ethtool")
+        .args(["-K", iface])
+        .args([
+            "gso", "off", "tso", "off", "gro", "off", "tx", "off", "rx", "off", "sg", "off",
+        ])
+        .in_named_namespace(netns)
+        .run()
+        .map_err(LabNetError::Program)
 }
 
 /// Runs `f` on a new thread that has joined network namespace `path`; returns its result. A
@@ -102,20 +36,57 @@ pub(crate) fn in_netns<T: Send + 'static>(
     })
 }
 
-/// Writes a sysctl of the calling thread's network namespace (`/proc/sys/net/...` follows the
+/// Writes sysctls of the calling thread's network namespace (`/proc/sys/net/...` follows the
 /// namespace of the thread that opens it).
-pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), LabNetError> {
-    let path = sysctl_path(key);
-    fs::write(&path, value).map_err(|e| LabNetError::io("cannot write sysctl", path, e))
+pub(crate) fn write_sysctls<K: AsRef<str>, V: AsRef<str>>(
+    values: &[(K, V)],
+) -> Result<(), LabNetError> {
+    values.iter().try_for_each(|(key, value)| {
+        midway_sys::sysctl::write(key.as_ref(), value.as_ref()).map_err(LabNetError::Sysctl)
+    })
 }
 
+/// Reads a sysctl of the calling thread's network namespace.
 pub(crate) fn read_sysctl(key: &str) -> Result<String, LabNetError> {
-    let path = sysctl_path(key);
-    fs::read_to_string(&path)
-        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-        .map_err(|e| LabNetError::io("cannot read sysctl", path, e))
+    midway_sys::sysctl::read(key).map_err(LabNetError::Sysctl)
 }
 
-fn sysctl_path(key: &str) -> PathBuf {
-    Path::new("/proc/sys").join(key.replace('.', "/"))
+/// Writes each namespace's sysctls and opens a netlink socket in it, all namespaces at once
+/// (one thread each, which ends with its work); the sockets come back in the order of
+/// `namespaces`, and stay in their namespace whichever thread uses them.
+pub(crate) fn configure_namespaces(
+    namespaces: Vec<(String, Vec<(String, String)>)>,
+) -> Result<Vec<Netlink>, LabNetError> {
+    let mut threads = Vec::new();
+    for (netns, values) in namespaces {
+        let path = netns_path(&netns);
+        let thread = midway_sys::netns::spawn_in(&path, move || -> Result<Netlink, LabNetError> {
+            write_sysctls(&values)?;
+            Netlink::open().map_err(netlink_error(&netns))
+        })
+        .map_err(|source| LabNetError::EnterNamespace {
+            path: path.clone(),
+            source,
+        });
+        threads.push((path, thread));
+    }
+    // Every thread is joined, also after an error, so none outlives the set-up.
+    let joined: Vec<Result<Netlink, LabNetError>> = threads
+        .into_iter()
+        .map(|(path, thread)| match thread?.join() {
+            Ok(entered) => entered
+                .map_err(|source| LabNetError::EnterNamespace { path, source })
+                .and_then(|configured| configured),
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+        .collect();
+    joined.into_iter().collect()
+}
+
+/// Attaches the namespace's name to a netlink error.
+pub(crate) fn netlink_error(netns: &str) -> impl FnOnce(NetlinkError) -> LabNetError + '_ {
+    move |source| LabNetError::Netlink {
+        netns: netns.to_owned(),
+        source,
+    }
 }

@@ -1,21 +1,24 @@
 //! Building and removing a topology: namespaces, veth pairs, addresses, routes, stack profiles and
 //! one emulator per link; running code and processes inside its hosts.
 
-use std::ffi::CString;
 use std::net::IpAddr;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use midway_linkemu::DirectionStats;
 use midway_linkemu::{spawn_link, LinkHandle};
+use midway_sys::command::Program;
+use midway_sys::netlink::{AddressSpec, Netlink, Route, RouteProtocol, RouteScope, VethEnd};
 use nix::sched::{setns, CloneFlags};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::cleanup;
 use crate::error::LabNetError;
@@ -50,6 +53,10 @@ pub struct Topology {
     plan: Plan,
     link_seeds: Vec<u64>,
     emulators: Vec<Option<LinkHandle>>,
+    /// One netlink socket per host, in plan order, opened in its namespace during the build and
+    /// used for every request about that host; empty once torn down (a socket would keep its
+    /// namespace, and the veths in it, alive).
+    netlinks: Vec<Mutex<Netlink>>,
     torn_down: bool,
 }
 
@@ -66,13 +73,12 @@ impl std::fmt::Debug for Topology {
     }
 }
 
-/// Seed of link `index`'s emulator, derived from the topology's seed (splitmix64), so links of
-/// one topology get independent loss patterns and a run is repeatable from one seed.
+/// Seed of link `index`'s emulator, derived from the topology's seed (the first output of a
+/// SplitMix64 started `index` steps along from `seed`), so links of one topology get independent
+/// loss patterns and a run is repeatable from one seed.
 pub(crate) fn link_seed(seed: u64, index: usize) -> u64 {
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(index as u64 + 1));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+    SplitMix64::seed_from_u64(seed.wrapping_add(GOLDEN_GAMMA.wrapping_mul(index as u64))).next_u64()
 }
 
 /// A tag for a new topology: this process's pid in base 36, then a per-process counter in base 36.
@@ -105,6 +111,75 @@ fn namespaces_of(plan: &Plan, mode: LinkMode) -> Vec<String> {
         .map(|h| h.netns.clone())
         .chain(links)
         .collect()
+}
+
+/// The sysctls of a host's namespace at build time: addresses usable at once (no duplicate
+/// address detection) and no router solicitations, so the only frames on a link are the ones the
+/// experiment sends; forwarding on a host with several links; then its stack profile's.
+fn host_sysctls(
+    forwards: bool,
+    profile: StackProfile,
+) -> Result<Vec<(String, String)>, LabNetError> {
+    let mut values = Vec::new();
+    for scope in ["all", "default"] {
+        for key in [
+            "accept_dad",
+            "dad_transmits",
+            "router_solicitations",
+            "accept_ra",
+        ] {
+            values.push((format!("net.ipv6.conf.{scope}.{key}"), "0".to_owned()));
+        }
+    }
+    if forwards {
+        values.push(("net.ipv4.ip_forward".to_owned(), "1".to_owned()));
+        values.push(("net.ipv6.conf.all.forwarding".to_owned(), "1".to_owned()));
+    }
+    values.extend(
+        stack::sysctls(profile)?
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value)),
+    );
+    Ok(values)
+}
+
+/// Offloads off on both ends of every emulated link, every `ethtool` at once.
+fn offloads_off_everywhere(plan: &Plan) -> Result<(), LabNetError> {
+    let mut interfaces = Vec::new();
+    for link in &plan.links {
+        interfaces.push((link.netns.as_str(), LINK_PEER_A));
+        interfaces.push((link.netns.as_str(), LINK_PEER_B));
+        interfaces.push((
+            plan.hosts[link.a.host].netns.as_str(),
+            link.a.iface.as_str(),
+        ));
+        interfaces.push((
+            plan.hosts[link.b.host].netns.as_str(),
+            link.b.iface.as_str(),
+        ));
+    }
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = interfaces
+            .iter()
+            .map(|&(netns, iface)| scope.spawn(move || sys::offloads_off(netns, iface)))
+            .collect();
+        let results: Vec<_> = runs
+            .into_iter()
+            .map(|run| {
+                run.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect();
+        results.into_iter().collect()
+    })
+}
+
+/// A prefix length out of range (the plan's are fixed, /24 and /64: never).
+fn prefix_error(error: ipnet::PrefixLenError) -> midway_sys::netlink::NetlinkError {
+    midway_sys::netlink::NetlinkError::Decode {
+        request: "addr add".to_owned(),
+        message: error.to_string(),
+    }
 }
 
 /// The start of every tag [`fresh_tag`] makes in process `pid`, so a test can find the namespaces
@@ -172,6 +247,7 @@ impl Topology {
             mode,
             link_seeds: (0..plan.links.len()).map(|i| link_seed(seed, i)).collect(),
             emulators: Vec::new(),
+            netlinks: Vec::new(),
             plan,
             torn_down: false,
         };
@@ -181,101 +257,99 @@ impl Topology {
     }
 
     fn create(&mut self, spec: &TopologySpec) -> Result<(), LabNetError> {
-        let plan = &self.plan;
         let started = Instant::now();
-        let names = namespaces_of(plan, self.mode);
-        let root: Vec<String> = names.iter().map(|n| format!("netns add {n}")).collect();
-        sys::ip_batch(None, &root)?;
+        for name in namespaces_of(&self.plan, self.mode) {
+            midway_sys::netns::create(&name).map_err(|e| {
+                LabNetError::io("cannot create network namespace", sys::netns_path(&name), e)
+            })?;
+        }
+        let plan = &self.plan;
         let emulated = self.mode == LinkMode::Emulated;
+        let mut settings = Vec::new();
+        for host in &plan.hosts {
+            let profile = spec
+                .hosts
+                .iter()
+                .find(|h| h.name == host.name)
+                .map_or(StackProfile::default(), |h| h.stack);
+            settings.push((
+                host.netns.clone(),
+                host_sysctls(host.links.len() > 1, profile)?,
+            ));
+        }
         for link in plan.links.iter().filter(|_| emulated) {
             // No IPv6 on the emulator's interfaces: nothing but forwarded frames must cross them.
-            sys::in_netns(
-                &sys::netns_path(&link.netns),
-                || -> Result<(), LabNetError> {
-                    sys::write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
-                    sys::write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")
-                },
-            )??;
+            let values = ["all", "default"].map(|scope| {
+                (
+                    format!("net.ipv6.conf.{scope}.disable_ipv6"),
+                    "1".to_owned(),
+                )
+            });
+            settings.push((link.netns.clone(), values.to_vec()));
         }
-        for host in &plan.hosts {
-            let forwards = host.links.len() > 1;
-            sys::in_netns(
-                &sys::netns_path(&host.netns),
-                move || -> Result<(), LabNetError> {
-                    // Addresses usable at once (no duplicate address detection) and no router
-                    // solicitations: the only frames on a link are the ones the experiment sends.
-                    for scope in ["all", "default"] {
-                        sys::write_sysctl(&format!("net.ipv6.conf.{scope}.accept_dad"), "0")?;
-                        sys::write_sysctl(&format!("net.ipv6.conf.{scope}.dad_transmits"), "0")?;
-                        sys::write_sysctl(
-                            &format!("net.ipv6.conf.{scope}.router_solicitations"),
-                            "0",
-                        )?;
-                        sys::write_sysctl(&format!("net.ipv6.conf.{scope}.accept_ra"), "0")?;
-                    }
-                    if forwards {
-                        sys::write_sysctl("net.ipv4.ip_forward", "1")?;
-                        sys::write_sysctl("net.ipv6.conf.all.forwarding", "1")?;
-                    }
-                    Ok(())
-                },
-            )??;
-        }
-        let mut veths = Vec::new();
+        let mut sockets = sys::configure_namespaces(settings)?;
+        let mut link_sockets = sockets.split_off(plan.hosts.len());
+        let mut host_sockets = sockets;
         for link in &plan.links {
-            let (a_netns, b_netns) = (
-                &plan.hosts[link.a.host].netns,
-                &plan.hosts[link.b.host].netns,
-            );
+            let (a, b) = (&plan.hosts[link.a.host], &plan.hosts[link.b.host]);
+            let end = |name: &str| VethEnd::named(name).with_mtu(MTU);
             if emulated {
-                for (end, netns, peer) in [
-                    (&link.a, a_netns, LINK_PEER_A),
-                    (&link.b, b_netns, LINK_PEER_B),
-                ] {
-                    veths.push(format!(
-                        "link add {} mtu {MTU} netns {netns} type veth peer name {peer} mtu {MTU} netns {}",
-                        end.iface, link.netns
-                    ));
+                for (host_end, host, peer) in [(&link.a, a, LINK_PEER_A), (&link.b, b, LINK_PEER_B)]
+                {
+                    host_sockets[host_end.host]
+                        .add_veth(
+                            &end(&host_end.iface),
+                            &end(peer).in_named_namespace(&link.netns),
+                        )
+                        .map_err(sys::netlink_error(&host.netns))?;
                 }
             } else {
-                veths.push(format!(
-                    "link add {} mtu {MTU} netns {a_netns} type veth peer name {} mtu {MTU} netns {b_netns}",
-                    link.a.iface, link.b.iface
-                ));
+                host_sockets[link.a.host]
+                    .add_veth(
+                        &end(&link.a.iface),
+                        &end(&link.b.iface).in_named_namespace(&b.netns),
+                    )
+                    .map_err(sys::netlink_error(&a.netns))?;
             }
         }
-        sys::ip_batch(None, &veths)?;
-        for link in plan.links.iter().filter(|_| emulated) {
-            sys::offloads_off(&link.netns, LINK_PEER_A)?;
-            sys::offloads_off(&link.netns, LINK_PEER_B)?;
-            sys::offloads_off(&plan.hosts[link.a.host].netns, &link.a.iface)?;
-            sys::offloads_off(&plan.hosts[link.b.host].netns, &link.b.iface)?;
-            sys::ip_batch(
-                Some(&link.netns),
-                &[
-                    format!("link set {LINK_PEER_A} up"),
-                    format!("link set {LINK_PEER_B} up"),
-                ],
-            )?;
+        if emulated {
+            offloads_off_everywhere(plan)?;
         }
-        for (h, host) in plan.hosts.iter().enumerate() {
-            let mut lines = vec!["link set lo up".to_owned()];
+        for (link, socket) in plan.links.iter().zip(&mut link_sockets) {
+            for peer in [LINK_PEER_A, LINK_PEER_B] {
+                socket
+                    .set_link_up(peer)
+                    .map_err(sys::netlink_error(&link.netns))?;
+            }
+        }
+        drop(link_sockets);
+        for (h, (host, socket)) in plan.hosts.iter().zip(&mut host_sockets).enumerate() {
+            let failed = sys::netlink_error(&host.netns);
+            socket.set_link_up("lo").map_err(failed)?;
             for &l in &host.links {
                 let link = &plan.links[l];
                 let end = if link.a.host == h { &link.a } else { &link.b };
-                lines.push(format!("link set {} up", end.iface));
-                lines.push(format!("addr add {}/24 dev {}", end.v4, end.iface));
-                lines.push(format!("addr add {}/64 dev {} nodad", end.v6, end.iface));
+                let failed = sys::netlink_error(&host.netns);
+                let added = (|| {
+                    socket.set_link_up(&end.iface)?;
+                    let device = socket.link_index(&end.iface)?;
+                    socket.add_address(&AddressSpec {
+                        address: IpNet::V4(Ipv4Net::new(end.v4, 24).map_err(prefix_error)?),
+                        device,
+                        nodad: false,
+                    })?;
+                    socket.add_address(&AddressSpec {
+                        address: IpNet::V6(Ipv6Net::new(end.v6, 64).map_err(prefix_error)?),
+                        device,
+                        nodad: true,
+                    })
+                })();
+                added.map_err(failed)?;
             }
-            sys::ip_batch(Some(&host.netns), &lines)?;
         }
-        let stacks: Vec<(String, StackProfile)> = spec
-            .hosts
-            .iter()
-            .map(|h| (h.name.clone(), h.stack))
-            .collect();
-        for (name, stack) in stacks {
-            self.apply_stack(&name, stack)?;
+        self.netlinks = host_sockets.into_iter().map(Mutex::new).collect();
+        for host in &spec.hosts {
+            self.apply_routes(self.host_index(&host.name)?, host.stack)?;
         }
         let links_to_emulate = if emulated { self.plan.links.len() } else { 0 };
         for (l, (link, link_spec)) in self
@@ -309,30 +383,53 @@ impl Topology {
     /// routes (connected ones included). Can be called again to switch profiles.
     pub fn apply_stack(&self, host: &str, profile: StackProfile) -> Result<(), LabNetError> {
         let h = self.host_index(host)?;
+        let values = stack::sysctls(profile)?;
+        sys::in_netns(&sys::netns_path(&self.plan.hosts[h].netns), move || {
+            sys::write_sysctls(&values)
+        })??;
+        self.apply_routes(h, profile)
+    }
+
+    /// Host `h`'s routes with the metrics of `profile`: its connected prefixes replaced as the
+    /// kernel adds them (protocol kernel; IPv4 scope link with the address as source, IPv6
+    /// metric 256), then its routes through neighbours.
+    fn apply_routes(&self, h: usize, profile: StackProfile) -> Result<(), LabNetError> {
         let plan = &self.plan;
         let hp = &plan.hosts[h];
-        let values = stack::sysctls(profile)?;
-        sys::in_netns(
-            &sys::netns_path(&hp.netns),
-            move || -> Result<(), LabNetError> {
-                values.iter().try_for_each(|(k, v)| sys::write_sysctl(k, v))
-            },
-        )??;
+        let Some(socket) = self.netlinks.get(h) else {
+            return Err(LabNetError::Teardown(format!(
+                "host {} has been torn down",
+                hp.name
+            )));
+        };
+        let mut socket = socket.lock().unwrap_or_else(PoisonError::into_inner);
         let end_host = hp.links.len() <= 1;
         let m4 = stack::route_metrics(profile, false, end_host);
         let m6 = stack::route_metrics(profile, true, end_host);
-        let mut lines = Vec::new();
+        let mut routes = Vec::new();
         for &l in &hp.links {
             let link = &plan.links[l];
             let end = if link.a.host == h { &link.a } else { &link.b };
-            lines.push(format!(
-                "route replace {} dev {} proto kernel scope link src {} {m4}",
-                link.v4_prefix, end.iface, end.v4
-            ));
-            lines.push(format!(
-                "route replace {} dev {} proto kernel metric 256 {m6}",
-                link.v6_prefix, end.iface
-            ));
+            let device = Some(
+                socket
+                    .link_index(&end.iface)
+                    .map_err(sys::netlink_error(&hp.netns))?,
+            );
+            routes.push(Route {
+                device,
+                protocol: RouteProtocol::Kernel,
+                scope: Some(RouteScope::Link),
+                preferred_source: Some(IpAddr::V4(end.v4)),
+                metrics: m4.clone(),
+                ..Route::to(IpNet::V4(link.v4_prefix))
+            });
+            routes.push(Route {
+                device,
+                protocol: RouteProtocol::Kernel,
+                priority: Some(256),
+                metrics: m6.clone(),
+                ..Route::to(IpNet::V6(link.v6_prefix))
+            });
         }
         for route in &hp.routes {
             let metrics = if route.prefix.addr().is_ipv4() {
@@ -340,12 +437,21 @@ impl Topology {
             } else {
                 &m6
             };
-            lines.push(format!(
-                "route replace {} via {} dev {} {metrics}",
-                route.prefix, route.via, route.dev
-            ));
+            let device = socket
+                .link_index(&route.dev)
+                .map_err(sys::netlink_error(&hp.netns))?;
+            routes.push(Route {
+                gateway: Some(route.via),
+                device: Some(device),
+                metrics: metrics.clone(),
+                ..Route::to(route.prefix)
+            });
         }
-        sys::ip_batch(Some(&hp.netns), &lines)
+        routes.iter().try_for_each(|route| {
+            socket
+                .replace_route(route)
+                .map_err(sys::netlink_error(&hp.netns))
+        })
     }
 
     fn host_index(&self, host: &str) -> Result<usize, LabNetError> {
@@ -469,18 +575,38 @@ impl Topology {
         Self::or_panic(self.try_in_host(host, f))
     }
 
-    /// A `Command` that runs `program` inside `host` (`ip netns exec NAME program`); add arguments
-    /// as usual. Panics if there is no such host.
+    /// `program` to be run to completion inside `host` ([`Program::run`], [`Program::output`]);
+    /// add arguments and standard input as usual. Panics if there is no such host.
+    pub fn program(&self, host: &str, program: &str) -> Program {
+        Program::new(program).in_named_namespace(self.netns_name(host))
+    }
+
+    /// A `Command` that runs `program` inside `host`, for a caller that handles the child itself
+    /// (pipes, several at once); add arguments as usual. Prefer [`Topology::program`] to run a
+    /// program to completion, and [`Topology::spawn`] for a long-running child. Panics if there
+    /// is no such host or its namespace cannot be opened.
     pub fn command(&self, host: &str, program: &str) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", self.netns_name(host), program]);
+        let path = self.netns_path(host);
+        let namespace = Self::or_panic(
+            std::fs::File::open(&path)
+                .map_err(|e| LabNetError::io("cannot open network namespace", &path, e)),
+        );
+        let mut cmd = Command::new(program);
+        // SAFETY: the hook makes one system call, setns(2), which is async-signal-safe, on a
+        // handle opened before the fork; it allocates nothing. A `Command` the caller runs
+        // itself has no thread of its own to start it from inside the namespace.
+        unsafe {
+            cmd.pre_exec(move || {
+                setns(namespace.as_fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
+            });
+        }
         cmd
     }
 
     /// Spawns a long-running child inside `host`. `cmd` may be a plain command or one made by
-    /// [`Topology::command`]: the child joins the host's namespace before exec either way. It runs
-    /// in its own process group, which is stopped (SIGTERM, SIGKILL after 2 s) when the returned
-    /// handle is dropped, and killed by the signal cleanup.
+    /// [`Topology::command`]: it is started from a thread that joined the host's namespace either
+    /// way. It runs in its own process group, which is stopped (SIGTERM, SIGKILL after 2 s) when
+    /// the returned handle is dropped, and killed by the signal cleanup.
     pub fn spawn(&self, host: &str, cmd: Command) -> Result<HostChild, LabNetError> {
         self.spawn_with(host, cmd, &SpawnOptions::default())
     }
@@ -493,11 +619,7 @@ impl Topology {
         options: &SpawnOptions,
     ) -> Result<HostChild, LabNetError> {
         let path = sys::netns_path(&self.plan.hosts[self.host_index(host)?].netns);
-        let ns = std::fs::File::open(&path)
-            .map_err(|e| LabNetError::io("cannot open network namespace", &path, e))?;
-        let program = cmd.get_program().to_string_lossy().into_owned();
-        // Everything the hook needs is prepared here: after fork it may not allocate.
-        let hosts_mount = match &options.hosts_file {
+        let hosts_file = match &options.hosts_file {
             None => None,
             Some(file) => {
                 let metadata = std::fs::metadata(file)
@@ -509,43 +631,21 @@ impl Topology {
                         std::io::Error::from(std::io::ErrorKind::InvalidInput),
                     ));
                 }
-                let source = CString::new(file.as_os_str().as_bytes()).map_err(|_| {
-                    LabNetError::io(
-                        "hosts file path contains a NUL byte",
-                        file,
-                        std::io::Error::from(std::io::ErrorKind::InvalidInput),
-                    )
-                })?;
-                Some(HostsMount {
-                    source,
-                    target: CString::from(c"/etc/hosts"),
-                    root: CString::from(c"/"),
-                })
+                Some(file.clone())
             }
         };
-        // SAFETY: between fork and exec the hook calls only setns(2), unshare(2), mount(2) and
-        // setpgid(2), which are async-signal-safe system calls, on strings made before the fork;
-        // it allocates nothing (an `io::Error` from errno does not allocate).
-        unsafe {
-            cmd.pre_exec(move || {
-                setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
-                if let Some(mount) = &hosts_mount {
-                    mount.apply()?;
-                }
-                nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
-                    .map_err(std::io::Error::from)?;
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|source| LabNetError::Spawn { program, source })?;
+        cmd.process_group(0);
+        let child = midway_sys::command::spawn_in_namespace_with(&path, cmd, move || {
+            hosts_file.map_or(Ok(()), |file| mount_hosts_file(&file))
+        })
+        .map_err(LabNetError::Program)?;
         let pgid = child.id() as i32;
         cleanup::register_child(pgid);
         Ok(HostChild {
-            child: Some(child),
+            child,
             pgid,
             host: host.to_owned(),
+            stopped: false,
         })
     }
 
@@ -587,6 +687,8 @@ impl Topology {
         for handle in self.emulators.iter_mut().filter_map(Option::take) {
             handle.stop();
         }
+        // Sockets hold their namespaces (and the veths in them) alive: close them first.
+        self.netlinks.clear();
         let names = namespaces_of(&self.plan, self.mode);
         let result = cleanup::remove_namespaces(&names, Duration::from_secs(2));
         cleanup::unregister_topology(self.id);
@@ -624,52 +726,39 @@ pub struct SpawnOptions {
     pub hosts_file: Option<PathBuf>,
 }
 
-/// The C strings of a hosts-file bind mount, made before the fork.
-struct HostsMount {
-    source: CString,
-    target: CString,
-    root: CString,
-}
-
-impl HostsMount {
-    /// Runs in the child between fork and exec: only system calls, no allocation.
-    fn apply(&self) -> std::io::Result<()> {
-        let check = |rc: libc::c_int| {
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        };
-        // SAFETY: plain system calls on NUL-terminated strings owned by `self`.
-        unsafe {
-            check(libc::unshare(libc::CLONE_NEWNS))?;
-            // Private propagation first, or the bind mount would appear in the parent's
-            // namespace too (/ is usually a shared mount).
-            check(libc::mount(
-                std::ptr::null(),
-                self.root.as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ))?;
-            check(libc::mount(
-                self.source.as_ptr(),
-                self.target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            ))
-        }
-    }
+/// Gives the calling thread (the one about to start a child in a host) a mount namespace of its
+/// own in which `file` is bind-mounted over `/etc/hosts`; the child inherits it. Private
+/// propagation first, or the bind mount would appear in the process's mount namespace too (/ is
+/// usually a shared mount). `unshare(CLONE_NEWNS)` moves this thread only (it gets a copy of the
+/// file-system attributes it shared with the process's other threads).
+fn mount_hosts_file(file: &std::path::Path) -> std::io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS)?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )?;
+    mount(
+        Some(file),
+        "/etc/hosts",
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )?;
+    Ok(())
 }
 
 /// A child process running inside a host; stopped when dropped.
 #[derive(Debug)]
 pub struct HostChild {
-    child: Option<Child>,
+    child: Child,
     pgid: i32,
     host: String,
+    /// Set by the first stop, so neither a second one nor `drop` signals a reused pid.
+    stopped: bool,
 }
 
 impl HostChild {
@@ -684,13 +773,8 @@ impl HostChild {
     }
 
     /// The underlying child, e.g. to take its stdout.
-    #[allow(
-        clippy::expect_used,
-        reason = "`child` is Some from spawn on; only `stop` (which consumes the handle) and \
-                  `drop` take it"
-    )]
     pub fn child_mut(&mut self) -> &mut Child {
-        self.child.as_mut().expect("present until stopped")
+        &mut self.child
     }
 
     /// Whether it has exited, without waiting.
@@ -714,13 +798,17 @@ impl HostChild {
 
     /// SIGTERM to its process group, SIGKILL after 2 s; returns how it ended.
     pub fn stop(mut self) -> std::io::Result<ExitStatus> {
-        self.stop_inner()
+        self.stop_in_place()
     }
 
-    fn stop_inner(&mut self) -> std::io::Result<ExitStatus> {
-        let Some(mut child) = self.child.take() else {
+    /// [`HostChild::stop`] for a holder that keeps the handle (a launcher's process); a second
+    /// call fails, and dropping the handle afterwards does nothing more.
+    pub fn stop_in_place(&mut self) -> std::io::Result<ExitStatus> {
+        if self.stopped {
             return Err(std::io::Error::other("the child was already stopped"));
-        };
+        }
+        self.stopped = true;
+        let child = &mut self.child;
         let result = (|| {
             if let Some(status) = child.try_wait()? {
                 return Ok(status);
@@ -745,15 +833,35 @@ impl HostChild {
 
 impl Drop for HostChild {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            let _ = self.stop_inner();
+        if !self.stopped {
+            let _ = self.stop_in_place();
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::base36;
+    use super::{base36, link_seed};
+
+    /// The splitmix64 written out by hand that link seeds came from before (pinned so a seed
+    /// recorded by an earlier run still gives the same links).
+    fn hand_written_link_seed(seed: u64, index: usize) -> u64 {
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(index as u64 + 1));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    #[test]
+    fn link_seeds_are_the_ones_earlier_runs_recorded() {
+        for seed in [0, 1, 42, 0xDEAD_BEEF, u64::MAX] {
+            for index in [0, 1, 2, 7, 1000] {
+                assert_eq!(link_seed(seed, index), hand_written_link_seed(seed, index));
+            }
+        }
+        assert_eq!(link_seed(0, 0), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(link_seed(42, 1), hand_written_link_seed(42, 1));
+    }
 
     #[test]
     fn base36_writes_the_most_significant_digit_first() {

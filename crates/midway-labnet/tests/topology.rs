@@ -11,7 +11,13 @@ use midway_labnet::{
     fresh_tag, DirectionConfig, HostSpec, LabNetError, LinkSpec, StackProfile, Topology,
     TopologySpec,
 };
-use midway_testkit::netns::{ip, namespaces_tagged};
+use midway_sys::netlink::Netlink;
+use midway_testkit::netns::namespaces_tagged;
+
+/// The namespaces that exist, for messages.
+fn all_namespaces() -> String {
+    midway_sys::netns::list().join("\n")
+}
 
 fn delayed(ms: u64) -> DirectionConfig {
     DirectionConfig {
@@ -49,8 +55,8 @@ fn chain() -> TopologySpec {
 
 /// Min RTT of `count` pings from `from` to `to` (ms), or None if none came back.
 fn ping_min_ms(topology: &Topology, from: &str, to: std::net::IpAddr, count: u32) -> Option<f64> {
-    let out = topology
-        .command(from, "ping")
+    let text = topology
+        .program(from, "ping")
         .args([
             "-n",
             "-q",
@@ -63,8 +69,7 @@ fn ping_min_ms(topology: &Topology, from: &str, to: std::net::IpAddr, count: u32
             &to.to_string(),
         ])
         .output()
-        .expect("ping runs");
-    let text = String::from_utf8_lossy(&out.stdout);
+        .ok()?;
     // "rtt min/avg/max/mdev = 30.1/30.2/30.4/0.1 ms"
     let line = text.lines().find(|l| l.contains("min/avg/max"))?;
     line.split('=')
@@ -84,7 +89,7 @@ fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
         namespaces_tagged(&tag).len(),
         5,
         "3 hosts + 2 links: {}",
-        ip(&["netns", "list"])
+        all_namespaces()
     );
     let server = topology.addr("server", "proxy");
     assert_eq!(server.to_string(), "10.0.2.2");
@@ -107,11 +112,10 @@ fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
     );
     // Offloads are off on the host ends (one frame per packet) and the link ends have no IPv6.
     let features = topology
-        .command("client", "ethtool")
+        .program("client", "ethtool")
         .args(["-k", "to-proxy"])
         .output()
         .expect("ethtool runs");
-    let features = String::from_utf8_lossy(&features.stdout);
     for off in [
         "tcp-segmentation-offload: off",
         "generic-segmentation-offload: off",
@@ -120,14 +124,13 @@ fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
         assert!(features.contains(off), "{off:?} not in:\n{features}");
     }
     let link_ns = midway_labnet::link_netns_name(&tag, 0);
-    let out = Command::new("ip")
-        .args(["-n", &link_ns, "-6", "addr", "show"])
-        .output()
-        .expect("ip runs");
-    assert!(
-        out.status.success() && out.stdout.is_empty(),
-        "IPv6 in the link namespace: {out:?}"
-    );
+    let mut netlink = Netlink::open_in_named(&link_ns).expect("netlink in the link namespace");
+    let mut v6 = Vec::new();
+    for link in netlink.links().expect("links") {
+        let addresses = netlink.addresses(link.index).expect("addresses");
+        v6.extend(addresses.into_iter().filter(|a| a.addr().is_ipv6()));
+    }
+    assert!(v6.is_empty(), "IPv6 in the link namespace: {v6:?}");
     let stats = topology.link_stats();
     assert_eq!(stats.len(), 2);
     assert_eq!(stats[0].0, "client-proxy");
@@ -140,7 +143,7 @@ fn chain_pings_end_to_end_over_v4_and_v6_and_tears_down() {
     assert!(
         namespaces_tagged(&tag).is_empty(),
         "left: {}",
-        ip(&["netns", "list"])
+        all_namespaces()
     );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
 }
@@ -170,7 +173,7 @@ fn invalid_specs_fail_before_anything_is_created() {
     assert!(
         namespaces_tagged(&tag).is_empty(),
         "validation created something: {}",
-        ip(&["netns", "list"])
+        all_namespaces()
     );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
 }
@@ -222,12 +225,12 @@ fn legacy_host_sysctls_and_routes_read_back() {
     );
     assert_eq!(read("proxy", "ip_forward"), "1");
     assert_eq!(read("client", "ip_forward"), "0");
+    // Read back in `ip`'s words, as a reader of the lab's hosts would see them.
     let routes = topology
-        .command("server", "ip")
+        .program("server", "ip")
         .args(["route", "show"])
         .output()
         .expect("ip route");
-    let routes = String::from_utf8_lossy(&routes.stdout);
     assert_eq!(routes.lines().count(), 2, "{routes}");
     // `ip` shows rto_min as locked (the kernel sets the lock bit with it).
     for wanted in [
@@ -243,11 +246,10 @@ fn legacy_host_sysctls_and_routes_read_back() {
         );
     }
     let routes6 = topology
-        .command("server", "ip")
+        .program("server", "ip")
         .args(["-6", "route", "show"])
         .output()
         .expect("ip -6 route");
-    let routes6 = String::from_utf8_lossy(&routes6.stdout);
     let ours6: Vec<&str> = routes6.lines().filter(|l| l.starts_with("fd00:")).collect();
     assert_eq!(ours6.len(), 2, "{routes6}");
     for wanted in [
@@ -290,7 +292,7 @@ fn panic_inside_a_host_closure_still_tears_down() {
     assert!(
         namespaces_tagged(&tag).is_empty(),
         "left after panic: {}",
-        ip(&["netns", "list"])
+        all_namespaces()
     );
 }
 
@@ -397,11 +399,7 @@ fn clean_leftovers_removes_namespaces_of_a_dead_owner() {
         format!("{dead_pid} 1\n"),
     )
     .unwrap();
-    let status = Command::new("ip")
-        .args(["netns", "add", &name])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    midway_sys::netns::create(&name).unwrap();
     // A live topology of this process is not touched.
     let live_tag = fresh_tag();
     let live = Topology::build(&chain(), &live_tag, 1).expect("builds");
@@ -410,7 +408,7 @@ fn clean_leftovers_removes_namespaces_of_a_dead_owner() {
     assert!(
         namespaces_tagged(&tag).is_empty(),
         "leftover not removed: {}",
-        ip(&["netns", "list"])
+        all_namespaces()
     );
     assert!(!std::path::Path::new(&format!("{}/{tag}.pid", midway_labnet::PID_DIR)).exists());
     assert_eq!(
@@ -456,11 +454,7 @@ fn build_reclaims_names_of_a_dead_run_with_the_same_tag() {
     )
     .unwrap();
     let leftover = midway_labnet::host_netns_name(&tag, "client");
-    assert!(Command::new("ip")
-        .args(["netns", "add", &leftover])
-        .status()
-        .unwrap()
-        .success());
+    midway_sys::netns::create(&leftover).unwrap();
     let topology = Topology::build(&chain(), &tag, 1).expect("builds over a dead run's leftovers");
     assert_eq!(namespaces_tagged(&tag).len(), 5);
     drop(topology);

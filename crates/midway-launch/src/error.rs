@@ -16,7 +16,7 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
-    /// The process could not be started here or in a named namespace.
+    /// The process could not be started here.
     #[error("cannot start {program}")]
     Spawn {
         /// The program.
@@ -24,6 +24,17 @@ pub enum LaunchError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The process could not be started in a named network namespace.
+    #[error("cannot start {program} in network namespace {netns}")]
+    SpawnInNetns {
+        /// The program.
+        program: String,
+        /// The namespace's name.
+        netns: String,
+        /// Why.
+        #[source]
+        source: midway_sys::command::CommandError,
     },
     /// The process could not be started in a lab host.
     #[error("cannot start {program} in host {host}")]

@@ -25,6 +25,7 @@ use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use midway_labnet::{SpawnOptions, Topology};
+use midway_sys::command::spawn_in_namespace;
 
 pub use error::LaunchError;
 pub use running::Running;
@@ -45,7 +46,8 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 pub enum Place<'a> {
     /// In this process's network namespace.
     Here,
-    /// In the named network namespace (`/run/netns/NAME`), through `ip netns exec`.
+    /// In the named network namespace (`/run/netns/NAME`): started from a thread that joined it
+    /// ([`midway_sys::command::spawn_in_namespace`]).
     Netns(&'a str),
     /// In a host of a lab topology: in its own process group, stopped by the topology's signal
     /// cleanup too, with the [`Launch::spawn_options`] (e.g. a hosts file).
@@ -182,8 +184,8 @@ impl Launch {
 
     /// The command line, without the place: `[nice -n N] PROGRAM ARGS`, its environment and
     /// stdin closed.
-    fn command(&self, wrapper: &[&str]) -> Command {
-        let mut words: Vec<OsString> = wrapper.iter().map(OsString::from).collect();
+    fn command(&self) -> Command {
+        let mut words: Vec<OsString> = Vec::new();
         if let Some(nice) = self.nice {
             words.extend(["nice".into(), "-n".into(), nice.to_string().into()]);
         }
@@ -197,8 +199,9 @@ impl Launch {
         if let Some(limit) = self.fd_limit {
             use nix::sys::resource::{setrlimit, Resource};
             use std::os::unix::process::CommandExt;
-            // SAFETY: setrlimit(2) is async-signal-safe and allocates nothing; the hook runs
-            // between fork and exec, beside the place's own hooks (entering a namespace).
+            // SAFETY: setrlimit(2) is async-signal-safe and allocates nothing. A limit is the
+            // process's, not a thread's, so it can only be set in the child, between fork and
+            // exec (the places enter their namespace on the spawning thread instead).
             unsafe {
                 command.pre_exec(move || {
                     setrlimit(Resource::RLIMIT_NOFILE, limit, limit).map_err(std::io::Error::from)
@@ -212,10 +215,7 @@ impl Launch {
     /// [`Running::wait_for_line`] and [`Running::wait_until`].
     pub fn spawn(self, place: Place<'_>) -> Result<Running, LaunchError> {
         let program = self.program_name();
-        let mut command = match place {
-            Place::Here | Place::Host { .. } => self.command(&[]),
-            Place::Netns(name) => self.command(&["ip", "netns", "exec", name]),
-        };
+        let mut command = self.command();
         match &self.log {
             LogTo::File(path) => {
                 let file = std::fs::File::create(path).map_err(|source| LaunchError::Log {
@@ -233,15 +233,22 @@ impl Launch {
             }
         }
         let mut process = match place {
-            Place::Here | Place::Netns(_) => {
-                Process::Plain(Some(command.spawn().map_err(|source| {
-                    LaunchError::Spawn {
-                        program: program.clone(),
-                        source,
-                    }
-                })?))
+            Place::Here => {
+                Process::Plain(command.spawn().map_err(|source| LaunchError::Spawn {
+                    program: program.clone(),
+                    source,
+                })?)
             }
-            Place::Host { topology, host } => Process::Host(Some(
+            Place::Netns(name) => Process::Plain(
+                spawn_in_namespace(&midway_sys::netns::netns_path(name), command).map_err(
+                    |source| LaunchError::SpawnInNetns {
+                        program: program.clone(),
+                        netns: name.to_owned(),
+                        source,
+                    },
+                )?,
+            ),
+            Place::Host { topology, host } => Process::Host(
                 topology
                     .spawn_with(host, command, &self.spawn_options)
                     .map_err(|source| LaunchError::SpawnInHost {
@@ -249,7 +256,7 @@ impl Launch {
                         host: host.to_string(),
                         source: Box::new(source),
                     })?,
-            )),
+            ),
         };
         let log = match self.log {
             LogTo::File(path) => Log::File(path),
@@ -272,7 +279,7 @@ mod tests {
             .json_log()
             .take_over()
             .nice(-5);
-        let command = launch.command(&[]);
+        let command = launch.command();
         assert_eq!(command.get_program(), "nice");
         let args: Vec<_> = command.get_args().collect();
         assert_eq!(

@@ -17,22 +17,18 @@ const LINE_POLL: Duration = Duration::from_millis(20);
 /// known to the topology's signal cleanup).
 #[derive(Debug)]
 pub(crate) enum Process {
-    /// Started here or through `ip netns exec`. `None` once stopped.
-    Plain(Option<Child>),
-    /// Started in a lab host. `None` once stopped.
-    Host(Option<HostChild>),
+    /// Started here or in a named network namespace.
+    Plain(Child),
+    /// Started in a lab host.
+    Host(HostChild),
 }
 
 impl Process {
-    /// The child (present until the process is stopped, which consumes the [`Running`]).
-    #[allow(
-        clippy::expect_used,
-        reason = "only `stop` and `drop` take the child, both last"
-    )]
+    /// The child.
     pub(crate) fn child_mut(&mut self) -> &mut Child {
         match self {
-            Process::Plain(child) => child.as_mut().expect("present until stopped"),
-            Process::Host(child) => child.as_mut().expect("present until stopped").child_mut(),
+            Process::Plain(child) => child,
+            Process::Host(child) => child.child_mut(),
         }
     }
 }
@@ -45,6 +41,8 @@ pub struct Running {
     process: Process,
     log: Log,
     grace: Duration,
+    /// Set by the first stop, so neither a second one nor `drop` signals a reused pid.
+    stopped: bool,
 }
 
 impl Running {
@@ -56,10 +54,11 @@ impl Running {
             process,
             log,
             grace,
+            stopped: false,
         }
     }
 
-    /// Its process id (through `nice` or `ip netns exec`, which exec it, still its own).
+    /// Its process id (through `nice`, which execs it, still its own).
     pub fn id(&self) -> u32 {
         self.pid
     }
@@ -204,11 +203,12 @@ impl Running {
             let program = program.to_string();
             move |source| LaunchError::Wait { program, source }
         };
+        if self.stopped {
+            return Err(already_stopped(&self.program));
+        }
+        self.stopped = true;
         match &mut self.process {
-            Process::Plain(slot) => {
-                let Some(mut child) = slot.take() else {
-                    return Err(already_stopped(&self.program));
-                };
+            Process::Plain(child) => {
                 if let Some(status) = child.try_wait().map_err(wait_error(&self.program))? {
                     return Ok(status);
                 }
@@ -224,10 +224,7 @@ impl Running {
                 let _ = child.kill();
                 child.wait().map_err(wait_error(&self.program))
             }
-            Process::Host(slot) => {
-                let Some(mut child) = slot.take() else {
-                    return Err(already_stopped(&self.program));
-                };
+            Process::Host(child) => {
                 if child
                     .try_wait()
                     .map_err(wait_error(&self.program))?
@@ -237,7 +234,7 @@ impl Running {
                     let _ = child.wait_timeout(self.grace);
                 }
                 // The lab's own stop: the process group SIGTERMed, SIGKILLed after its bound.
-                child.stop().map_err(wait_error(&self.program))
+                child.stop_in_place().map_err(wait_error(&self.program))
             }
         }
     }
@@ -253,11 +250,7 @@ fn already_stopped(program: &str) -> LaunchError {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let present = match &self.process {
-            Process::Plain(child) => child.is_some(),
-            Process::Host(child) => child.is_some(),
-        };
-        if present {
+        if !self.stopped {
             let _ = self.stop_inner();
         }
     }

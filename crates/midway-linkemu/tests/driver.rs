@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use midway_linkemu::{
     spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel, QueueLimit,
 };
-use midway_testkit::netns::{in_netns, run};
+use midway_sys::command::{spawn_in_namespace, Program};
+use midway_sys::netlink::{AddressSpec, Netlink, VethEnd};
+use midway_testkit::netns::in_netns;
 use midway_testkit::wait::poll_until;
 
 static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
@@ -42,36 +44,56 @@ impl Topology {
             names: ["a", "l", "b"].map(|suffix| format!("{prefix}-{suffix}")),
         };
         let [a, l, b] = &topology.names;
+        let mut sockets = Vec::new();
         for name in &topology.names {
-            run(&["ip", "netns", "add", name]);
-            run(&["ip", "-n", name, "link", "set", "lo", "up"]);
+            midway_sys::netns::create(name).expect("add namespace");
+            let mut netlink = Netlink::open_in_named(name).expect("netlink");
+            netlink.set_link_up("lo").expect("lo up");
+            sockets.push(netlink);
         }
-        run(&[
-            "ip", "link", "add", "a0", "netns", a, "type", "veth", "peer", "name", "la", "netns", l,
-        ]);
-        run(&[
-            "ip", "link", "add", "lb", "netns", l, "type", "veth", "peer", "name", "b0", "netns", b,
-        ]);
+        let [na, nl, nb] = <[Netlink; 3]>::try_from(sockets).unwrap();
+        let mut by_namespace = [(a, na), (l, nl), (b, nb)];
+        by_namespace[0]
+            .1
+            .add_veth(
+                &VethEnd::named("a0"),
+                &VethEnd::named("la").in_named_namespace(l),
+            )
+            .expect("veth a0-la");
+        by_namespace[1]
+            .1
+            .add_veth(
+                &VethEnd::named("lb"),
+                &VethEnd::named("b0").in_named_namespace(b),
+            )
+            .expect("veth lb-b0");
         // Keep the emulator's namespace quiet: no IPv6 chatter from la/lb.
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            l,
-            "sysctl",
-            "-q",
-            "-w",
-            "net.ipv6.conf.all.disable_ipv6=1",
-        ]);
-        for (namespace, interface) in [(a, "a0"), (l, "la"), (l, "lb"), (b, "b0")] {
-            run(&[
-                "ip", "netns", "exec", namespace, "ethtool", "-K", interface, "gro", "off", "gso",
-                "off", "tso", "off", "tx", "off", "rx", "off",
-            ]);
-            run(&["ip", "-n", namespace, "link", "set", interface, "up"]);
+        midway_sys::netns::run_in(&topology.path(1), || {
+            midway_sys::sysctl::write("net.ipv6.conf.all.disable_ipv6", "1")
+        })
+        .unwrap()
+        .expect("disable IPv6");
+        for (index, interface) in [(0, "a0"), (1, "la"), (1, "lb"), (2, "b0")] {
+            let (namespace, netlink) = &mut by_namespace[index];
+            Program::new("ethtool")
+                .args(["-K", interface, "gro", "off", "gso", "off", "tso", "off"])
+                .args(["tx", "off", "rx", "off"])
+                .in_named_namespace(namespace)
+                .run()
+                .expect("offloads off");
+            netlink.set_link_up(interface).expect("link up");
         }
-        run(&["ip", "-n", a, "addr", "add", "10.99.0.1/24", "dev", "a0"]);
-        run(&["ip", "-n", b, "addr", "add", "10.99.0.2/24", "dev", "b0"]);
+        for (index, interface, address) in [(0, "a0", "10.99.0.1/24"), (2, "b0", "10.99.0.2/24")] {
+            let netlink = &mut by_namespace[index].1;
+            let device = netlink.link_index(interface).expect("link index");
+            netlink
+                .add_address(&AddressSpec {
+                    address: address.parse().unwrap(),
+                    device,
+                    nodad: false,
+                })
+                .expect("addr add");
+        }
         topology
     }
 
@@ -87,7 +109,7 @@ impl Topology {
 impl Drop for Topology {
     fn drop(&mut self) {
         for name in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
+            let _ = midway_sys::netns::delete(name);
         }
     }
 }
@@ -111,12 +133,16 @@ fn symmetric(config: DirectionConfig) -> (DirectionConfig, DirectionConfig) {
 
 /// Pings from namespace a; returns (received, average RTT in ms).
 fn ping(namespace: &str, count: u32) -> (u32, f64) {
-    let output = Command::new("ip")
-        .args([
-            "netns", "exec", namespace, "ping", "-q", "-n", "-i", "0.05", "-W", "2",
-        ])
+    let mut ping = Command::new("ping");
+    ping.args(["-q", "-n", "-i", "0.05", "-W", "2"])
         .args(["-c", &count.to_string(), "10.99.0.2"])
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its output whatever its status: a ping that lost every packet exits with 1.
+    let output = spawn_in_namespace(&midway_sys::netns::netns_path(namespace), ping)
+        .expect("run ping")
+        .wait_with_output()
         .expect("run ping");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let received = text
@@ -358,17 +384,11 @@ fn checksum_offload_left_on_is_reported() {
     .expect("spawn link");
     // Resolve ARP with offloads still off, then turn tx checksum offload back on in host a.
     assert_eq!(ping(topology.a(), 1).0, 1, "no ping reply through the link");
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        topology.a(),
-        "ethtool",
-        "-K",
-        "a0",
-        "tx",
-        "on",
-    ]);
+    Program::new("ethtool")
+        .args(["-K", "a0", "tx", "on"])
+        .in_named_namespace(topology.a())
+        .run()
+        .expect("tx checksum offload on");
     let sender = in_netns(&topology.names[0], || {
         let socket = UdpSocket::bind("10.99.0.1:0").expect("bind");
         for _ in 0..10 {

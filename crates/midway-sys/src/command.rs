@@ -7,11 +7,14 @@
 //! Inside a namespace, the program is started from a thread that has joined it
 //! ([`crate::netns::run_in`]): a child inherits the network namespace of the thread that forks
 //! it, so no `ip netns exec` (and no iproute2) is needed, and no code runs between fork and exec.
+//! A long-running child (a proxy, a server, a traffic generator) the caller manages itself is
+//! started the same way by [`spawn_in_namespace`], with the caller's own `Command` (standard
+//! I/O, environment, `process_group`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 /// A program that could not be run, or ran and failed.
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +201,57 @@ impl Program {
     }
 }
 
+/// Starts `command` inside the network namespace whose handle is `namespace` and returns the
+/// running child, for the caller to manage (wait, signal, read its pipes). Everything set on
+/// `command` applies as usual: standard I/O, environment, `process_group` (set by `posix_spawn`,
+/// not by code after the fork). The child is started from a short-lived thread that joined the
+/// namespace, so it inherits it without `ip netns exec`.
+///
+/// A tokio child is started the same way: `crate::netns::run_in(path, move || { let _runtime =
+/// handle.enter(); tokio_command.spawn() })`.
+pub fn spawn_in_namespace(namespace: &Path, command: Command) -> Result<Child, CommandError> {
+    spawn_in_namespace_with(namespace, command, || Ok(()))
+}
+
+/// [`spawn_in_namespace`] with `prepare` run first on the thread that joined the namespace,
+/// just before the child is started: what it changes about that thread (e.g. a mount namespace
+/// of its own, `unshare(CLONE_NEWNS)`, with a file bind-mounted in it) the child inherits,
+/// again with no code between fork and exec. The thread ends with the spawn, so nothing else
+/// ever runs on it. An error of `prepare` is a [`CommandError::Spawn`].
+pub fn spawn_in_namespace_with(
+    namespace: &Path,
+    mut command: Command,
+    prepare: impl FnOnce() -> io::Result<()> + Send + 'static,
+) -> Result<Child, CommandError> {
+    let line = describe(&command);
+    let spawned = crate::netns::run_in(namespace, move || {
+        prepare()?;
+        command.spawn()
+    });
+    match spawned {
+        Ok(Ok(child)) => Ok(child),
+        Ok(Err(source)) => Err(CommandError::Spawn {
+            command: line,
+            source,
+        }),
+        Err(source) => Err(CommandError::Namespace {
+            command: line,
+            namespace: namespace.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// A `Command`'s program and arguments separated by spaces, for messages.
+fn describe(command: &Command) -> String {
+    let mut line = command.get_program().to_string_lossy().into_owned();
+    for arg in command.get_args() {
+        line.push(' ');
+        line.push_str(&arg.to_string_lossy());
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,5 +301,30 @@ mod tests {
             .run()
             .unwrap_err();
         assert!(matches!(error, CommandError::Namespace { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_child_spawned_in_a_namespace_keeps_the_callers_stdio() {
+        // The process's own namespace: entering it needs root; without root the error names it.
+        let mut command = Command::new("echo");
+        command.arg("inside").stdout(Stdio::piped());
+        match spawn_in_namespace(Path::new("/proc/self/ns/net"), command) {
+            Ok(child) => {
+                let output = child.wait_with_output().unwrap();
+                assert_eq!(String::from_utf8_lossy(&output.stdout), "inside\n");
+            }
+            Err(error) => assert!(matches!(error, CommandError::Namespace { .. }), "{error}"),
+        }
+    }
+
+    #[test]
+    fn spawning_in_a_missing_namespace_names_the_command() {
+        let error = spawn_in_namespace(
+            Path::new("/run/netns/midway-sys-no-such-namespace"),
+            Command::new("sleep"),
+        )
+        .unwrap_err();
+        assert!(matches!(error, CommandError::Namespace { .. }), "{error}");
+        assert!(error.to_string().contains("sleep"), "{error}");
     }
 }

@@ -1,24 +1,25 @@
-//! Network namespaces made by tests, and the names labnet gives its own: running `ip` and other
-//! programs, a namespace deleted on drop, threads that enter one, and finding what a lab
-//! process left behind.
+//! Network namespaces made by tests, and the names labnet gives its own: a namespace deleted on
+//! drop, wired through the same kernel layer as the lab (`midway_sys::netns`, `netlink`,
+//! `sysctl`), programs run in it, threads that enter one, and finding what a lab process left
+//! behind.
 
 use std::fs::File;
+use std::net::IpAddr;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 
+use ipnet::IpNet;
+use midway_sys::command::{spawn_in_namespace, Program};
+use midway_sys::netlink::{AddressSpec, Netlink, Route, VethEnd};
+
 /// Runs `args[0]` with the rest as its arguments; panics with its stderr unless it succeeds.
 pub fn run(args: &[&str]) {
-    let output = Command::new(args[0])
+    Program::new(args[0])
         .args(&args[1..])
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {args:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .run()
+        .unwrap_or_else(|error| panic!("{error}"));
 }
 
 /// [`run`] with the command given as one whitespace-separated string.
@@ -26,16 +27,19 @@ pub fn run_words(command: &str) {
     run(&command.split_whitespace().collect::<Vec<_>>());
 }
 
-/// Runs `ip ARGS`; panics with its stderr unless it succeeds, returns its stdout.
+/// Runs `ip ARGS`; panics with its stderr unless it succeeds, returns its stdout. Only for
+/// tests that read the kernel's state in `ip`'s words (`ip route show`, `ip rule show`): what
+/// the tests set up goes through `midway_sys` like everything else.
 pub fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    Program::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// A netlink socket in the named namespace; panics if it cannot be opened.
+pub fn netlink_in(name: &str) -> Netlink {
+    Netlink::open_in_named(name).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// A network namespace made by the test, deleted on drop (also when the test fails).
@@ -46,7 +50,8 @@ pub struct Netns {
 impl Netns {
     /// Adds namespace `name` as it is (no loopback brought up).
     pub fn new(name: String) -> Netns {
-        ip(&["netns", "add", &name]);
+        midway_sys::netns::create(&name)
+            .unwrap_or_else(|error| panic!("cannot add namespace {name}: {error}"));
         Netns { name }
     }
 
@@ -59,7 +64,9 @@ impl Netns {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        netlink_in(&ns.name)
+            .set_link_up("lo")
+            .unwrap_or_else(|error| panic!("{error}"));
         ns
     }
 
@@ -68,13 +75,40 @@ impl Netns {
         &self.name
     }
 
-    /// Runs `program ARGS` inside the namespace (`ip netns exec`) and returns its output.
+    /// Runs `program ARGS` inside the namespace and returns its output, whatever its status
+    /// (as `Command::output`: stdin closed, stdout and stderr captured).
     pub fn exec(&self, program: &str, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.name, program])
+        let mut command = Command::new(program);
+        command
             .args(args)
-            .output()
-            .unwrap()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        spawn_in_namespace(&midway_sys::netns::netns_path(&self.name), command)
+            .and_then(|child| {
+                child.wait_with_output().map_err(|source| {
+                    midway_sys::command::CommandError::Spawn {
+                        command: program.to_owned(),
+                        source,
+                    }
+                })
+            })
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// Writes sysctls of this namespace (`net.ipv4.ip_forward`, `1`); panics if one fails.
+    pub fn set_sysctls(&self, values: &[(&str, &str)]) {
+        let values: Vec<(String, String)> = values
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        midway_sys::netns::run_in(&midway_sys::netns::netns_path(&self.name), move || {
+            values
+                .iter()
+                .try_for_each(|(key, value)| midway_sys::sysctl::write(key, value))
+        })
+        .and_then(|written| written)
+        .unwrap_or_else(|error| panic!("{error}"));
     }
 
     /// Runs `f` on a fresh thread that has entered this namespace (sockets it creates belong to
@@ -94,9 +128,7 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        let _ = midway_sys::netns::delete(&self.name);
     }
 }
 
@@ -161,15 +193,18 @@ pub fn output(args: &[&str]) -> String {
 }
 
 /// Network namespaces of labnet topology `tag` (named `mw<tag>-host` or `mw<tag>.host`), as
-/// `ip netns list` shows them.
+/// `/run/netns` lists them.
 pub fn namespaces_tagged(tag: &str) -> Vec<String> {
     let (dash, dot) = (format!("mw{tag}-"), format!("mw{tag}."));
-    output(&["ip", "netns", "list"])
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
+    midway_sys::netns::list()
+        .into_iter()
         .filter(|n| n.starts_with(&dash) || n.starts_with(&dot))
-        .map(str::to_owned)
         .collect()
+}
+
+/// A failed netlink request of a test's set-up: the test fails with the request and the errno.
+fn failed<T>(error: midway_sys::netlink::NetlinkError) -> T {
+    panic!("{error}")
 }
 
 /// Three namespaces wired client -- router -- server (IPv4 and IPv6), the layout of a
@@ -194,36 +229,56 @@ impl Routed {
         };
         let (c, r, s) = (topo.client.name(), topo.router.name(), topo.server.name());
         // veth pairs created directly inside the namespaces: no names in the root namespace.
-        run_words(&format!(
-            "ip -n {c} link add veth-c type veth peer name veth-rc netns {r}"
-        ));
-        run_words(&format!(
-            "ip -n {s} link add veth-s type veth peer name veth-rs netns {r}"
-        ));
-        for (ns, dev, v4, v6) in [
-            (c, "veth-c", "10.77.1.1/24", "fd77:1::1/64"),
-            (r, "veth-rc", "10.77.1.2/24", "fd77:1::2/64"),
-            (r, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
-            (s, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
-        ] {
-            run_words(&format!("ip -n {ns} addr add {v4} dev {dev}"));
-            run_words(&format!("ip -n {ns} -6 addr add {v6} dev {dev} nodad"));
-            run_words(&format!("ip -n {ns} link set {dev} up"));
+        let mut sockets = [netlink_in(c), netlink_in(r), netlink_in(s)];
+        for (socket, end, peer) in [(0, "veth-c", "veth-rc"), (2, "veth-s", "veth-rs")] {
+            sockets[socket]
+                .add_veth(
+                    &VethEnd::named(end),
+                    &VethEnd::named(peer).in_named_namespace(r),
+                )
+                .unwrap_or_else(failed);
         }
-        run_words(&format!("ip -n {c} route add default via 10.77.1.2"));
-        run_words(&format!("ip -n {s} route add default via 10.77.2.1"));
-        run_words(&format!(
-            "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
-        ));
-        run_words(&format!("ip -n {c} -6 route add default via fd77:1::2"));
-        run_words(&format!("ip -n {s} -6 route add default via fd77:2::1"));
-        run_words(&format!(
-            "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
-        ));
+        for (socket, dev, v4, v6) in [
+            (0, "veth-c", "10.77.1.1/24", "fd77:1::1/64"),
+            (1, "veth-rc", "10.77.1.2/24", "fd77:1::2/64"),
+            (1, "veth-rs", "10.77.2.1/24", "fd77:2::1/64"),
+            (2, "veth-s", "10.77.2.2/24", "fd77:2::2/64"),
+        ] {
+            let netlink = &mut sockets[socket];
+            let device = netlink.link_index(dev).unwrap_or_else(failed);
+            for (address, nodad) in [(v4, false), (v6, true)] {
+                let address: IpNet = address.parse().unwrap_or_else(|e| panic!("{e}"));
+                netlink
+                    .add_address(&AddressSpec {
+                        address,
+                        device,
+                        nodad,
+                    })
+                    .unwrap_or_else(failed);
+            }
+            netlink.set_link_up(dev).unwrap_or_else(failed);
+        }
+        for (socket, gateway) in [
+            (0, "10.77.1.2"),
+            (2, "10.77.2.1"),
+            (0, "fd77:1::2"),
+            (2, "fd77:2::1"),
+        ] {
+            let gateway: IpAddr = gateway.parse().unwrap_or_else(|e| panic!("{e}"));
+            let route = Route {
+                gateway: Some(gateway),
+                ..Route::to(midway_sys::netlink::Family::of(gateway).any())
+            };
+            sockets[socket].add_route(&route).unwrap_or_else(failed);
+        }
+        topo.router.set_sysctls(&[
+            ("net.ipv4.ip_forward", "1"),
+            ("net.ipv6.conf.all.forwarding", "1"),
+        ]);
         // An interface's fe80::/64 route appears once the kernel sees its carrier, which a veth
         // reports up to a second after both ends are up (link events are batched); a proxy that
         // copies the router's routing table at start (route knobs) must find both.
-        let mut netlink = midway_sys::netlink::Netlink::open_in_named(r).unwrap();
+        let [_, mut netlink, _] = sockets;
         let link_local: ipnet::IpNet = "fe80::/64".parse().unwrap();
         crate::wait::wait_until(
             std::time::Duration::from_secs(5),
