@@ -239,12 +239,19 @@ impl BenchNet {
             .output()?)
     }
 
-    /// A command that runs `program` inside a host, for a child the caller manages (piped
-    /// standard input).
-    pub(crate) fn command(&self, host: Host, program: &str, args: &[&str]) -> Command {
-        let mut cmd = self.topology.command(host.name(), program);
-        cmd.args(args);
-        cmd
+    /// Runs `program` in a host with `input` on its standard input, to completion.
+    pub(crate) fn run_with_stdin(
+        &self,
+        host: Host,
+        program: &str,
+        args: &[&str],
+        input: &str,
+    ) -> anyhow::Result<()> {
+        Ok(Program::new(program)
+            .args(args)
+            .stdin(input)
+            .in_namespace(self.netns_path(host))
+            .run()?)
     }
 
     /// Starts `program` in a host with its standard output and error piped, for the caller to

@@ -13,6 +13,7 @@
 //! the file), `plan` and `cases` (pure), `workload` (sockets, testable on loopback), `web`
 //! (midway-web's origin, loader and Chromium in the hosts), `runner` (namespaces, processes),
 //! `cli` (the `midway lab` subcommands, [`LabCommand`] and [`execute`]).
+#![forbid(unsafe_code)]
 
 mod cases;
 mod cli;

@@ -24,6 +24,7 @@
 //! each link a plain veth pair from host to host and no emulator: the proxy benchmark's network.
 //!
 //! [`selftest`] checks the emulated links against their configuration with real traffic.
+#![forbid(unsafe_code)]
 
 mod cleanup;
 mod error;

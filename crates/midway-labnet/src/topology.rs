@@ -581,31 +581,8 @@ impl Topology {
         Program::new(program).in_named_namespace(self.netns_name(host))
     }
 
-    /// A `Command` that runs `program` inside `host`, for a caller that handles the child itself
-    /// (pipes, several at once); add arguments as usual. Prefer [`Topology::program`] to run a
-    /// program to completion, and [`Topology::spawn`] for a long-running child. Panics if there
-    /// is no such host or its namespace cannot be opened.
-    pub fn command(&self, host: &str, program: &str) -> Command {
-        let path = self.netns_path(host);
-        let namespace = Self::or_panic(
-            std::fs::File::open(&path)
-                .map_err(|e| LabNetError::io("cannot open network namespace", &path, e)),
-        );
-        let mut cmd = Command::new(program);
-        // SAFETY: the hook makes one system call, setns(2), which is async-signal-safe, on a
-        // handle opened before the fork; it allocates nothing. A `Command` the caller runs
-        // itself has no thread of its own to start it from inside the namespace.
-        unsafe {
-            cmd.pre_exec(move || {
-                setns(namespace.as_fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
-            });
-        }
-        cmd
-    }
-
-    /// Spawns a long-running child inside `host`. `cmd` may be a plain command or one made by
-    /// [`Topology::command`]: it is started from a thread that joined the host's namespace either
-    /// way. It runs in its own process group, which is stopped (SIGTERM, SIGKILL after 2 s) when
+    /// Spawns a long-running child inside `host`. `cmd` is a plain command: it is started from a thread
+    /// that joined the host's namespace. It runs in its own process group, which is stopped (SIGTERM, SIGKILL after 2 s) when
     /// the returned handle is dropped, and killed by the signal cleanup.
     pub fn spawn(&self, host: &str, cmd: Command) -> Result<HostChild, LabNetError> {
         self.spawn_with(host, cmd, &SpawnOptions::default())

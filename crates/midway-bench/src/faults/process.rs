@@ -44,19 +44,13 @@ pub(super) fn install_link_faults(
     iface: &str,
     loss_per_mille: u32,
 ) -> anyhow::Result<()> {
-    let mut child = net
-        .command(Host::Router, "nft", &["-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .context("cannot run nft")?;
-    child
-        .stdin
-        .take()
-        .context("nft's stdin was not piped")?
-        .write_all(link_faults_table(iface, loss_per_mille).as_bytes())?;
-    if !child.wait()?.success() {
-        bail!("cannot install the link-fault table");
-    }
+    net.run_with_stdin(
+        Host::Router,
+        "nft",
+        &["-f", "-"],
+        &link_faults_table(iface, loss_per_mille),
+    )
+    .context("cannot install the link-fault table")?;
     Ok(())
 }
 
