@@ -19,9 +19,11 @@ use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use midway_sys::command::Program;
+use midway_sys::netlink::{Family, Netlink};
 use midway_testkit::data::bulk_bytes;
 use midway_testkit::net::PageOrigin;
-use midway_testkit::netns::{in_netns, output, Routed};
+use midway_testkit::netns::{in_netns, Routed};
 use midway_testkit::proxy::init_logging;
 
 const SERVER_PORT: u16 = 5201;
@@ -179,6 +181,39 @@ ports = [{SERVER_PORT}]
     )
 }
 
+/// `nft list tables` in namespace `ns`.
+fn nft_tables(ns: &str) -> String {
+    Program::new("nft")
+        .args(["list", "tables"])
+        .in_named_namespace(ns)
+        .output()
+        .unwrap()
+}
+
+/// The IPv4 policy rules of `ns`, a line each in `ip rule show`'s words (`fwmark 0x1 lookup 100`).
+fn rules_v4(ns: &str) -> String {
+    let rules = Netlink::open_in_named(ns)
+        .unwrap()
+        .rules(Family::V4)
+        .unwrap();
+    rules
+        .iter()
+        .map(|rule| match rule.fwmark {
+            Some(mark) => format!("fwmark {mark:#x} lookup {}\n", rule.table),
+            None => format!("lookup {}\n", rule.table),
+        })
+        .collect()
+}
+
+/// The routes of `table` in `ns`, a line each in `ip route show`'s words.
+fn routes(ns: &str, family: Family, table: u32) -> String {
+    let routes = Netlink::open_in_named(ns)
+        .unwrap()
+        .routes(family, table)
+        .unwrap();
+    routes.iter().map(|route| format!("{route}\n")).collect()
+}
+
 fn run_case(spoof: bool, knobs: bool) {
     let topo = Routed::new();
     let r = topo.router.name();
@@ -190,18 +225,18 @@ fn run_case(spoof: bool, knobs: bool) {
     let (peers, server) = start_server(topo.server.name(), targets.len());
     let proxy = start_proxy(r, config(spoof, knobs, spool.path()));
 
-    let tables = output(&["ip", "netns", "exec", r, "nft", "list", "tables"]);
+    let tables = nft_tables(r);
     assert!(
         tables.contains("table inet midway"),
         "table not installed: {tables}"
     );
     if knobs {
-        let rules = output(&["ip", "-n", r, "rule", "show"]);
+        let rules = rules_v4(r);
         assert!(
             rules.contains("fwmark 0x6d770000"),
             "route-knob rule missing: {rules}"
         );
-        let table = output(&["ip", "-n", r, "route", "show", "table", "1000"]);
+        let table = routes(r, Family::V4, 1000);
         let presets = midway_tcp::resolve_profiles(&Default::default()).unwrap();
         let initcwnd = presets["hfc-local"]
             .initial_cwnd
@@ -210,7 +245,7 @@ fn run_case(spoof: bool, knobs: bool) {
             table.contains(&format!("initcwnd {initcwnd}")),
             "hfc-local initcwnd missing: {table}"
         );
-        let table6 = output(&["ip", "-n", r, "-6", "route", "show", "table", "1000"]);
+        let table6 = routes(r, Family::V6, 1000);
         assert!(
             table6.contains(&format!("initcwnd {initcwnd}"))
                 && table6.matches("fe80::/64").count() >= 2,
@@ -246,9 +281,9 @@ fn run_case(spoof: bool, knobs: bool) {
     let summary = proxy.handle.join().expect("proxy thread");
     assert_eq!(summary.connections_served, targets.len() as u64);
     server.join().unwrap();
-    let tables = output(&["ip", "netns", "exec", r, "nft", "list", "tables"]);
+    let tables = nft_tables(r);
     assert!(!tables.contains("midway"), "table left behind: {tables}");
-    let rules = output(&["ip", "-n", r, "rule", "show"]);
+    let rules = rules_v4(r);
     assert!(
         !rules.contains("fwmark 0x1 "),
         "policy rule left behind: {rules}"
@@ -257,12 +292,12 @@ fn run_case(spoof: bool, knobs: bool) {
         !rules.contains("fwmark 0x6d77"),
         "route-knob rule left behind: {rules}"
     );
-    let knob_table = output(&["ip", "-n", r, "route", "show", "table", "1000"]);
+    let knob_table = routes(r, Family::V4, 1000);
     assert!(
         knob_table.trim().is_empty(),
         "route-knob table left behind: {knob_table}"
     );
-    let knob_table6 = output(&["ip", "-n", r, "-6", "route", "show", "table", "1000"]);
+    let knob_table6 = routes(r, Family::V6, 1000);
     assert!(
         knob_table6.trim().is_empty(),
         "IPv6 route-knob table left behind: {knob_table6}"

@@ -9,9 +9,11 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::os::fd::AsFd;
-use std::process::Command;
 use std::time::Duration;
 
+use midway_sys::netlink::{
+    AddressSpec, Family, Metric, Netlink, Route, RouteMetric, VethEnd, TABLE_MAIN,
+};
 use midway_tcp::{
     delack_floor_us, get_int, tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError,
     TcpProfile, TCP_DELACK_MAX_US,
@@ -37,14 +39,69 @@ fn topology() -> Topology {
         client: Netns::unique("midway-tcp-test"),
     };
     let (s, c) = (t.server.name(), t.client.name());
-    ip(&[
-        "-n", s, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", c,
-    ]);
-    ip(&["-n", s, "addr", "add", "10.231.0.1/24", "dev", "va"]);
-    ip(&["-n", c, "addr", "add", "10.231.0.2/24", "dev", "vb"]);
-    ip(&["-n", s, "link", "set", "va", "up"]);
-    ip(&["-n", c, "link", "set", "vb", "up"]);
+    netlink(s)
+        .add_veth(
+            &VethEnd::named("va"),
+            &VethEnd::named("vb").in_named_namespace(c),
+        )
+        .unwrap();
+    add_address(s, "va", "10.231.0.1/24");
+    add_address(c, "vb", "10.231.0.2/24");
+    netlink(s).set_link_up("va").unwrap();
+    netlink(c).set_link_up("vb").unwrap();
     t
+}
+
+fn netlink(ns: &str) -> Netlink {
+    Netlink::open_in_named(ns).unwrap()
+}
+
+/// `ip addr add ADDRESS dev DEVICE` (with `nodad` for IPv6, usable at once).
+fn add_address(ns: &str, device: &str, address: &str) {
+    let mut netlink = netlink(ns);
+    let device = netlink.link_index(device).unwrap();
+    let address: ipnet::IpNet = address.parse().unwrap();
+    let nodad = address.addr().is_ipv6();
+    netlink
+        .add_address(&AddressSpec {
+            address,
+            device,
+            nodad,
+        })
+        .unwrap();
+}
+
+/// `ip rule show` (IPv4), a line each in its words (`fwmark 0x4d00 lookup 100`).
+fn rules_v4(ns: &str) -> String {
+    let rules = netlink(ns).rules(Family::V4).unwrap();
+    rules
+        .iter()
+        .map(|rule| match rule.fwmark {
+            Some(mark) => format!("fwmark {mark:#x} lookup {}\n", rule.table),
+            None => format!("lookup {}\n", rule.table),
+        })
+        .collect()
+}
+
+/// The routes of `table` (`ip -4|-6 route show table T`), a line each in its words, devices by
+/// name.
+fn route_lines(ns: &str, family: Family, table: u32) -> String {
+    let mut netlink = netlink(ns);
+    let links = netlink.links().unwrap();
+    let routes = netlink.routes(family, table).unwrap();
+    routes
+        .iter()
+        .map(|route| {
+            let mut line = route.to_string();
+            if let Some(link) = links.iter().find(|l| Some(l.index) == route.device) {
+                line = line.replace(
+                    &format!("dev #{}", link.index),
+                    &format!("dev {}", link.name),
+                );
+            }
+            line + "\n"
+        })
+        .collect()
 }
 
 struct Conn {
@@ -125,20 +182,11 @@ fn initcwnd_rto_min_and_quickack_apply_to_both_segments() {
     }
     // The metrics really are in each namespace's table.
     for ns in [&t.server, &t.client] {
-        let routes = ip(&[
-            "-n",
-            ns.name(),
-            "-j",
-            "route",
-            "show",
-            "table",
-            &BASE_TABLE.to_string(),
-        ]);
-        let routes: serde_json::Value = serde_json::from_str(&routes).unwrap();
-        let metrics = &routes[0]["metrics"][0];
-        assert_eq!(metrics["initcwnd"], 7, "{routes}");
-        assert_eq!(metrics["rto_min"], 300, "{routes}");
-        assert_eq!(metrics["quickack"], 1, "{routes}");
+        let routes = netlink(ns.name()).routes(Family::V4, BASE_TABLE).unwrap();
+        let metric = |m| routes[0].metrics.get(m).and_then(RouteMetric::number);
+        assert_eq!(metric(Metric::InitCwnd), Some(7), "{routes:?}");
+        assert_eq!(metric(Metric::RtoMin), Some(300), "{routes:?}");
+        assert_eq!(metric(Metric::QuickAck), Some(1), "{routes:?}");
     }
 
     // Control: unmarked sockets in the same namespaces keep the kernel's values, so the checks
@@ -160,20 +208,11 @@ fn initcwnd_rto_min_and_quickack_apply_to_both_segments() {
     // the knobs were installed in.
     client_knobs.remove().unwrap();
     for ns in [&t.server, &t.client] {
-        let rules = ip(&["-n", ns.name(), "rule", "show"]);
+        let rules = rules_v4(ns.name());
         assert!(!rules.contains("fwmark"), "{rules}");
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                ns.name(),
-                "route",
-                "show",
-                "table",
-                &BASE_TABLE.to_string(),
-            ])
-            .output()
-            .unwrap();
-        assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+        assert!(route_lines(ns.name(), Family::V4, BASE_TABLE)
+            .trim()
+            .is_empty());
     }
 }
 
@@ -235,17 +274,15 @@ fn dupack_threshold_applies_from_the_second_connection_on() {
 fn install_refuses_a_table_in_use_and_leaves_nothing_behind() {
     let t = topology();
     let s = t.server.name();
-    ip(&[
-        "-n",
-        s,
-        "route",
-        "add",
-        "table",
-        "101",
-        "10.231.0.0/24",
-        "dev",
-        "va",
-    ]);
+    let mut server = netlink(s);
+    let va = server.link_index("va").unwrap();
+    server
+        .add_route(&Route {
+            table: 101,
+            device: Some(va),
+            ..Route::to("10.231.0.0/24".parse().unwrap())
+        })
+        .unwrap();
     let mut other = route_profile();
     other.name = "other".to_owned();
     let profiles = [&route_profile(), &other];
@@ -258,15 +295,11 @@ fn install_refuses_a_table_in_use_and_leaves_nothing_behind() {
         "{err}"
     );
     // Table 100 (first profile) was installed, then removed on the error.
-    let rules = ip(&["-n", s, "rule", "show"]);
+    let rules = rules_v4(s);
     assert!(!rules.contains("fwmark"), "{rules}");
-    let out = Command::new("ip")
-        .args(["-n", s, "route", "show", "table", "100"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    assert!(route_lines(s, Family::V4, 100).trim().is_empty());
     // The foreign table is untouched.
-    assert!(ip(&["-n", s, "route", "show", "table", "101"]).contains("10.231.0.0/24"));
+    assert!(route_lines(s, Family::V4, 101).contains("10.231.0.0/24"));
 }
 
 #[test]
@@ -280,7 +313,7 @@ fn profiles_without_route_knobs_install_nothing() {
         .enter(|| RouteKnobs::install(&[&p], BASE_TABLE, BASE_MARK))
         .unwrap();
     assert_eq!(knobs.mark_for("socket-only"), None);
-    assert!(!ip(&["-n", t.server.name(), "rule", "show"]).contains("fwmark"));
+    assert!(!rules_v4(t.server.name()).contains("fwmark"));
 }
 
 /// Data segments the receiver got and segments it sent (pure ACKs: it sends no data) while
@@ -437,26 +470,8 @@ fn read_back_reports_what_was_not_applied() {
 #[test]
 fn route_knobs_cover_ipv6_too() {
     let t = topology();
-    ip(&[
-        "-n",
-        t.server.name(),
-        "addr",
-        "add",
-        "fd00:231::1/64",
-        "dev",
-        "va",
-        "nodad",
-    ]);
-    ip(&[
-        "-n",
-        t.client.name(),
-        "addr",
-        "add",
-        "fd00:231::2/64",
-        "dev",
-        "vb",
-        "nodad",
-    ]);
+    add_address(t.server.name(), "va", "fd00:231::1/64");
+    add_address(t.client.name(), "vb", "fd00:231::2/64");
     let mut profile = TcpProfile::kernel_default("v6");
     profile.initial_cwnd = Some(6);
     let (_server_knobs, server_profile) = install(&t.server, &profile);
@@ -489,36 +504,17 @@ fn install_copies_per_device_link_local_routes() {
     let ns = Netns::unique("midway-tcp-test");
     let n = ns.name();
     // Two veth pairs inside one namespace: four interfaces, each with its own fe80::/64 route.
-    ip(&[
-        "-n", n, "link", "add", "va1", "type", "veth", "peer", "name", "vb1",
-    ]);
-    ip(&[
-        "-n", n, "link", "add", "va2", "type", "veth", "peer", "name", "vb2",
-    ]);
-    ip(&[
-        "-n",
-        n,
-        "addr",
-        "add",
-        "fd00:232:1::1/64",
-        "dev",
-        "va1",
-        "nodad",
-    ]);
-    ip(&[
-        "-n",
-        n,
-        "addr",
-        "add",
-        "fd00:232:2::1/64",
-        "dev",
-        "va2",
-        "nodad",
-    ]);
-    for dev in ["va1", "vb1", "va2", "vb2"] {
-        ip(&["-n", n, "link", "set", dev, "up"]);
+    for (a, b) in [("va1", "vb1"), ("va2", "vb2")] {
+        netlink(n)
+            .add_veth(&VethEnd::named(a), &VethEnd::named(b))
+            .unwrap();
     }
-    let main = ip(&["-n", n, "-6", "route", "show", "table", "main"]);
+    add_address(n, "va1", "fd00:232:1::1/64");
+    add_address(n, "va2", "fd00:232:2::1/64");
+    for dev in ["va1", "vb1", "va2", "vb2"] {
+        netlink(n).set_link_up(dev).unwrap();
+    }
+    let main = route_lines(n, Family::V6, TABLE_MAIN);
     let link_local_in_main = main.lines().filter(|l| l.starts_with("fe80::/64")).count();
     assert!(
         link_local_in_main >= 2,
@@ -528,15 +524,7 @@ fn install_copies_per_device_link_local_routes() {
     let mut profile = TcpProfile::kernel_default("two-ifaces");
     profile.initial_cwnd = Some(8);
     let (knobs, _) = install(&ns, &profile);
-    let table = ip(&[
-        "-n",
-        n,
-        "-6",
-        "route",
-        "show",
-        "table",
-        &BASE_TABLE.to_string(),
-    ]);
+    let table = route_lines(n, Family::V6, BASE_TABLE);
     let copied: Vec<&str> = table
         .lines()
         .filter(|l| l.starts_with("fe80::/64"))
@@ -553,22 +541,8 @@ fn install_copies_per_device_link_local_routes() {
         assert!(table.contains(prefix), "{prefix} missing:\n{table}");
     }
     ns.enter(|| knobs.remove()).unwrap();
-    let after = Command::new("ip")
-        .args([
-            "-n",
-            n,
-            "-6",
-            "route",
-            "show",
-            "table",
-            &BASE_TABLE.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&after.stdout).trim().is_empty(),
-        "table not flushed"
-    );
+    let after = route_lines(n, Family::V6, BASE_TABLE);
+    assert!(after.trim().is_empty(), "table not flushed");
 }
 
 /// A host whose routes already carry metrics (a legacy lab host, or an operator's MTU lock) keeps
@@ -577,50 +551,47 @@ fn install_copies_per_device_link_local_routes() {
 fn copied_routes_keep_their_own_metrics() {
     let ns = Netns::unique("midway-tcp-test");
     let n = ns.name();
-    ip(&[
-        "-n", n, "link", "add", "vm1", "type", "veth", "peer", "name", "vm2",
-    ]);
-    ip(&["-n", n, "addr", "add", "10.233.0.1/24", "dev", "vm1"]);
+    netlink(n)
+        .add_veth(&VethEnd::named("vm1"), &VethEnd::named("vm2"))
+        .unwrap();
+    add_address(n, "vm1", "10.233.0.1/24");
     for dev in ["vm1", "vm2"] {
-        ip(&["-n", n, "link", "set", dev, "up"]);
+        netlink(n).set_link_up(dev).unwrap();
     }
-    ip(&[
-        "-n",
-        n,
-        "route",
-        "add",
-        "10.234.0.0/16",
-        "via",
-        "10.233.0.2",
-        "mtu",
-        "lock",
-        "576",
-        "advmss",
-        "536",
-        "initcwnd",
-        "2",
-        "rto_min",
-        "1000ms",
-        "congctl",
-        "reno",
-    ]);
+    netlink(n)
+        .add_route(&Route {
+            gateway: Some("10.233.0.2".parse().unwrap()),
+            metrics: "mtu lock 576 advmss 536 initcwnd 2 rto_min 1000ms congctl reno"
+                .parse()
+                .unwrap(),
+            ..Route::to("10.234.0.0/16".parse().unwrap())
+        })
+        .unwrap();
     let mut profile = TcpProfile::kernel_default("keeps-metrics");
     profile.initial_cwnd = Some(10);
     profile.dupack_threshold = Some(1);
     let (knobs, _) = install(&ns, &profile);
-    let table = ip(&["-n", n, "route", "show", "table", &BASE_TABLE.to_string()]);
+    let table = route_lines(n, Family::V4, BASE_TABLE);
     let line = table
         .lines()
         .find(|l| l.starts_with("10.234.0.0/16"))
         .unwrap_or_else(|| panic!("route not copied:\n{table}"));
+    // In midway-sys's words: `ip` shows the RTO floor as `rto_min lock 1s`.
     for kept in [
         "mtu lock 576",
         "advmss 536",
-        "rto_min lock 1s",
+        "rto_min 1000ms",
         "congctl reno",
     ] {
         assert!(line.contains(kept), "{kept:?} lost: {line}");
     }
+    let copied = netlink(n).routes(Family::V4, BASE_TABLE).unwrap();
+    let rto_min = copied
+        .iter()
+        .find(|r| r.destination.to_string() == "10.234.0.0/16")
+        .and_then(|r| r.metrics.get(Metric::RtoMin).cloned())
+        .unwrap();
+    assert!(rto_min.locked, "rto_min lock lost: {line}");
     assert!(
         line.contains("initcwnd 10"),
         "profile's initcwnd missing: {line}"
@@ -640,17 +611,15 @@ fn copied_routes_keep_their_own_metrics() {
 fn profile_rto_floor_beats_a_locked_route_floor() {
     let t = topology();
     let c = t.client.name();
-    ip(&[
-        "-n",
-        c,
-        "route",
-        "replace",
-        "10.231.0.0/24",
-        "dev",
-        "vb",
-        "rto_min",
-        "1000ms",
-    ]);
+    let mut client = netlink(c);
+    let vb = client.link_index("vb").unwrap();
+    client
+        .replace_route(&Route {
+            device: Some(vb),
+            metrics: "rto_min 1000ms".parse().unwrap(),
+            ..Route::to("10.231.0.0/24".parse().unwrap())
+        })
+        .unwrap();
     let mut profile = TcpProfile::kernel_default("fine-timer");
     profile.rto_min_ms = Some(40);
     assert!(!profile.needs_route_knobs());

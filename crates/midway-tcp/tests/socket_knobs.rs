@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 
+use midway_sys::sysctl;
 use midway_tcp::{
     congestion_control_of, delack_floor_us, get_int, get_max_pacing_rate, tcp_stats, Keepalive,
     KnobError, ReadBackWhen, Role, TcpProfile, TCP_DELACK_MAX_US, TCP_RTO_MIN_US,
@@ -80,7 +81,7 @@ fn tcp_opt(fd: BorrowedFd<'_>, opt: libc::c_int) -> i32 {
 
 #[test]
 fn congestion_control_reads_back() {
-    let default_cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    let default_cc = sysctl::read("net.ipv4.tcp_congestion_control").unwrap();
     // Pick a control that is not the default, so the read-back cannot pass by accident.
     let cc = if default_cc.trim() == "reno" {
         "cubic"
@@ -160,15 +161,13 @@ fn delayed_ack_off_sets_the_smallest_delack_ceiling() {
 
 #[test]
 fn buffers_read_back_doubled_also_above_mem_max() {
-    let wmem_max: u32 = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+    let wmem_max: u32 = sysctl::read_u64("net.core.wmem_max")
         .unwrap()
-        .trim()
-        .parse()
+        .try_into()
         .unwrap();
-    let rmem_max: u32 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+    let rmem_max: u32 = sysctl::read_u64("net.core.rmem_max")
         .unwrap()
-        .trim()
-        .parse()
+        .try_into()
         .unwrap();
     for (snd, rcv) in [(96 * 1024, 48 * 1024), (wmem_max + 4096, rmem_max + 8192)] {
         let mut p = profile("buf");
@@ -369,10 +368,9 @@ fn drop_net_caps_of_this_thread() {
 
 #[test]
 fn without_privilege_the_check_names_the_knob_and_why() {
-    let wmem_max: u32 = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+    let wmem_max: u32 = sysctl::read_u64("net.core.wmem_max")
         .unwrap()
-        .trim()
-        .parse()
+        .try_into()
         .unwrap();
     std::thread::spawn(move || {
         drop_net_caps_of_this_thread();

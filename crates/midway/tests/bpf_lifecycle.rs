@@ -19,11 +19,10 @@ const KERNEL_NAMES: [&str; 2] = ["mw_highspeed", "mw_gentle_hs"];
 static KERNEL_LIST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn listed() -> Vec<String> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    midway_sys::sysctl::available_congestion_controls()
         .unwrap()
-        .split_whitespace()
-        .filter(|name| KERNEL_NAMES.contains(name))
-        .map(str::to_owned)
+        .into_iter()
+        .filter(|name| KERNEL_NAMES.contains(&name.as_str()))
         .collect()
 }
 

@@ -10,12 +10,13 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use midway_sys::command::Program;
+use midway_sys::netlink::{Family, FwmarkRule, Netlink};
 use midway_testkit::host::{start_ready_in, start_ready_in_with, Running};
-use midway_testkit::netns::{in_netns, output, Routed};
+use midway_testkit::netns::{in_netns, Routed};
 use midway_testkit::wait::wait_exit;
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
@@ -28,23 +29,42 @@ fn start_midway(router: &str, config: &std::path::Path) -> (Running, mpsc::Recei
     start_ready_in(MIDWAY, router, config, LIMIT)
 }
 
-/// Lines of `ip -n NS ARGS` that contain `needle`.
-fn count_lines(ns: &str, args: &str, needle: &str) -> usize {
-    let mut command = vec!["ip", "-n", ns];
-    command.extend(args.split_whitespace());
-    output(&command)
-        .lines()
-        .filter(|l| l.contains(needle))
+/// IPv4 policy rules of `ns` (`ip -4 rule show`, a line each in its words: `fwmark 0x1 lookup
+/// 100`) that contain `needle`.
+fn rules_with(ns: &str, needle: &str) -> usize {
+    let rules = Netlink::open_in_named(ns)
+        .unwrap()
+        .rules(Family::V4)
+        .unwrap();
+    rules
+        .iter()
+        .map(|rule| match rule.fwmark {
+            Some(mark) => format!("fwmark {mark:#x} lookup {}", rule.table),
+            None => format!("lookup {}", rule.table),
+        })
+        .filter(|line| line.contains(needle))
+        .count()
+}
+
+/// IPv4 routes of `table` in `ns` (`ip -4 route show table T`, in its words) that contain
+/// `needle`.
+fn routes_with(ns: &str, table: u32, needle: &str) -> usize {
+    let routes = Netlink::open_in_named(ns)
+        .unwrap()
+        .routes(Family::V4, table)
+        .unwrap();
+    routes
+        .iter()
+        .filter(|route| route.to_string().contains(needle))
         .count()
 }
 
 fn nft_table_exists(ns: &str, table: &str) -> bool {
-    Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "table", "inet", table])
-        .output()
-        .unwrap()
-        .status
-        .success()
+    Program::new("nft")
+        .args(["list", "table", "inet", table])
+        .in_named_namespace(ns)
+        .run()
+        .is_ok()
 }
 
 /// One echo round trip of 1 MiB from the client namespace to the server's address.
@@ -101,20 +121,15 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
     });
     ready_rx.recv_timeout(LIMIT).unwrap();
     // Someone else's policy rule and table on the router: midway must never touch them.
-    output(&[
-        "ip", "-n", router, "rule", "add", "fwmark", "0x2", "lookup", "200",
-    ]);
-    output(&[
-        "ip",
-        "netns",
-        "exec",
-        router,
-        "nft",
-        "add",
-        "table",
-        "inet",
-        "not-midway",
-    ]);
+    Netlink::open_in_named(router)
+        .unwrap()
+        .add_rule(&FwmarkRule::new(Family::V4, 0x2, 200))
+        .unwrap();
+    Program::new("nft")
+        .args(["add", "table", "inet", "not-midway"])
+        .in_named_namespace(router)
+        .run()
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("transparent.toml");
@@ -145,7 +160,7 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
     wait_exit(first.child_mut(), LIMIT, "midway did not die");
     // What a crash leaves: the table, one rule per family, the local routes.
     assert!(nft_table_exists(router, TABLE));
-    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
+    assert_eq!(rules_with(router, marked_rule), 1);
     // New connections fail open: nothing listens for the TPROXY rule, so it does not match
     // and the connection is routed to the server unsplit.
     assert!(
@@ -162,8 +177,8 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
         "the restart did not say what it removed: {log:#?}"
     );
     // Installed once, not once more per crash.
-    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
-    assert_eq!(count_lines(router, "-4 route show table 100", "local"), 1);
+    assert_eq!(rules_with(router, marked_rule), 1);
+    assert_eq!(routes_with(router, 100, "local"), 1);
     assert!(
         echo_round_trip(client),
         "a split connection failed after the restart"
@@ -179,12 +194,9 @@ fn a_restart_after_kill_9_removes_exactly_what_the_dead_midway_installed() {
 
     // Clean stop: nothing of midway's is left, and the neighbour's rule and table are intact.
     assert!(!nft_table_exists(router, TABLE));
-    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
-    assert_eq!(count_lines(router, "-4 route show table 100", "local"), 0);
-    assert_eq!(
-        count_lines(router, "-4 rule show", "fwmark 0x2 lookup 200"),
-        1
-    );
+    assert_eq!(rules_with(router, marked_rule), 0);
+    assert_eq!(routes_with(router, 100, "local"), 0);
+    assert_eq!(rules_with(router, "fwmark 0x2 lookup 200"), 1);
     assert!(nft_table_exists(router, "not-midway"));
     assert!(!dir
         .path()
@@ -272,7 +284,7 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
     let status = wait_exit(old.child_mut(), LIMIT, "the old process did not exit");
     assert!(status.success(), "old exit status {status}");
     assert!(nft_table_exists(router, TAKEN));
-    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 1);
+    assert_eq!(rules_with(router, marked_rule), 1);
     let record = std::fs::read_to_string(spool.join("midway-installed.toml")).unwrap();
     assert!(
         record.contains(&format!("pid = {}", new.id())),
@@ -296,7 +308,7 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
     hangup(&new);
     wait_for_line(&new_log, "reloaded");
     assert!(!nft_table_exists(router, TAKEN));
-    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
+    assert_eq!(rules_with(router, marked_rule), 0);
     assert!(echo_round_trip(client), "an unsplit connection failed");
     assert_eq!(seen_by_server(), UNSPLIT);
     // And back.
@@ -318,8 +330,8 @@ fn a_take_over_keeps_the_interception_and_a_reload_follows_the_listeners() {
     let status = wait_exit(new.child_mut(), LIMIT, "the new process did not stop");
     assert!(status.success(), "new exit status {status}");
     assert!(!nft_table_exists(router, TAKEN));
-    assert_eq!(count_lines(router, "-4 rule show", marked_rule), 0);
-    assert_eq!(count_lines(router, "-4 route show table 100", "local"), 0);
+    assert_eq!(rules_with(router, marked_rule), 0);
+    assert_eq!(routes_with(router, 100, "local"), 0);
     assert!(!spool.join("midway-installed.toml").exists());
 }
 
@@ -347,17 +359,13 @@ fn a_restart_after_kill_9_removes_the_route_knob_table_and_rule() {
     .unwrap();
     let knob_rule = "lookup 1000";
     let (mut first, _first_log) = start_midway(router, &config);
-    assert_eq!(count_lines(router, "-4 rule show", knob_rule), 1);
-    assert!(count_lines(router, "-4 route show table 1000", "initcwnd 40") >= 1);
+    assert_eq!(rules_with(router, knob_rule), 1);
+    assert!(routes_with(router, 1000, "initcwnd 40") >= 1);
     let record = std::fs::read_to_string(spool.join("midway-installed.toml")).unwrap();
     assert!(record.contains("route_knobs"), "not recorded: {record}");
     first.kill().unwrap();
     wait_exit(first.child_mut(), LIMIT, "midway did not die");
-    assert_eq!(
-        count_lines(router, "-4 rule show", knob_rule),
-        1,
-        "a crash leaves the rule"
-    );
+    assert_eq!(rules_with(router, knob_rule), 1, "a crash leaves the rule");
 
     let (mut second, second_log) = start_midway(router, &config);
     let log: Vec<String> = second_log.try_iter().collect();
@@ -365,11 +373,7 @@ fn a_restart_after_kill_9_removes_the_route_knob_table_and_rule() {
         log.iter().any(|l| l.contains("did not stop cleanly")),
         "the restart did not say what it removed: {log:#?}"
     );
-    assert_eq!(
-        count_lines(router, "-4 rule show", knob_rule),
-        1,
-        "installed once"
-    );
+    assert_eq!(rules_with(router, knob_rule), 1, "installed once");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(second.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -377,10 +381,7 @@ fn a_restart_after_kill_9_removes_the_route_knob_table_and_rule() {
     .unwrap();
     let status = wait_exit(second.child_mut(), LIMIT, "midway did not stop");
     assert!(status.success(), "exit status {status}");
-    assert_eq!(count_lines(router, "-4 rule show", knob_rule), 0);
-    assert_eq!(
-        count_lines(router, "-4 route show table 1000", "initcwnd"),
-        0
-    );
+    assert_eq!(rules_with(router, knob_rule), 0);
+    assert_eq!(routes_with(router, 1000, "initcwnd"), 0);
     assert!(!spool.join("midway-installed.toml").exists());
 }

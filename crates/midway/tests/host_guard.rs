@@ -9,6 +9,8 @@
 use std::path::Path;
 use std::process::Output;
 
+use midway_sys::command::Program;
+use midway_sys::sysctl;
 use midway_testkit::host::{is_root, on_path, repo_root, TempDir};
 use midway_testkit::netns::Netns;
 
@@ -53,12 +55,15 @@ fn the_host_guard_names_every_setting_left_changed() {
 
     // What a careless test could leave behind: a default congestion control, a buffer limit, an
     // nftables table, a namespace.
-    let out = ns.exec("sysctl", &["-qw", "net.ipv4.tcp_congestion_control=reno"]);
-    assert!(out.status.success(), "{out:?}");
-    let out = ns.exec("sysctl", &["-qw", "net.ipv4.tcp_wmem=4096 16384 65536"]);
-    assert!(out.status.success(), "{out:?}");
-    let out = ns.exec("nft", &["add", "table", "inet", "midway_guard_test"]);
-    assert!(out.status.success(), "{out:?}");
+    let out = ns.enter(|| sysctl::write("net.ipv4.tcp_congestion_control", "reno"));
+    assert!(out.is_ok(), "{out:?}");
+    let out = ns.enter(|| sysctl::write("net.ipv4.tcp_wmem", "4096 16384 65536"));
+    assert!(out.is_ok(), "{out:?}");
+    let out = Program::new("nft")
+        .args(["add", "table", "inet", "midway_guard_test"])
+        .in_named_namespace(ns.name())
+        .run();
+    assert!(out.is_ok(), "{out:?}");
     let leftover = Netns::new(format!("mwguard{}left", std::process::id()));
 
     let changed = host_state(&ns, &["--compare", before.to_str().unwrap()]);

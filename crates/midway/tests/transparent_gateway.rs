@@ -14,8 +14,9 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use midway_sys::command::Program;
 use midway_testkit::host::start_ready_in;
-use midway_testkit::netns::{in_netns, output, Routed};
+use midway_testkit::netns::{in_netns, Routed};
 use midway_testkit::wait::{wait_exit, wait_until};
 
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
@@ -77,7 +78,12 @@ fn echo(stream: &mut TcpStream, payload: &[u8]) {
 /// Connection-tracking entries in namespace `ns` for TCP flows from `src` to destination port
 /// `port` (as first seen: the original direction).
 fn conntrack_entries(ns: &str, src: &str, port: u16) -> usize {
-    let table = output(&["ip", "netns", "exec", ns, "cat", "/proc/net/nf_conntrack"]);
+    // /proc/thread-self: /proc/net would show the namespace of the process's main thread.
+    let table = in_netns(ns, || {
+        std::fs::read_to_string("/proc/thread-self/net/nf_conntrack").unwrap()
+    })
+    .join()
+    .unwrap();
     let (src, port) = (format!(" src={src} "), format!(" dport={port} "));
     table
         .lines()
@@ -96,15 +102,15 @@ fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
         addr
     };
     // Turn connection tracking on in the router, as any stateful firewall rule would.
-    output(&[
-        "ip", "netns", "exec", router, "nft", "add", "table", "inet", "firewall",
-    ]);
-    output(&[
-        "ip",
-        "netns",
-        "exec",
-        router,
-        "nft",
+    let nft = |args: &[&str]| {
+        Program::new("nft")
+            .args(args)
+            .in_named_namespace(router)
+            .output()
+            .unwrap()
+    };
+    nft(&["add", "table", "inet", "firewall"]);
+    nft(&[
         "add",
         "chain",
         "inet",
@@ -112,9 +118,8 @@ fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
         "forward",
         "{ type filter hook forward priority 0; }",
     ]);
-    output(&[
-        "ip", "netns", "exec", router, "nft", "add", "rule", "inet", "firewall", "forward", "ct",
-        "state", "new", "counter",
+    nft(&[
+        "add", "rule", "inet", "firewall", "forward", "ct", "state", "new", "counter",
     ]);
 
     let dir = tempfile::tempdir().unwrap();
