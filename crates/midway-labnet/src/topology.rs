@@ -2,7 +2,6 @@
 //! one emulator per link; running code and processes inside its hosts.
 
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
@@ -14,7 +13,7 @@ use midway_linkemu::DirectionStats;
 use midway_linkemu::{spawn_link, LinkHandle};
 use midway_sys::command::Program;
 use midway_sys::netlink::{AddressSpec, Netlink, Route, RouteProtocol, RouteScope, VethEnd};
-use nix::sched::{setns, CloneFlags};
+use nix::sched::CloneFlags;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};

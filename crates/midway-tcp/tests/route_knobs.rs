@@ -12,13 +12,13 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use midway_sys::netlink::{
-    AddressSpec, Family, Metric, Netlink, Route, RouteMetric, VethEnd, TABLE_MAIN,
+    AddressSpec, Family, Metric, Netlink, Route, RouteMetric, TcpMetricsCache, VethEnd, TABLE_MAIN,
 };
 use midway_tcp::{
     delack_floor_us, get_int, tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError,
     TcpProfile, TCP_DELACK_MAX_US,
 };
-use midway_testkit::netns::{ip, Netns};
+use midway_testkit::netns::Netns;
 use midway_testkit::wait::wait_until;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -229,7 +229,11 @@ fn close_cleanly(conn: Conn) {
 }
 
 fn has_metrics_entry(ns: &Netns, peer: Ipv4Addr) -> bool {
-    ip(&["-n", ns.name(), "tcp_metrics", "show", &peer.to_string()]).contains(&peer.to_string())
+    !TcpMetricsCache::open_in_named(ns.name())
+        .unwrap()
+        .entries_for(peer.into())
+        .unwrap()
+        .is_empty()
 }
 
 /// Documents the caveat of `dupack_threshold`: Linux takes the route metric `reordering` only

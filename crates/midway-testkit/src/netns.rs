@@ -27,16 +27,6 @@ pub fn run_words(command: &str) {
     run(&command.split_whitespace().collect::<Vec<_>>());
 }
 
-/// Runs `ip ARGS`; panics with its stderr unless it succeeds, returns its stdout. Only for
-/// tests that read the kernel's state in `ip`'s words (`ip route show`, `ip rule show`): what
-/// the tests set up goes through `midway_sys` like everything else.
-pub fn ip(args: &[&str]) -> String {
-    Program::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|error| panic!("{error}"))
-}
-
 /// A netlink socket in the named namespace; panics if it cannot be opened.
 pub fn netlink_in(name: &str) -> Netlink {
     Netlink::open_in_named(name).unwrap_or_else(|error| panic!("{error}"))

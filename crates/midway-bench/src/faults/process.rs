@@ -3,12 +3,10 @@
 //! upgrades with `--take-over`, `kill -9` and a restart), at random moments from the campaign's
 //! seed. midway is started, waited for and stopped through `midway-launch`.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use midway_launch::{Launch, Running};
 
 use super::plan::Rng;

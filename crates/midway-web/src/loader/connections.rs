@@ -5,7 +5,6 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
