@@ -198,10 +198,7 @@ fn rules_v4(ns: &str) -> String {
         .unwrap();
     rules
         .iter()
-        .map(|rule| match rule.fwmark {
-            Some(mark) => format!("fwmark {mark:#x} lookup {}\n", rule.table),
-            None => format!("lookup {}\n", rule.table),
-        })
+        .map(|rule| format!("{rule}\n"))
         .collect()
 }
 

@@ -76,10 +76,7 @@ fn rules_v4(ns: &str) -> String {
     let rules = netlink(ns).rules(Family::V4).unwrap();
     rules
         .iter()
-        .map(|rule| match rule.fwmark {
-            Some(mark) => format!("fwmark {mark:#x} lookup {}\n", rule.table),
-            None => format!("lookup {}\n", rule.table),
-        })
+        .map(|rule| format!("{rule}\n"))
         .collect()
 }
 

@@ -38,10 +38,7 @@ fn rules_with(ns: &str, needle: &str) -> usize {
         .unwrap();
     rules
         .iter()
-        .map(|rule| match rule.fwmark {
-            Some(mark) => format!("fwmark {mark:#x} lookup {}", rule.table),
-            None => format!("lookup {}", rule.table),
-        })
+        .map(|rule| rule.to_string())
         .filter(|line| line.contains(needle))
         .count()
 }

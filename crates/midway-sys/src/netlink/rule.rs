@@ -81,18 +81,26 @@ impl FwmarkRule {
     }
 
     fn describe(&self, verb: &str) -> String {
-        let mut text = format!("rule {verb} ({:?})", self.family);
-        if let Some(mark) = self.fwmark {
-            text.push_str(&format!(" fwmark {mark:#x}"));
-            if let Some(mask) = self.mask {
-                text.push_str(&format!("/{mask:#x}"));
-            }
-        }
-        text.push_str(&format!(" lookup {}", self.table));
+        let mut text = format!("rule {verb} ({:?}) {self}", self.family);
         if let Some(priority) = self.priority {
             text.push_str(&format!(" priority {priority}"));
         }
         text
+    }
+}
+
+/// In `ip rule show`'s words, without the priority: `fwmark 0x1 lookup 100`, the mask shown
+/// only when it is not all bits (`fwmark 0x100/0xff00 lookup 100`).
+impl std::fmt::Display for FwmarkRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(mark) = self.fwmark {
+            write!(f, "fwmark {mark:#x}")?;
+            match self.mask {
+                Some(mask) if mask != u32::MAX => write!(f, "/{mask:#x} ")?,
+                _ => f.write_str(" ")?,
+            }
+        }
+        write!(f, "lookup {}", self.table)
     }
 }
 
