@@ -196,10 +196,7 @@ fn rules_v4(ns: &str) -> String {
         .unwrap()
         .rules(Family::V4)
         .unwrap();
-    rules
-        .iter()
-        .map(|rule| format!("{rule}\n"))
-        .collect()
+    rules.iter().map(|rule| format!("{rule}\n")).collect()
 }
 
 /// The routes of `table` in `ns`, a line each in `ip route show`'s words.

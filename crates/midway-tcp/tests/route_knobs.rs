@@ -74,10 +74,7 @@ fn add_address(ns: &str, device: &str, address: &str) {
 /// `ip rule show` (IPv4), a line each in its words (`fwmark 0x4d00 lookup 100`).
 fn rules_v4(ns: &str) -> String {
     let rules = netlink(ns).rules(Family::V4).unwrap();
-    rules
-        .iter()
-        .map(|rule| format!("{rule}\n"))
-        .collect()
+    rules.iter().map(|rule| format!("{rule}\n")).collect()
 }
 
 /// The routes of `table` (`ip -4|-6 route show table T`), a line each in its words, devices by
