@@ -55,6 +55,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 mod apply;
 mod bufrule;
