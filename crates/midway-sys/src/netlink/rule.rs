@@ -81,7 +81,16 @@ impl FwmarkRule {
     }
 
     fn describe(&self, verb: &str) -> String {
-        let mut text = format!("rule {verb} ({:?}) {self}", self.family);
+        // Every field as given (an all-bits mask too), unlike `Display`'s `ip rule show` form:
+        // this names the exact request in an error.
+        let mut text = format!("rule {verb} ({:?})", self.family);
+        if let Some(mark) = self.fwmark {
+            text.push_str(&format!(" fwmark {mark:#x}"));
+            if let Some(mask) = self.mask {
+                text.push_str(&format!("/{mask:#x}"));
+            }
+        }
+        text.push_str(&format!(" lookup {}", self.table));
         if let Some(priority) = self.priority {
             text.push_str(&format!(" priority {priority}"));
         }
