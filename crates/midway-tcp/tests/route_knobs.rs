@@ -512,6 +512,18 @@ fn install_copies_per_device_link_local_routes() {
     for dev in ["va1", "vb1", "va2", "vb2"] {
         netlink(n).set_link_up(dev).unwrap();
     }
+    // The kernel adds an interface's fe80::/64 route when its carrier comes up, a moment after
+    // the link is set up; wait (bounded) for all four before copying, or a late one is missed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while route_lines(n, Family::V6, TABLE_MAIN)
+        .lines()
+        .filter(|l| l.starts_with("fe80::/64"))
+        .count()
+        < 4
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let main = route_lines(n, Family::V6, TABLE_MAIN);
     let link_local_in_main = main.lines().filter(|l| l.starts_with("fe80::/64")).count();
     assert!(
