@@ -466,10 +466,12 @@ pub(crate) fn listening_ports(proc_net_tcp: &str) -> BTreeSet<u16> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn placement() -> Placement {
+    /// The placement of a proxy between a client on 10.0.1.0/24 and a server on 10.0.2.2, for
+    /// the unit tests of what is built from it.
+    pub(crate) fn placement() -> Placement {
         Placement {
             server: "10.0.2.2:5001".parse().unwrap(),
             proxy_addr: "10.0.1.2".parse().unwrap(),

@@ -71,17 +71,7 @@ pub(crate) fn tuned_route(tuning: &RouteTuning, placement: &Placement) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn placement() -> Placement {
-        Placement {
-            server: "10.0.2.2:5001".parse().unwrap(),
-            proxy_addr: "10.0.1.2".parse().unwrap(),
-            client_prefix: "10.0.1.0/24".into(),
-            route_prefix: "10.0.1.0/24".into(),
-            client_iface: "e-client".into(),
-            spool_dir: "/tmp/spool".into(),
-        }
-    }
+    use crate::cases::tests::placement;
 
     #[test]
     fn route_tuning_replaces_the_connected_route_with_metrics() {
