@@ -36,6 +36,10 @@ pub struct FileConfig {
     /// Listeners (`[[listeners]]`), in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<FileListener>,
+    /// Subscribers' access links (`[[access_links]]`): the downlink rate every connection of
+    /// one subscriber shares, by client prefix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_links: Vec<FileAccessLink>,
 }
 
 /// `[keys.NAME]`: one pre-shared key, given inline or in a file (not both). `Debug` hides it.
@@ -133,6 +137,28 @@ pub enum FileSocketMemory {
     Keyword(String),
     /// A budget in bytes.
     Bytes(u64),
+}
+
+/// `[[access_links]]`: the access link in front of the subscribers in `clients`.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAccessLink {
+    /// Client prefixes behind links of this kind (required, never empty).
+    pub clients: Option<Vec<String>>,
+    /// The link's rate toward one subscriber, bits per second (required): an integer or a whole
+    /// float (`384e3`).
+    #[serde(
+        default,
+        deserialize_with = "crate::profile::deserialize_bits_per_second"
+    )]
+    pub rate_bps: Option<u64>,
+    /// Prefix length that makes one subscriber of an IPv4 client address (default 32: every
+    /// address is a subscriber).
+    pub subscriber_prefix_v4: Option<u8>,
+    /// Prefix length that makes one subscriber of an IPv6 client address (default 64: a
+    /// subscriber's devices share its /64).
+    pub subscriber_prefix_v6: Option<u8>,
 }
 
 /// `[metrics]`

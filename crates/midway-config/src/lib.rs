@@ -27,9 +27,9 @@ pub mod squid;
 
 pub use builder::{ConfigBuilder, ListenerBuilder};
 pub use file::{
-    ApplicationName, AuthName, FileClientProfile, FileConfig, FileHttp, FileKey, FileListener,
-    FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool, FileUser,
-    ModeName, RelayName,
+    ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
+    FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool,
+    FileUser, ModeName, RelayName,
 };
 pub use overlay::{overlay, OverlayConflict};
 pub use profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};

@@ -50,7 +50,7 @@ pub struct ProfileSpec {
 
 /// Reads a rate in bits per second written as an integer or as a whole, non-negative float
 /// (`24e6`), so that rates can be written the same way as the buffer rule's `rate_in_bps`.
-fn deserialize_bits_per_second<'de, D: Deserializer<'de>>(
+pub(crate) fn deserialize_bits_per_second<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<u64>, D::Error> {
     struct RateVisitor;

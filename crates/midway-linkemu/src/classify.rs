@@ -1,7 +1,8 @@
-//! Frame classification: is an Ethernet frame a pure TCP ACK?
+//! Frame classification: is an Ethernet frame a pure TCP ACK, or a handshake segment?
 //!
 //! A pure ACK is a TCP segment over IPv4 or IPv6 with no payload, the ACK flag set and none of SYN,
-//! FIN or RST (those carry connection state and are treated as data). One 802.1Q tag is skipped;
+//! FIN or RST (those carry connection state and are treated as data). A handshake segment has SYN
+//! set (a SYN or a SYN-ACK): losing one costs a whole initial retransmission timeout (1 s). One 802.1Q tag is skipped;
 //! IPv6 hop-by-hop, routing and destination-options headers are walked; IPv4 fragments and IPv6
 //! fragment headers are never pure ACKs. Truncated or malformed frames are "not a pure ACK".
 
@@ -20,16 +21,27 @@ const TCP_SYN: u8 = 0x02;
 const TCP_RST: u8 = 0x04;
 const TCP_ACK: u8 = 0x10;
 
-/// True if `frame` (starting at the Ethernet destination address) is a pure TCP ACK.
-pub(crate) fn is_pure_tcp_ack(frame: &[u8]) -> bool {
-    classify(frame).unwrap_or(false)
+/// What a frame carries, as far as the emulator's counters care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameKind {
+    /// A TCP segment with only an acknowledgement.
+    PureAck,
+    /// A TCP segment with SYN set: a SYN or a SYN-ACK.
+    Handshake,
+    /// Anything else: data, FIN, RST, other protocols, frames that do not parse.
+    Other,
+}
+
+/// The kind of `frame` (starting at the Ethernet destination address).
+pub(crate) fn frame_kind(frame: &[u8]) -> FrameKind {
+    classify(frame).unwrap_or(FrameKind::Other)
 }
 
 fn be16(bytes: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]))
 }
 
-fn classify(frame: &[u8]) -> Option<bool> {
+fn classify(frame: &[u8]) -> Option<FrameKind> {
     let mut offset = ETHERNET_HEADER_LEN;
     let mut ethertype = be16(frame, 12)?;
     if ethertype == ETHERTYPE_VLAN {
@@ -40,14 +52,14 @@ fn classify(frame: &[u8]) -> Option<bool> {
     match ethertype {
         ETHERTYPE_IPV4 => ipv4(packet),
         ETHERTYPE_IPV6 => ipv6(packet),
-        _ => Some(false),
+        _ => Some(FrameKind::Other),
     }
 }
 
-fn ipv4(packet: &[u8]) -> Option<bool> {
+fn ipv4(packet: &[u8]) -> Option<FrameKind> {
     let version_ihl = *packet.first()?;
     if version_ihl >> 4 != 4 {
-        return Some(false);
+        return Some(FrameKind::Other);
     }
     let header_len = usize::from(version_ihl & 0x0f) * 4;
     let total_len = usize::from(be16(packet, 2)?);
@@ -55,7 +67,7 @@ fn ipv4(packet: &[u8]) -> Option<bool> {
     let more_fragments = flags_fragment & 0x2000 != 0;
     let fragment_offset = flags_fragment & 0x1fff;
     if packet.get(9)? != &IPPROTO_TCP || more_fragments || fragment_offset != 0 {
-        return Some(false);
+        return Some(FrameKind::Other);
     }
     if header_len < 20 || total_len < header_len || total_len > packet.len() {
         return None;
@@ -63,9 +75,9 @@ fn ipv4(packet: &[u8]) -> Option<bool> {
     tcp(&packet[header_len..total_len])
 }
 
-fn ipv6(packet: &[u8]) -> Option<bool> {
+fn ipv6(packet: &[u8]) -> Option<FrameKind> {
     if packet.first()? >> 4 != 6 {
-        return Some(false);
+        return Some(FrameKind::Other);
     }
     let payload_len = usize::from(be16(packet, 4)?);
     let end = IPV6_HEADER_LEN.checked_add(payload_len)?;
@@ -87,13 +99,13 @@ fn ipv6(packet: &[u8]) -> Option<bool> {
         }
     }
     if next_header != IPPROTO_TCP {
-        return Some(false);
+        return Some(FrameKind::Other);
     }
     tcp(&packet[offset..end])
 }
 
 /// `segment` is exactly the TCP header plus payload.
-fn tcp(segment: &[u8]) -> Option<bool> {
+fn tcp(segment: &[u8]) -> Option<FrameKind> {
     let data_offset = usize::from(segment.get(12)? >> 4) * 4;
     let flags = *segment.get(13)?;
     if data_offset < TCP_MIN_HEADER_LEN || data_offset > segment.len() {
@@ -102,12 +114,22 @@ fn tcp(segment: &[u8]) -> Option<bool> {
     let has_payload = segment.len() > data_offset;
     let ack = flags & TCP_ACK != 0;
     let control = flags & (TCP_SYN | TCP_FIN | TCP_RST) != 0;
-    Some(ack && !control && !has_payload)
+    Some(if flags & TCP_SYN != 0 {
+        FrameKind::Handshake
+    } else if ack && !control && !has_payload {
+        FrameKind::PureAck
+    } else {
+        FrameKind::Other
+    })
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    fn is_pure_tcp_ack(frame: &[u8]) -> bool {
+        frame_kind(frame) == FrameKind::PureAck
+    }
 
     /// Builds an Ethernet frame with a TCP segment; `tcp_options` pads the TCP header.
     pub(crate) fn tcp_frame(ipv6: bool, flags: u8, tcp_options: usize, payload: usize) -> Vec<u8> {
@@ -138,6 +160,27 @@ pub(crate) mod tests {
         }
         frame.extend_from_slice(&tcp);
         frame
+    }
+
+    #[test]
+    fn syns_and_syn_acks_are_handshake_segments() {
+        for ipv6 in [false, true] {
+            assert_eq!(
+                frame_kind(&tcp_frame(ipv6, TCP_SYN, 20, 0)),
+                FrameKind::Handshake
+            );
+            let syn_ack = tcp_frame(ipv6, TCP_SYN | TCP_ACK, 20, 0);
+            assert_eq!(frame_kind(&syn_ack), FrameKind::Handshake);
+            assert_eq!(
+                frame_kind(&tcp_frame(ipv6, TCP_ACK, 12, 100)),
+                FrameKind::Other
+            );
+            assert_eq!(
+                frame_kind(&tcp_frame(ipv6, TCP_ACK, 12, 0)),
+                FrameKind::PureAck
+            );
+        }
+        assert_eq!(frame_kind(&[0u8; 10]), FrameKind::Other);
     }
 
     #[test]

@@ -41,8 +41,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::classify::is_pure_tcp_ack;
-use crate::engine::{Direction, DirectionStats, Verdict, LATE_SEND_THRESHOLD_NS};
+use crate::classify::{frame_kind, FrameKind};
+use crate::engine::{Direction, DirectionStats, DropReason, Verdict, LATE_SEND_THRESHOLD_NS};
 use crate::{ConfigError, DirectionConfig};
 
 /// Longest time a direction thread sleeps before looking at the stop flag.
@@ -546,6 +546,8 @@ fn kernel_drops(fd: RawFd) -> u64 {
 #[derive(Default)]
 struct DriverCounters {
     kernel_drops: u64,
+    dropped_queue_ack_frames: u64,
+    dropped_queue_handshake_frames: u64,
     dropped_memory_frames: u64,
     io_errors: u64,
     oversized_frames: u64,
@@ -558,6 +560,14 @@ struct DriverCounters {
 }
 
 impl DriverCounters {
+    fn count_queue_drop(&mut self, kind: FrameKind) {
+        match kind {
+            FrameKind::PureAck => self.dropped_queue_ack_frames += 1,
+            FrameKind::Handshake => self.dropped_queue_handshake_frames += 1,
+            FrameKind::Other => {}
+        }
+    }
+
     fn record_send(&mut self, lateness_ns: u64) {
         self.send_lateness_total_ns += lateness_ns;
         self.send_lateness_max_ns = self.send_lateness_max_ns.max(lateness_ns);
@@ -649,12 +659,16 @@ fn forward(plan: &DirectionPlan, sockets: &Sockets) {
                             .unwrap_or(read_ns);
                         counters.record_receive(read_ns - arrival_ns);
                         let frame = &buffer[..len];
-                        let pure_ack = is_pure_tcp_ack(frame);
-                        if let Verdict::Accepted { id, .. } =
-                            engine.arrive(arrival_ns, len, pure_ack)
-                        {
-                            held.push_back((id, frame.to_vec()));
-                            held_bytes += len;
+                        let kind = frame_kind(frame);
+                        match engine.arrive(arrival_ns, len, kind == FrameKind::PureAck) {
+                            Verdict::Accepted { id, .. } => {
+                                held.push_back((id, frame.to_vec()));
+                                held_bytes += len;
+                            }
+                            Verdict::Dropped(DropReason::QueueFull) => {
+                                counters.count_queue_drop(kind)
+                            }
+                            Verdict::Dropped(_) => {}
                         }
                     }
                     Received::Oversized => counters.oversized_frames += 1,
@@ -682,6 +696,8 @@ fn forward(plan: &DirectionPlan, sockets: &Sockets) {
 fn publish(shared: &Mutex<DirectionStats>, engine: &Direction, counters: &DriverCounters) {
     let mut stats = engine.stats();
     stats.kernel_drops = counters.kernel_drops;
+    stats.dropped_queue_ack_frames = counters.dropped_queue_ack_frames;
+    stats.dropped_queue_handshake_frames = counters.dropped_queue_handshake_frames;
     stats.dropped_memory_frames = counters.dropped_memory_frames;
     stats.io_errors = counters.io_errors;
     stats.oversized_frames = counters.oversized_frames;

@@ -79,6 +79,12 @@ pub struct DirectionStats {
     pub dropped_queue_bytes: u64,
     /// Of the frames dropped by loss, how many were pure TCP ACKs.
     pub dropped_loss_ack_frames: u64,
+    /// Driver: of the frames the full queue dropped, how many were pure TCP ACKs.
+    #[serde(default)]
+    pub dropped_queue_ack_frames: u64,
+    /// Driver: of the frames the full queue dropped, how many were SYNs or SYN-ACKs.
+    #[serde(default)]
+    pub dropped_queue_handshake_frames: u64,
     /// Largest queue (waiting for or in serialisation) seen just after accepting a frame.
     pub max_queue_frames: u64,
     /// Largest queue in bytes (waiting for or in serialisation) seen just after accepting a frame.

@@ -3,6 +3,8 @@
 //! - [`config`]: TOML in stages -> [`config::RuntimeConfig`] ([`load_config`], [`parse_config`]).
 //!   Public as a module: the binary and the lab name its types by that path.
 //! - `access` (private): access control by client prefix, per-client limits.
+//! - [`access_link`]: subscribers' access links: which subscriber a client is, and the pacing
+//!   share of each of its connections (pure; applied by the server).
 //! - `socks5` (private): SOCKS5 parser (pure) and handshake.
 //! - `nft` (private): nftables TPROXY rules and policy routing for transparent listeners
 //!   ([`nft_ruleset`] prints them).
@@ -45,6 +47,7 @@
 //! ```
 
 mod access;
+pub mod access_link;
 pub mod config;
 mod metrics;
 mod nft;

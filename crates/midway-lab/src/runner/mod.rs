@@ -474,7 +474,9 @@ fn add_netstat_deltas(
     }
 }
 
-/// Adds each link direction's dropped frames to `measurement`.
+/// Adds each link direction's dropped frames to `measurement`: all of them (`drops`), those the
+/// drop-tail queue dropped (`queue_drops`; of them pure ACKs and SYNs / SYN-ACKs) and the longest
+/// the queue was (`max_queue_frames`).
 fn add_link_drops(scenario: &Scenario, topology: &Topology, measurement: &mut Measurement) {
     // labnet names links "a-b"; records use the scenario's link names.
     for (labnet_name, ab, ba) in topology.link_stats() {
@@ -485,9 +487,20 @@ fn add_link_drops(scenario: &Scenario, topology: &Topology, measurement: &mut Me
             .map_or(labnet_name.clone(), |l| l.name.clone());
         for (dir, stats) in [("a_to_b", ab), ("b_to_a", ba)] {
             let drops = stats.dropped_loss_frames + stats.dropped_queue_frames;
-            measurement
-                .extra
-                .insert(format!("{name}.{dir}.drops"), drops as f64);
+            for (what, value) in [
+                ("drops", drops),
+                ("queue_drops", stats.dropped_queue_frames),
+                ("queue_drops_acks", stats.dropped_queue_ack_frames),
+                (
+                    "queue_drops_handshakes",
+                    stats.dropped_queue_handshake_frames,
+                ),
+                ("max_queue_frames", stats.max_queue_frames),
+            ] {
+                measurement
+                    .extra
+                    .insert(format!("{name}.{dir}.{what}"), value as f64);
+            }
         }
     }
 }

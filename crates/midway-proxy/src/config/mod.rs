@@ -12,6 +12,7 @@
 //!
 //! Secrets (SOCKS5 passwords) never appear in an error message or in `Debug` output.
 
+mod access_links;
 mod http;
 mod listener;
 mod peers;
@@ -23,12 +24,13 @@ use std::time::Duration;
 
 use midway_tcp::ProfileError;
 
+pub use access_links::MIN_ACCESS_RATE_BPS;
 /// Stage 1, the file as written, is midway-config's: the proxy reads it, the lab and the
 /// benchmark write it.
 pub use midway_config::{
-    ApplicationName, AuthName, FileClientProfile, FileConfig, FileHttp, FileKey, FileListener,
-    FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool, FileUser,
-    ModeName, RelayName,
+    ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
+    FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool,
+    FileUser, ModeName, RelayName,
 };
 pub use runtime::*;
 

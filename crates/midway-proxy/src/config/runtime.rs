@@ -65,6 +65,9 @@ pub struct RuntimeConfig {
     pub peer_header_window: Duration,
     /// Every listener, in file order.
     pub listeners: Vec<ListenerConfig>,
+    /// Subscribers' access links (`[[access_links]]`), in file order; empty: every connection
+    /// keeps its own profile's pacing.
+    pub access_links: Vec<crate::access_link::AccessLink>,
 }
 
 impl RuntimeConfig {

@@ -353,3 +353,64 @@ fn peer_tables_name_what_is_wrong() {
         assert!(err.contains(expected), "{expected}: {err}");
     }
 }
+
+#[test]
+fn access_links_take_prefixes_a_rate_and_subscriber_lengths() {
+    let text = format!(
+        "{MINIMAL}\n[[access_links]]\nclients = [\"10.64.0.0/10\", \"fd00:2::/48\"]\nrate_bps = 384e3\n\
+         [[access_links]]\nclients = [\"10.128.0.0/16\"]\nrate_bps = 2000000\nsubscriber_prefix_v4 = 30\n"
+    );
+    let config = parse_config(&text, "<test>").unwrap();
+    let [cellular, cable] = &config.access_links[..] else {
+        panic!("two access links: {:?}", config.access_links);
+    };
+    assert_eq!(cellular.rate_bps, 384_000);
+    assert_eq!(cellular.subscriber_prefix_v4, 32);
+    assert_eq!(cellular.subscriber_prefix_v6, 64);
+    assert_eq!(cable.subscriber_prefix_v4, 30);
+    assert!(parse_config(MINIMAL, "<test>")
+        .unwrap()
+        .access_links
+        .is_empty());
+
+    for (entry, key, problem) in [
+        ("rate_bps = 384000", "access_links[0].clients", "required"),
+        (
+            "clients = []\nrate_bps = 384000",
+            "access_links[0].clients",
+            "required",
+        ),
+        (
+            "clients = [\"10.0.0.0/8\"]",
+            "access_links[0].rate_bps",
+            "required",
+        ),
+        (
+            "clients = [\"10.0.0.0/8\"]\nrate_bps = 8000",
+            "access_links[0].rate_bps",
+            "below",
+        ),
+        (
+            "clients = [\"ten\"]\nrate_bps = 384000",
+            "access_links[0].clients[0]",
+            "not an IP prefix",
+        ),
+        (
+            "clients = [\"10.0.0.0/8\"]\nrate_bps = 384000\nsubscriber_prefix_v4 = 33",
+            "access_links[0].subscriber_prefix_v4",
+            "longer than an address",
+        ),
+    ] {
+        let text = format!("{MINIMAL}\n[[access_links]]\n{entry}\n");
+        let err = parse_config(&text, "<test>").unwrap_err().to_string();
+        assert!(
+            err.contains(key) && err.contains(problem),
+            "{entry:?}: {err}"
+        );
+    }
+    let typo = format!("{MINIMAL}\n[[access_links]]\nclients = [\"10.0.0.0/8\"]\nrate = 1\n");
+    assert!(
+        parse_config(&typo, "<test>").is_err(),
+        "unknown keys are refused"
+    );
+}

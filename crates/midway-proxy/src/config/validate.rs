@@ -240,6 +240,7 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
         keys: &keys,
     };
     let listeners = listeners(&v, file.listeners, &profiles, &names)?;
+    let access_links = super::access_links::access_links(&v, file.access_links)?;
 
     Ok(RuntimeConfig {
         origin: origin.to_string(),
@@ -269,6 +270,7 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
         max_hops,
         peer_header_window,
         listeners,
+        access_links,
     })
 }
 

@@ -248,6 +248,11 @@ impl Connection {
             self.shared.socket_memory.as_ref(),
             &[("local", &client, leaves_buffers(local))],
         );
+        let _access_share = self
+            .shared
+            .access_links
+            .as_ref()
+            .and_then(|links| links.join(self.peer.ip(), &client));
         let serve = http.engine.serve_client(
             client,
             self.peer,

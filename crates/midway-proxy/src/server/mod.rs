@@ -46,6 +46,7 @@
 //! - `error.rs`: typed errors.
 
 mod accept;
+mod access_links;
 mod congestion;
 mod connect;
 mod connection;

@@ -191,6 +191,7 @@ pub(super) fn restart_only_changes(old: &RuntimeConfig, new: &RuntimeConfig) -> 
         old.socket_memory != new.socket_memory,
     );
     check("proxy.max_pipes", old.max_pipes != new.max_pipes);
+    check("access_links", old.access_links != new.access_links);
     check(
         "proxy.route_knobs_table_base",
         old.route_knobs_table_base != new.route_knobs_table_base,

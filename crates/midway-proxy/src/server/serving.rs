@@ -43,8 +43,8 @@ pub(super) struct Serving {
     /// Stops the helpers at the very end.
     pub(super) helpers_cancel: CancellationToken,
     pub(super) helpers: JoinSet<()>,
-    /// The memory guard's sampler thread, joined apart.
-    pub(super) memory_sampler: Option<JoinHandle<()>>,
+    /// The sampler threads (memory guard, access links), joined apart.
+    pub(super) sampler_threads: Vec<JoinHandle<()>>,
 }
 
 impl Serving {
@@ -69,7 +69,7 @@ impl Serving {
             connections_cancel,
             pools: JoinSet::new(),
             helpers: JoinSet::new(),
-            memory_sampler: None,
+            sampler_threads: Vec::new(),
             helpers_cancel,
         };
         serving.spawn_helpers(proxy);
@@ -120,7 +120,10 @@ impl Serving {
                 }
             }
         });
-        self.memory_sampler = spawn_memory_sampler(proxy, &self.helpers_cancel);
+        self.sampler_threads
+            .extend(spawn_memory_sampler(proxy, &self.helpers_cancel));
+        self.sampler_threads
+            .extend(spawn_access_link_sampler(proxy, &self.helpers_cancel));
         for engine in proxy.generation.http_engines() {
             self.maintain_http_pool(engine);
         }
@@ -156,6 +159,19 @@ impl Serving {
                 });
                 self.pools.spawn(pool.clone().maintain(stop));
             }
+        }
+    }
+}
+
+/// The access links' thread, which keeps each subscriber's connections at their shares; `None`
+/// without access links (or if the thread cannot start).
+fn spawn_access_link_sampler(proxy: &Proxy, cancel: &CancellationToken) -> Option<JoinHandle<()>> {
+    let links = proxy.shared.access_links.clone()?;
+    match links.spawn_sampler(cancel.clone()) {
+        Ok(thread) => Some(thread),
+        Err(err) => {
+            tracing::error!(error = %err, "access links: cannot start their thread; connections keep the shares they joined with");
+            None
         }
     }
 }

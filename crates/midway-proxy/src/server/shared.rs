@@ -11,6 +11,7 @@ use midway_relay::RelayResources;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use super::access_links::AccessLinks;
 use super::overload::Load;
 use crate::access::ClientLimits;
 use crate::config::RuntimeConfig;
@@ -32,6 +33,8 @@ pub(super) struct Shared {
     pub(super) connections_open: AtomicUsize,
     /// The socket memory guard, unless `socket_memory = "off"`.
     pub(super) socket_memory: Option<Arc<SocketMemory>>,
+    /// Subscribers' access links, when the config has any.
+    pub(super) access_links: Option<Arc<AccessLinks>>,
     /// The managed nftables tables installed now (the overload bypass switches their set).
     intercept_tables: Mutex<Arc<[String]>>,
     /// The transparent listeners accepting now: their accept queues count as load.
@@ -54,6 +57,7 @@ impl Shared {
             served: AtomicU64::default(),
             connections_open: AtomicUsize::default(),
             socket_memory,
+            access_links: AccessLinks::new(&config.access_links),
             intercept_tables: Mutex::new(Arc::from(Vec::new())),
             transparent_listeners: Mutex::default(),
         }

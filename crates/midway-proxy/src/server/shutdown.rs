@@ -67,8 +67,8 @@ pub(super) async fn shut_down(
 
     serving.helpers_cancel.cancel();
     while serving.helpers.join_next().await.is_some() {}
-    if let Some(thread) = serving.memory_sampler.take() {
-        // It sees the cancellation within one sample interval.
+    for thread in std::mem::take(&mut serving.sampler_threads) {
+        // Each sees the cancellation within one sample interval.
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
     // After a handover the new process owns the interception (`hand_over` let go of it), and
