@@ -558,6 +558,10 @@ pub fn run(options: &RunOptions) -> anyhow::Result<RunSummary> {
             crate::time::compact_now()
         ))
     });
+    // Absolute: the proxies run with working directories of their own (Squid opened
+    // "docs/results/.../access.log" relative to its own and refused to start).
+    let out_dir = std::path::absolute(&out_dir)
+        .with_context(|| format!("cannot resolve {}", out_dir.display()))?;
     let scenario_dir = options
         .scenario
         .parent()

@@ -6,7 +6,7 @@
 //! proxy) at once. A split connection's local segment starts with a 10-segment initial window
 //! from a proxy that has the objects at hand, so six connections put 60 packets into a
 //! narrow link's queue of a few dozen within a millisecond, and the losses end in
-//! retransmission timeouts (docs/results/narrow-cellular.md). A direct connection's server is
+//! retransmission timeouts (docs/results/narrow-cellular/README.md). A direct connection's server is
 //! slowed by the Internet path and spreads the same bytes out.
 //!
 //! What: the busy connections of a subscriber (bytes written and not yet acknowledged) split
@@ -46,7 +46,7 @@ pub const DEFAULT_SUBSCRIBER_PREFIX_V6: u8 = 64;
 /// segments, and a connection turning busy runs at its old share until the next pass. At 94 %
 /// a queue that such a start filled drained too slowly to matter: in the narrow-cellular
 /// scenario the access queue dropped a median of 11 frames per page load through the HTTP
-/// proxy, against 6 at 85 % (docs/results/narrow-cellular.md).
+/// proxy, against 6 at 85 % (docs/results/narrow-cellular/README.md).
 pub const PAYLOAD_PER_MILLE: u64 = 850;
 
 /// One subscriber: the access link (index into the config's list) and the client prefix that

@@ -259,7 +259,7 @@ pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
         // kbit/s, a queue of a few dozen packets in front of the subscriber), where a browser
         // opens six connections per host name and up to 16 or more to an explicit proxy. Measured
         // with scenarios/narrow-cellular.toml (384/64 kbit/s, 30 KB queue, 2 % Internet loss,
-        // Chromium; docs/results/narrow-cellular.md):
+        // Chromium; docs/results/narrow-cellular/README.md):
         // - initial_cwnd = 2: Linux never paces a connection's first 10 segments, so 16
         //   connections of a 10-segment window put 160 packets into a 20-packet queue at once;
         //   with 2 the access queue dropped fewer frames (HTTP mode: a median of 6 against 11
