@@ -257,22 +257,25 @@ pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
     match name {
         // `cellular-local`: the local segment over a narrow cellular bearer (a few hundred
         // kbit/s, a queue of a few dozen packets in front of the subscriber), where a browser
-        // opens six connections per host name and up to 16 or more to an explicit proxy. Measured
-        // with scenarios/narrow-cellular.toml (384/64 kbit/s, 30 KB queue, 2 % Internet loss,
-        // Chromium; docs/results/narrow-cellular/README.md):
-        // - initial_cwnd = 2: Linux never paces a connection's first 10 segments, so 16
-        //   connections of a 10-segment window put 160 packets into a 20-packet queue at once;
-        //   with 2 the access queue dropped fewer frames (HTTP mode: a median of 6 against 11
-        //   at 10 and 14 at 1, where every segment costs a round trip);
-        // - congestion_control = bbr (the kernel's default, made explicit): with CUBIC the same
-        //   page loads took 7.0 s against 5.0 s through the HTTP proxy, as every queue drop
-        //   halved a window that was already small.
+        // opens six connections per host name and about 20 to an explicit proxy (Chromium, one
+        // page of 19 requests). Measured with scenarios/narrow-cellular.toml (384/64 kbit/s,
+        // 30 KB queue, 2 % Internet loss, Chromium; docs/results/narrow-cellular/README.md):
+        // - initial_cwnd = 1: Linux never paces a connection's first 10 segments, so 20
+        //   connections with a window of 10 put 200 packets into a 20-packet queue at once. The
+        //   rule behind the choice: the subscriber's connections times the initial window should
+        //   fit the access queue. Before this preset existed, three series of 5 page loads
+        //   through the HTTP proxy with an access link and a window of 1 had medians of 4.8-5.0
+        //   s (all runs 4.5-5.9 s); two with a window of 2 had medians of 5.0 and 6.9 s (runs
+        //   4.2-8.6 s: a run either lost a response's tail to the queue or not);
+        // - congestion_control = bbr (the kernel's default, made explicit): with CUBIC the
+        //   HTTP proxy's page loads took 7.0 s against 5.0 s, as every queue drop halved a
+        //   window that was already small.
         // Use it together with `[[access_links]]` for the bearer's rate, which makes the
-        // subscriber's connections share it; without one a browser's connections still
-        // overrun the queue.
+        // subscriber's connections share it; the preset alone leaves their pacing to each
+        // connection.
         "cellular-local" => Some(ProfileSpec {
             congestion_control: Some("bbr".to_owned()),
-            initial_cwnd: Some(2),
+            initial_cwnd: Some(1),
             ..ProfileSpec::default()
         }),
         // `default`: the kernel as it is. The baseline every lab comparison starts from.
