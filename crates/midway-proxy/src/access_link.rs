@@ -2,20 +2,20 @@
 //! rate of the link in front of it. Pure: which subscriber a client is, and each connection's
 //! pacing ceiling; `server::access_links` applies them to live sockets.
 //!
-//! Why: a browser opens six or more connections per host name (and up to 32 to an explicit
-//! proxy) at once. A split connection's local segment starts with a 10-segment initial window
-//! from a proxy that has the objects at hand, so six connections put 60 packets into a
-//! narrow link's queue of a few dozen within a millisecond, and the losses end in
-//! retransmission timeouts (docs/results/narrow-cellular/README.md). A direct connection's server is
-//! slowed by the Internet path and spreads the same bytes out.
+//! Why: a browser opens six connections per host name, and Chromium about 20 to an explicit
+//! proxy for a page of 19 requests. A split connection's local segment has the objects at hand,
+//! so the subscriber's connections together overrun a narrow link's queue of a few dozen
+//! packets, and the losses end in retransmission timeouts; a direct server's bytes come
+//! through the Internet path spread out (docs/results/narrow-cellular/README.md).
 //!
 //! What: the busy connections of a subscriber (bytes written and not yet acknowledged) split
 //! the link's payload rate evenly as their `SO_MAX_PACING_RATE`; the kernel paces each one
-//! (internal TCP pacing, no `fq` needed), initial window included. An idle connection is given
-//! an equal share among all the subscriber's connections, so that a new round of requests on
-//! every idle connection at once at most doubles the subscriber's rate until the next pass. Nothing is queued in midway: the remote segments keep pulling
-//! from the servers and the bytes wait in the local sockets' buffers, which push back on the
-//! relay as usual.
+//! (internal TCP pacing, no `fq` needed). An idle connection is given an equal share among all
+//! the subscriber's connections, so that a new round of requests on every idle connection at
+//! once at most doubles the subscriber's rate until the next pass. Nothing is queued in midway:
+//! the remote segments keep pulling from the servers and the bytes wait in the local sockets'
+//! buffers, which push back on the relay as usual. Linux never paces a connection's first 10
+//! segments, so the initial window is the local profile's business (`cellular-local`).
 
 use std::net::IpAddr;
 
@@ -43,10 +43,9 @@ pub const DEFAULT_SUBSCRIBER_PREFIX_V6: u8 = 64;
 /// payload, while the link also carries 66 bytes of Ethernet, IPv4 and TCP headers (with
 /// timestamps) per 1448-byte segment (4.4 %) and the subscriber's ACKs and handshakes. The rest,
 /// about a tenth, drains what pacing cannot prevent: Linux never paces a connection's first 10
-/// segments, and a connection turning busy runs at its old share until the next pass. At 94 %
-/// a queue that such a start filled drained too slowly to matter: in the narrow-cellular
-/// scenario the access queue dropped a median of 11 frames per page load through the HTTP
-/// proxy, against 6 at 85 % (docs/results/narrow-cellular/README.md).
+/// segments, and a connection turning busy runs at its old share until the next pass. (In
+/// exploratory runs of scenarios/narrow-cellular.toml, 94 % left the access queue dropping about
+/// twice as often through the HTTP proxy.)
 pub const PAYLOAD_PER_MILLE: u64 = 850;
 
 /// One subscriber: the access link (index into the config's list) and the client prefix that

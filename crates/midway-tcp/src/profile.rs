@@ -259,20 +259,20 @@ pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
         // kbit/s, a queue of a few dozen packets in front of the subscriber), where a browser
         // opens six connections per host name and about 20 to an explicit proxy (Chromium, one
         // page of 19 requests). Measured with scenarios/narrow-cellular.toml (384/64 kbit/s,
-        // 30 KB queue, 2 % Internet loss, Chromium; docs/results/narrow-cellular/README.md):
+        // 30 KB queue, 2 % Internet loss, Chromium, 10 runs a case;
+        // docs/results/narrow-cellular/README.md):
         // - initial_cwnd = 1: Linux never paces a connection's first 10 segments, so 20
         //   connections with a window of 10 put 200 packets into a 20-packet queue at once. The
-        //   rule behind the choice: the subscriber's connections times the initial window should
-        //   fit the access queue. Before this preset existed, three series of 5 page loads
-        //   through the HTTP proxy with an access link and a window of 1 had medians of 4.8-5.0
-        //   s (all runs 4.5-5.9 s); two with a window of 2 had medians of 5.0 and 6.9 s (runs
-        //   4.2-8.6 s: a run either lost a response's tail to the queue or not);
-        // - congestion_control = bbr (the kernel's default, made explicit): with CUBIC the
-        //   HTTP proxy's page loads took 7.0 s against 5.0 s, as every queue drop halved a
-        //   window that was already small.
-        // Use it together with `[[access_links]]` for the bearer's rate, which makes the
-        // subscriber's connections share it; the preset alone leaves their pacing to each
-        // connection.
+        //   rule: the subscriber's connections times the initial window should fit the access
+        //   queue. Through the HTTP proxy the page loaded in 4.61 s (median; runs 4.45-5.55)
+        //   against 6.69 s (4.15-7.81) with a window of 2 and 6.21 s (5.02-8.80) with the
+        //   kernel's 10; direct took 7.56 s. A client with few connections loses by it: the lab's
+        //   loader, 6 connections to the proxy, took 4.39 s against 3.64 s with 10;
+        // - congestion_control = bbr (the kernel's default, made explicit): CUBIC took 5.06 s
+        //   (4.92-5.62), inside BBR's spread but not below it.
+        // `[[access_links]]` adds pacing at the bearer's rate across the subscriber's
+        // connections; in that scenario it changed little beside this preset (4.61 s with it,
+        // 4.82 s without).
         "cellular-local" => Some(ProfileSpec {
             congestion_control: Some("bbr".to_owned()),
             initial_cwnd: Some(1),

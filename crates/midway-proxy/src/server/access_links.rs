@@ -82,8 +82,8 @@ impl AccessLinks {
 
     /// Registers `stream`, the local socket of a connection from `client`, if an access link
     /// covers the client, and paces it at once at its share among the busy connections and the
-    /// other newcomers since the last pass. A pacing ceiling its
-    /// profile set already (`max_pacing_rate_bps`) stays the most it gets.
+    /// other newcomers since the last pass. A pacing ceiling its profile set already
+    /// (`max_pacing_rate_bps`) stays the most it gets.
     pub(super) fn join(self: &Arc<Self>, client: IpAddr, stream: &TcpStream) -> Option<SharedLink> {
         let subscriber = subscriber_of(&self.links, client)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -131,8 +131,11 @@ impl AccessLinks {
             })
     }
 
-    /// One pass: every subscriber's busy connections and their shares.
-    pub(super) fn update_shares(&self) {
+    /// One pass: every subscriber's busy connections and their shares. The lock is held for
+    /// the whole pass (two ioctls and at most one setsockopt per socket), which is what makes
+    /// the mechanism one for narrow links: a few thousand shaped sockets, not a gateway's
+    /// every connection.
+    fn update_shares(&self) {
         let mut subscribers = self.lock();
         for members in subscribers.values_mut() {
             let busy: Vec<bool> = members.sockets.iter_mut().map(Member::busy).collect();
