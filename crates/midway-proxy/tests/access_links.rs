@@ -139,19 +139,21 @@ target = "{target}"
         shaped.push(connect_from(SHAPED, listen).await);
         unshaped.push(connect_from(UNSHAPED, listen).await);
     }
-    // Every shaped local socket carries a ceiling of at most the subscriber's budget from
-    // before its first byte; the other subscriber's carry none.
+    // Every shaped local socket carries a ceiling of at most the subscriber's budget (set when
+    // its relay starts, before midway writes to it); the other subscriber's carry none. The
+    // sockets are accepted before their relays start, hence the wait.
+    let all_paced = || {
+        let sockets = accepted_from(listen, SHAPED);
+        sockets.len() == CONNECTIONS && sockets.iter().all(|&fd| max_pacing_rate(fd) <= budget)
+    };
     assert!(
-        eventually(WAIT, || accepted_from(listen, SHAPED).len() == CONNECTIONS).await,
-        "the proxy accepted the shaped subscriber's connections"
+        eventually(WAIT, all_paced).await,
+        "the shaped subscriber's local sockets are not all paced at most at {budget} B/s: {:?}",
+        accepted_from(listen, SHAPED)
+            .into_iter()
+            .map(max_pacing_rate)
+            .collect::<Vec<_>>()
     );
-    for fd in accepted_from(listen, SHAPED) {
-        let rate = max_pacing_rate(fd);
-        assert!(
-            rate <= budget,
-            "shaped socket paced at {rate} > {budget} B/s"
-        );
-    }
     for fd in accepted_from(listen, UNSHAPED) {
         assert_eq!(
             u128::from(max_pacing_rate(fd)),
