@@ -375,7 +375,7 @@ fn delayed_ack_off_acks_every_segment_on_both_segments() {
 #[test]
 fn presets_apply_to_both_segments() {
     let presets = midway_tcp::resolve_profiles(&Default::default()).unwrap();
-    assert_eq!(presets.len(), 5);
+    assert_eq!(presets.len(), 6);
     for preset in presets.values() {
         let t = topology();
         let (_server_knobs, server_profile) = install_any(&t.server, preset);
