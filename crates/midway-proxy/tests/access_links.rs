@@ -15,10 +15,11 @@ use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use midway_proxy::access_link::payload_bytes_per_second;
-use nix::sys::socket::{getpeername, getsockname, setsockopt, sockopt, SockaddrStorage};
+use nix::sys::socket::{setsockopt, sockopt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use midway_testkit::net::sockets_where;
 use midway_testkit::proxy::*;
 use midway_testkit::wait::*;
 
@@ -82,24 +83,7 @@ async fn download(streams: Vec<TcpStream>) -> (usize, Duration) {
 /// The proxy's accepted sockets (local address = its listener) from `client`, in this process.
 fn accepted_from(listen: SocketAddr, client: &str) -> Vec<RawFd> {
     let client: IpAddr = client.parse().unwrap();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        let addr = |storage: Option<SockaddrStorage>| {
-            storage
-                .as_ref()
-                .and_then(|s| s.as_sockaddr_in())
-                .map(|a| SocketAddr::from((a.ip(), a.port())))
-        };
-        let local = addr(getsockname::<SockaddrStorage>(fd).ok());
-        let peer = addr(getpeername::<SockaddrStorage>(fd).ok());
-        if local == Some(listen) && peer.map(|p| p.ip()) == Some(client) {
-            found.push(fd);
-        }
-    }
-    found
+    sockets_where(|local, peer| local == listen && peer.ip() == client)
 }
 
 fn max_pacing_rate(fd: RawFd) -> u64 {

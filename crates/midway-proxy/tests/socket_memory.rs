@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::os::fd::{BorrowedFd, RawFd};
 
 use midway_sys::procfs::{machine_tcp_memory_bytes, KernelMemoryLimits};
-use nix::sys::socket::{getpeername, getsockname, getsockopt, sockopt, SockaddrStorage};
+use nix::sys::socket::{getsockopt, sockopt};
 use rand::{RngCore, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -67,42 +67,10 @@ impl Filler {
     }
 }
 
-fn std_addr(storage: &SockaddrStorage) -> Option<SocketAddr> {
-    storage
-        .as_sockaddr_in()
-        .map(|a| SocketAddr::from((a.ip(), a.port())))
-}
-
 /// The proxy's sockets in this process: accepted ones (local address = the listener) and
 /// outgoing ones (peer = the echo server).
 fn proxy_sockets(listen: SocketAddr, target: SocketAddr) -> Vec<RawFd> {
     sockets_where(|local, peer| local == listen || peer == target)
-}
-
-/// The connected IPv4 sockets of this process whose (local, peer) addresses match.
-fn sockets_where(matches: impl Fn(SocketAddr, SocketAddr) -> bool) -> Vec<RawFd> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<RawFd>().ok())
-        else {
-            continue;
-        };
-        let local = getsockname::<SockaddrStorage>(fd).ok();
-        let peer = getpeername::<SockaddrStorage>(fd).ok();
-        let (Some(local), Some(peer)) = (
-            local.as_ref().and_then(std_addr),
-            peer.as_ref().and_then(std_addr),
-        ) else {
-            continue;
-        };
-        if matches(local, peer) {
-            found.push(fd);
-        }
-    }
-    found
 }
 
 fn buffers(fd: RawFd) -> (usize, usize) {

@@ -256,3 +256,29 @@ impl Drop for PageOrigin {
         }
     }
 }
+
+/// The connected IPv4 sockets of this process whose (local, peer) addresses match: a test finds
+/// the proxy's own sockets this way to read their options back.
+pub fn sockets_where(matches: impl Fn(SocketAddr, SocketAddr) -> bool) -> Vec<std::os::fd::RawFd> {
+    use nix::sys::socket::{getpeername, getsockname, SockaddrStorage};
+    let addr = |storage: Option<SockaddrStorage>| {
+        storage
+            .as_ref()
+            .and_then(|s| s.as_sockaddr_in())
+            .map(|a| SocketAddr::from((a.ip(), a.port())))
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let local = addr(getsockname::<SockaddrStorage>(fd).ok());
+        let peer = addr(getpeername::<SockaddrStorage>(fd).ok());
+        if let (Some(local), Some(peer)) = (local, peer) {
+            if matches(local, peer) {
+                found.push(fd);
+            }
+        }
+    }
+    found
+}
