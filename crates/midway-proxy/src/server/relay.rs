@@ -62,10 +62,11 @@ pub(super) async fn relay(
     );
     // Paced at its share of the subscriber's access link while it lives (when one covers the
     // client); the share follows the socket by its inode after the relay took it.
-    let _access_share = match (&shared.access_links, client.peer_addr()) {
-        (Some(links), Ok(addr)) => links.join(addr.ip(), &client),
-        _ => None,
-    };
+    // (getpeername only when access links are configured: this is every connection's path.)
+    let _access_share = shared.access_links.as_ref().and_then(|links| {
+        let addr = client.peer_addr().ok()?;
+        links.join(addr.ip(), &client)
+    });
     let counters = Arc::new(RelayCounters::default());
     // The relay owns and closes both sockets; it hands them to this callback just before,
     // so the end-of-connection log and histograms get final values, not a stale sample.
