@@ -8,26 +8,42 @@ use std::collections::BTreeMap;
 
 use midway_sys::netlink::TcpMetricsEntry;
 
-/// The `TcpExt` counters the lab records, by the name `nstat` gives them (without the prefix).
-pub(crate) const RECORDED: [&str; 5] = [
+/// The counters the lab records, by the name `nstat` gives them (without the `TcpExt` or `Tcp`
+/// prefix). `ActiveOpens` (from `/proc/net/snmp`) counts the connections the host opened: on
+/// the client, how many a browser or the loader opened, which the lab compares between them.
+pub(crate) const RECORDED: [&str; 6] = [
     "TCPFastRetrans",
     "TCPTimeouts",
     "TCPLossProbes",
     "TCPSlowStartRetrans",
     "TCPRenoRecovery",
+    "ActiveOpens",
 ];
 
 /// Parses the text of `/proc/net/netstat` (pairs of lines: `Prefix: names...` then
 /// `Prefix: values...`) into `TcpExt` counters. Lines that do not pair up are skipped.
 pub(crate) fn parse_tcp_ext(text: &str) -> BTreeMap<String, u64> {
+    parse_prefixed(text, "TcpExt")
+}
+
+/// The `Tcp` counters (`ActiveOpens`, `PassiveOpens`, ...) of `/proc/net/snmp`, which pairs
+/// its lines the same way.
+pub(crate) fn parse_tcp(text: &str) -> BTreeMap<String, u64> {
+    parse_prefixed(text, "Tcp")
+}
+
+fn parse_prefixed(text: &str, prefix: &str) -> BTreeMap<String, u64> {
     let mut counters = BTreeMap::new();
     let mut lines = text.lines();
     while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
-        let (Some(("TcpExt", names)), Some(("TcpExt", values))) =
+        let (Some((names_prefix, names)), Some((values_prefix, values))) =
             (names.split_once(':'), values.split_once(':'))
         else {
             continue;
         };
+        if names_prefix != prefix || values_prefix != prefix {
+            continue;
+        }
         for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
             if let Ok(value) = value.parse::<u64>() {
                 counters.insert(name.to_string(), value);
@@ -37,12 +53,15 @@ pub(crate) fn parse_tcp_ext(text: &str) -> BTreeMap<String, u64> {
     counters
 }
 
-/// Reads the `TcpExt` counters of the calling thread's network namespace. `/proc/thread-self`
-/// (not `/proc/self`): the thread, not the process, is the one inside the host's namespace.
-pub(crate) fn read_tcp_ext() -> std::io::Result<BTreeMap<String, u64>> {
-    Ok(parse_tcp_ext(&std::fs::read_to_string(
-        "/proc/thread-self/net/netstat",
-    )?))
+/// Reads the `TcpExt` and `Tcp` counters of the calling thread's network namespace.
+/// `/proc/thread-self` (not `/proc/self`): the thread, not the process, is the one inside the
+/// host's namespace.
+pub(crate) fn read_tcp_counters() -> std::io::Result<BTreeMap<String, u64>> {
+    let mut counters = parse_tcp_ext(&std::fs::read_to_string("/proc/thread-self/net/netstat")?);
+    counters.extend(parse_tcp(&std::fs::read_to_string(
+        "/proc/thread-self/net/snmp",
+    )?));
+    Ok(counters)
 }
 
 /// The largest `reordering` of a peer's tcp_metrics entries (the threshold the next
@@ -68,6 +87,22 @@ mod tests {
     }
 
     #[test]
+    fn parses_tcp_of_snmp_and_skips_negative_values() {
+        let text = "Ip: Forwarding DefaultTTL\n\
+                    Ip: 1 64\n\
+                    Tcp: RtoAlgorithm MaxConn ActiveOpens PassiveOpens\n\
+                    Tcp: 1 -1 30435 30287\n\
+                    TcpExt: TCPTimeouts\n\
+                    TcpExt: 9\n";
+        let counters = parse_tcp(text);
+        assert_eq!(counters.get("ActiveOpens"), Some(&30435));
+        assert_eq!(counters.get("PassiveOpens"), Some(&30287));
+        assert!(!counters.contains_key("MaxConn"));
+        assert!(!counters.contains_key("TCPTimeouts"));
+        assert!(!counters.contains_key("DefaultTTL"));
+    }
+
+    #[test]
     fn cached_reordering_reads_ip_tcp_metrics_output() {
         // `10.0.1.1 age 0.512sec cwnd 10 rtt 21000us reordering 1 source 10.0.1.2` and
         // `10.0.2.2 age 3sec cwnd 10 rtt 1000us source 10.0.2.1`, as the cache gives them.
@@ -89,7 +124,8 @@ mod tests {
 
     #[test]
     fn reads_this_namespace() {
-        let counters = read_tcp_ext().expect("/proc/thread-self/net/netstat is readable");
+        let counters = read_tcp_counters().expect("/proc/thread-self/net is readable");
         assert!(counters.contains_key("TCPTimeouts"));
+        assert!(counters.contains_key("ActiveOpens"));
     }
 }

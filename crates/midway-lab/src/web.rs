@@ -14,10 +14,11 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use midway_labnet::{SpawnOptions, Topology};
 use midway_web::{
-    BrowserSpec, CacheMode, HttpMode, LoadResult, LoadSpec, Origin, OriginStats, SiteSpec,
+    BrowserSpec, CacheMode, ConnectionLimit, HttpMode, LoadResult, LoadSpec, Origin, OriginStats,
+    SiteSpec,
 };
 
-use crate::scenario::{HttpVersion, WebCache, WebWorkload};
+use crate::scenario::{HttpVersion, WebCache, WebConnectionLimit, WebWorkload};
 
 /// What the origin serves for `web`.
 pub(crate) fn site_spec(web: &WebWorkload) -> SiteSpec {
@@ -75,6 +76,10 @@ pub(crate) fn load_spec(web: &WebWorkload, route: &ClientRoute) -> LoadSpec {
             HttpVersion::Pipelining => HttpMode::Pipelining,
         },
         max_connections_per_host: web.connections_per_host,
+        connection_limit: match web.connection_limit {
+            WebConnectionLimit::PerServer => ConnectionLimit::PerServer,
+            WebConnectionLimit::PerOrigin => ConnectionLimit::PerOrigin,
+        },
         cache: match web.cache {
             WebCache::Plain => CacheMode::Plain,
             WebCache::Miss => CacheMode::ForceMiss,
@@ -301,6 +306,7 @@ mod tests {
             object_hosts: 1,
             http: HttpVersion::Pipelining,
             connections_per_host: 4,
+            connection_limit: WebConnectionLimit::PerOrigin,
             client: WebClient::Loader,
             cache: WebCache::Hit,
             cache_max_age: Some(Duration::from_secs(3600)),
@@ -344,6 +350,7 @@ mod tests {
         assert!(matches!(spec.mode, HttpMode::Pipelining));
         assert!(matches!(spec.cache, CacheMode::WarmHit));
         assert_eq!(spec.max_connections_per_host, 4);
+        assert_eq!(spec.connection_limit, ConnectionLimit::PerOrigin);
 
         let spec = load_spec(&web(), &route(Some("10.0.1.2:8080"), "10.0.1.2:8080"));
         assert_eq!(spec.proxy, Some("10.0.1.2:8080".parse().unwrap()));

@@ -49,6 +49,7 @@ pub fn load_spec(site: SiteSpec, port: u16, mode: HttpMode, per_host: u32) -> Lo
         proxy: None,
         mode,
         max_connections_per_host: per_host,
+        connection_limit: midway_web::ConnectionLimit::PerServer,
         cache: CacheMode::Plain,
         think_time: Duration::ZERO,
         timeout: STEP,

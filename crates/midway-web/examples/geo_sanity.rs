@@ -82,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 proxy: None,
                 mode,
                 max_connections_per_host: 6,
+                connection_limit: midway_web::ConnectionLimit::PerServer,
                 cache: CacheMode::Plain,
                 think_time: Duration::ZERO,
                 timeout: Duration::from_secs(300),

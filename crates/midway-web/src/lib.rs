@@ -29,7 +29,10 @@ mod site;
 
 pub use chromium::{chromium_command, parse_chromium_output, BrowserSpec, CHROMIUM_PATH};
 pub use error::WebError;
-pub use loader::{load_pages, CacheMode, HttpMode, LoadResult, LoadSpec, PageTiming};
+pub use loader::{
+    load_pages, CacheMode, ConnectionLimit, HttpMode, LoadResult, LoadSpec, PageTiming,
+    MAX_CONNECTIONS_PER_PROXY,
+};
 pub use origin::{Origin, OriginStats};
 pub use site::{
     fnv1a, PageLayout, SiteSpec, APACHE_KEEPALIVE_TIMEOUT, APACHE_MAX_KEEPALIVE_REQUESTS,

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use midway_testkit::web::*;
-use midway_web::{load_pages, CacheMode, HttpMode, SiteSpec, WebError};
+use midway_web::{load_pages, CacheMode, ConnectionLimit, HttpMode, SiteSpec, WebError};
 
 #[test]
 fn http_1_0_opens_one_connection_per_object_plus_one_per_page() {
@@ -173,6 +173,34 @@ fn through_a_proxy_requests_use_absolute_form_and_share_its_connections() {
     let result = load_pages(&load).unwrap();
     assert_eq!(result.connections_opened, 1);
     assert_eq!(result.bytes, 2 * 65_000);
+}
+
+#[test]
+fn through_a_proxy_a_per_origin_limit_opens_connections_per_host_as_chromium_does() {
+    let spec = site(2, 65_000, 9, 2);
+    let origin = start_origin(spec.clone());
+    let proxy = RelayProxy::start(origin.local_addr());
+    let port = origin.local_addr().port();
+    let mut load = load_spec(spec.clone(), port, HttpMode::KeepAlive, 3);
+    load.proxy = Some(proxy.addr);
+    load.connection_limit = ConnectionLimit::PerOrigin;
+    load.cache = CacheMode::ForceMiss;
+    let result = load_pages(&load).unwrap();
+    assert_eq!(result.bytes, 2 * 65_000);
+    // One for www.lab's base documents, 3 each for the objects on s1.lab and s2.lab, all to the
+    // proxy and kept across pages (per server it would be 3 in all).
+    assert_eq!(result.connections_opened, 1 + 3 + 3);
+    assert_eq!(proxy.accepted.load(std::sync::atomic::Ordering::Relaxed), 7);
+
+    // More than a browser keeps to one proxy is refused, not silently modelled.
+    load.max_connections_per_host = 11;
+    assert!(matches!(
+        load_pages(&load),
+        Err(WebError::InvalidLoad {
+            field: "max_connections_per_host",
+            ..
+        })
+    ));
 }
 
 #[test]

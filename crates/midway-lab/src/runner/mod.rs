@@ -564,7 +564,7 @@ type NetstatCounters = BTreeMap<String, BTreeMap<String, u64>>;
 fn netstat_all(topology: &Topology) -> NetstatCounters {
     let mut all = BTreeMap::new();
     for host in topology.hosts().map(str::to_owned).collect::<Vec<_>>() {
-        match topology.try_in_host(&host, crate::netstat::read_tcp_ext) {
+        match topology.try_in_host(&host, crate::netstat::read_tcp_counters) {
             Ok(Ok(counters)) => {
                 all.insert(host, counters);
             }

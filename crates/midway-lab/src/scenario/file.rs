@@ -194,9 +194,15 @@ pub struct WorkloadFile {
     /// Web: "1.0", "1.1" or "pipelining".
     #[serde(default)]
     pub http: Option<Spanned<HttpVersion>>,
-    /// Web: parallel connections per host name (per proxy when proxied).
+    /// Web: parallel connections per host name (per proxy when proxied, unless
+    /// `connection_limit` is "per-origin").
     #[serde(default)]
     pub connections_per_host: Option<Spanned<u32>>,
+    /// Web, loader only: "per-server" (default: through a proxy the limit counts connections
+    /// to the proxy, as RFC 2616-era browsers did) or "per-origin" (still per origin host
+    /// through a proxy, as Chromium does).
+    #[serde(default)]
+    pub connection_limit: Option<Spanned<WebConnectionLimit>>,
     /// Web: "plain", "miss" (no-cache request headers) or "hit" (an unmeasured load first).
     #[serde(default)]
     pub cache: Option<Spanned<WebCache>>,
@@ -278,6 +284,16 @@ pub enum HttpVersion {
     /// HTTP/1.1 with every request of a connection written at once.
     #[serde(rename = "pipelining")]
     Pipelining,
+}
+
+/// What the loader's `connections_per_host` counts through a proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WebConnectionLimit {
+    /// Connections to each server the client talks to (the proxy, when proxied).
+    PerServer,
+    /// Connections per origin host name, through a proxy too (Chromium's rule).
+    PerOrigin,
 }
 
 /// Cache situation of a web run.

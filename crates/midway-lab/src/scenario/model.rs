@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     CaseKind, DirectionFile, HttpVersion, Intercept, RelayKind, RouteTuning, UpstreamPersistence,
-    WebCache, WebClient,
+    WebCache, WebClient, WebConnectionLimit,
 };
 use crate::units::{LossSpec, QueueSpec};
 
@@ -90,8 +90,10 @@ pub struct WebWorkload {
     pub object_hosts: u32,
     /// HTTP version of the client: 1.0, 1.1 or 1.1 with pipelining.
     pub http: HttpVersion,
-    /// Parallel connections per host name (per proxy when proxied).
+    /// Parallel connections per host name (per proxy when proxied, unless per origin).
     pub connections_per_host: u32,
+    /// What `connections_per_host` counts through a proxy (the loader's; Chromium has its own).
+    pub connection_limit: WebConnectionLimit,
     /// Who loads the pages: midway-web's loader or headless Chromium.
     pub client: WebClient,
     /// Cache behaviour of the loads: plain, forced misses, or hits after an unmeasured load.
@@ -398,6 +400,11 @@ impl Scenario {
                     "connections_per_host".into(),
                     json!(web.connections_per_host),
                 );
+                // Only when not the default, so that records from before the setting existed
+                // keep matching the same cells.
+                if web.connection_limit != WebConnectionLimit::PerServer {
+                    params.insert("connection_limit".into(), json!(web.connection_limit));
+                }
                 params.insert("web_client".into(), json!(web.client));
                 params.insert("cache".into(), json!(web.cache));
                 params.insert(

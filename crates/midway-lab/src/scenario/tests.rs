@@ -197,6 +197,42 @@ fn web_values_are_swept_set_and_quick_overridden_by_dotted_path() {
 }
 
 #[test]
+fn the_loaders_connection_limit_is_set_by_name_and_refused_for_chromium() {
+    let loaded = LoadedScenario::from_text(Path::new("web.toml"), WEB.into()).unwrap();
+    let set = |path: &str, value: &str| Override {
+        path: path.into(),
+        value: value.into(),
+        path_span: 0..0,
+        value_span: 0..0,
+    };
+    let plain = loaded.point_scenario(&[]).unwrap();
+    assert_eq!(
+        web_of(&plain).connection_limit,
+        WebConnectionLimit::PerServer
+    );
+    let per_origin = set("workload.connection_limit", "per-origin");
+    let chosen = loaded
+        .point_scenario(std::slice::from_ref(&per_origin))
+        .unwrap();
+    assert_eq!(
+        web_of(&chosen).connection_limit,
+        WebConnectionLimit::PerOrigin
+    );
+    assert!(loaded
+        .point_scenario(&[set("workload.connection_limit", "per-browser")])
+        .is_err());
+    let chromium = set("workload.client", "chromium");
+    let error = loaded
+        .point_scenario(&[chromium, per_origin])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("connection_limit is the loader's"),
+        "{error}"
+    );
+}
+
+#[test]
 fn an_experiment_may_bring_its_own_workload_and_quick_settings() {
     // A bulk experiment in a web scenario: its HTTP proxies are simply not among its cases, and
     // the file's [quick] (page settings) gives way to the experiment's own.

@@ -8,11 +8,12 @@ use toml::Spanned;
 
 use super::{
     BulkAmount, BulkWorkload, CommandFile, CommandWorkload, CompetingFile, CompetingFlow,
-    HostCommand, HttpVersion, WebCache, WebClient, WebWorkload, Workload, WorkloadClientFile,
-    WorkloadFile, WorkloadKind, DEFAULT_CACHE_MAX_AGE_SECS, DEFAULT_COMPETING_CONGESTION_CONTROL,
-    DEFAULT_CONNECTIONS_PER_HOST, DEFAULT_KEEPALIVE_TIMEOUT_SECS, DEFAULT_SERVER_PORT,
-    DEFAULT_WEB_HOST, DEFAULT_WEB_PORT, DEFAULT_WORKLOAD_TIMEOUT_SECS, MAX_BULK_CONNECTIONS,
-    MAX_CONNECTIONS_PER_HOST, MAX_WEB_HOSTS, MAX_WEB_OBJECTS, MAX_WEB_PAGES,
+    HostCommand, HttpVersion, WebCache, WebClient, WebConnectionLimit, WebWorkload, Workload,
+    WorkloadClientFile, WorkloadFile, WorkloadKind, DEFAULT_CACHE_MAX_AGE_SECS,
+    DEFAULT_COMPETING_CONGESTION_CONTROL, DEFAULT_CONNECTIONS_PER_HOST,
+    DEFAULT_KEEPALIVE_TIMEOUT_SECS, DEFAULT_SERVER_PORT, DEFAULT_WEB_HOST, DEFAULT_WEB_PORT,
+    DEFAULT_WORKLOAD_TIMEOUT_SECS, MAX_BULK_CONNECTIONS, MAX_CONNECTIONS_PER_HOST, MAX_WEB_HOSTS,
+    MAX_WEB_OBJECTS, MAX_WEB_PAGES,
 };
 
 /// The validated `[workload]`; `host_exists` resolves the hosts of a command workload.
@@ -83,6 +84,7 @@ fn refuse_fields_of_other_kinds(workload: &WorkloadFile) -> Result<(), Blame> {
                 workload.connections_per_host.is_some(),
                 "connections_per_host",
             ),
+            (workload.connection_limit.is_some(), "connection_limit"),
             (workload.cache.is_some(), "cache"),
             (workload.cache_max_age.is_some(), "cache_max_age"),
             (workload.keepalive_timeout.is_some(), "keepalive_timeout"),
@@ -406,6 +408,10 @@ fn validate_web(
         object_hosts,
         http,
         connections_per_host,
+        connection_limit: workload
+            .connection_limit
+            .as_ref()
+            .map_or(WebConnectionLimit::PerServer, |c| *c.get_ref()),
         client,
         cache,
         cache_max_age: workload.cache_max_age.map_or(
@@ -502,6 +508,14 @@ fn check_chromium_limits(workload: &WorkloadFile) -> Result<(), Blame> {
                 "workload.connections_per_host: Chromium opens its own \
                  {DEFAULT_CONNECTIONS_PER_HOST} per host"
             ),
+        ));
+    }
+    if let Some(c) = &workload.connection_limit {
+        return Err((
+            c.span(),
+            "workload.connection_limit is the loader's; Chromium counts per origin host \
+             (6 each, 32 per proxy) by itself"
+                .into(),
         ));
     }
     if let Some(c) = workload

@@ -1,5 +1,5 @@
-//! Spreading requests over connections: at most `max_connections_per_host` per key (host, or
-//! the proxy), each taking batches from a shared queue (one request, or up to
+//! Spreading requests over connections: at most `max_connections_per_host` per key (origin
+//! host, or the proxy), each taking batches from a shared queue (one request, or up to
 //! [`super::PIPELINE_DEPTH`] when pipelining); idle connections are pooled across pages, and
 //! requests a closing connection left unanswered go back to the front of the queue.
 
@@ -17,7 +17,8 @@ use super::response::{read_response, READ_CHUNK};
 use super::{lookup, CacheMode, HttpMode, MAX_ATTEMPTS, PIPELINE_DEPTH};
 use crate::error::WebError;
 
-/// Connections are shared per origin host and port, or all go to the one proxy.
+/// Connections are shared per origin host and port (direct, or through a proxy that counts per
+/// origin), or all go to the one proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum ConnKey {
     Origin { host: String, port: u16 },

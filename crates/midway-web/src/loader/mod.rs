@@ -10,7 +10,8 @@
 //! 1. the base document is fetched from `hosts[0]` (reusing an idle connection if there is one);
 //! 2. its `src="..."` links are parsed; every link must be an object of the site;
 //! 3. the objects are fetched over at most `max_connections_per_host` connections per host
-//!    (per proxy when proxied, since then every request goes to the proxy), by the mode's rules:
+//!    (through a proxy: per proxy, as RFC 2616-era browsers counted, or still per origin host
+//!    as Chromium does, by [`ConnectionLimit`]), by the mode's rules:
 //!    - HTTP/1.0: one request per new connection, closed after the response;
 //!    - HTTP/1.1 keep-alive: a connection carries one outstanding request at a time and is kept
 //!      for the next request, the next page, and idle periods in between;
@@ -54,7 +55,7 @@ use crate::error::WebError;
 use crate::site::{Site, SiteSpec};
 use page::Loader;
 
-pub use modes::{CacheMode, HttpMode};
+pub use modes::{CacheMode, ConnectionLimit, HttpMode, MAX_CONNECTIONS_PER_PROXY};
 
 /// Most requests written at once on one pipelined connection.
 pub(crate) const PIPELINE_DEPTH: usize = 8;
@@ -74,8 +75,11 @@ pub struct LoadSpec {
     pub proxy: Option<SocketAddr>,
     /// How requests use connections: HTTP/1.0, keep-alive or pipelining.
     pub mode: HttpMode,
-    /// Parallel connections per host name (per proxy when proxied); browsers use 6.
+    /// Parallel connections per host name (per proxy when proxied and `connection_limit` is
+    /// per server); browsers use 6.
     pub max_connections_per_host: u32,
+    /// Whether, through a proxy, the limit counts connections to the proxy or per origin host.
+    pub connection_limit: ConnectionLimit,
     /// Cache behaviour: plain requests, forced misses, or a warm-up pass before measuring.
     pub cache: CacheMode,
     /// Pause between consecutive pages (idle time for upstream pools).
@@ -122,6 +126,19 @@ pub fn load_pages(spec: &LoadSpec) -> Result<LoadResult, WebError> {
             field: "max_connections_per_host",
             problem: "is 0; browsers use 6".into(),
         });
+    }
+    if spec.proxy.is_some() && spec.connection_limit == ConnectionLimit::PerOrigin {
+        let hosts = 1 + site.spec.object_hosts;
+        if hosts.saturating_mul(spec.max_connections_per_host) > MAX_CONNECTIONS_PER_PROXY {
+            return Err(WebError::InvalidLoad {
+                field: "max_connections_per_host",
+                problem: format!(
+                    "{hosts} hosts x {} connections exceed the {MAX_CONNECTIONS_PER_PROXY} a \
+                     browser keeps to one proxy (the loader does not model that cap)",
+                    spec.max_connections_per_host
+                ),
+            });
+        }
     }
     if spec.proxy.is_none() {
         // Every host the pages use must resolve; unused ones may be missing.

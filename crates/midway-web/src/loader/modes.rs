@@ -55,6 +55,31 @@ impl FromStr for HttpMode {
     }
 }
 
+/// What `max_connections_per_host` counts when the client goes through a proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnectionLimit {
+    /// Connections to each server the client talks to: each origin host when direct, the one
+    /// proxy when proxied (RFC 2616's rule, the browsers of the papers' time).
+    PerServer,
+    /// Connections per origin host name, through a proxy too: Chromium keys its socket pools
+    /// by destination (6 per host) and caps a proxy at 32, so a page with objects on two hosts
+    /// opens up to 12 connections to an explicit proxy at once.
+    PerOrigin,
+}
+
+/// Most connections Chromium keeps to one proxy, whatever the destinations.
+pub const MAX_CONNECTIONS_PER_PROXY: u32 = 32;
+
+impl ConnectionLimit {
+    /// The scenario string of this limit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionLimit::PerServer => "per-server",
+            ConnectionLimit::PerOrigin => "per-origin",
+        }
+    }
+}
+
 /// What the loader does about caches on the way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CacheMode {

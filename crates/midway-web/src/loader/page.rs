@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::connections::{Conn, ConnKey};
 use super::response::Response;
-use super::{CacheMode, LoadResult, LoadSpec, PageTiming};
+use super::{CacheMode, ConnectionLimit, LoadResult, LoadSpec, PageTiming};
 use crate::error::WebError;
 use crate::site::{extract_links, fnv1a, parse_http_url, Resource, Site, SiteSpec};
 
@@ -161,9 +161,9 @@ impl Loader<'_> {
     }
 
     fn key_for(&self, fetch: &Fetch) -> ConnKey {
-        match self.spec.proxy {
-            Some(_) => ConnKey::Proxy,
-            None => ConnKey::Origin {
+        match (self.spec.proxy, self.spec.connection_limit) {
+            (Some(_), ConnectionLimit::PerServer) => ConnKey::Proxy,
+            _ => ConnKey::Origin {
                 host: fetch.host.clone(),
                 port: fetch.port,
             },
