@@ -41,6 +41,9 @@ pub struct ProfileSpec {
     pub keepalive: Option<Keepalive>,
     /// `TCP_USER_TIMEOUT` in milliseconds (0 = kernel default behaviour).
     pub user_timeout_ms: Option<u32>,
+    /// A connect still unanswered after this many milliseconds gets a second attempt beside
+    /// it (a new SYN on a new socket); the first to complete is used. Remote segments only.
+    pub connect_backup_ms: Option<u32>,
     /// Ceiling of the socket's pacing rate in bits per second of TCP payload
     /// (`SO_MAX_PACING_RATE`, which takes bytes per second). An integer or a whole float
     /// (`24e6`), like `rate_in_bps` of the buffer rule.

@@ -178,6 +178,13 @@ pub enum LabCommand {
     },
     /// Remove namespaces and links left by a crashed run.
     Clean,
+    /// Print Chromium's connections and requests from its net log (a point's
+    /// `chromium-N/profile/netlog.json`, kept with `--keep-point-dirs`), in ms from the page's
+    /// request.
+    Timeline {
+        /// The net log file.
+        netlog: PathBuf,
+    },
 }
 
 /// Runs a `midway lab` subcommand.
@@ -338,6 +345,14 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Check { scenario } => {
             let loaded = LoadedScenario::load(&scenario)?;
             print!("{}", check_summary(&loaded)?);
+            Ok(())
+        }
+        LabCommand::Timeline { netlog } => {
+            let text = fs::read_to_string(&netlog)
+                .with_context(|| format!("cannot read {}", netlog.display()))?;
+            let timeline = crate::netlog::parse_netlog(&text)
+                .with_context(|| format!("{}", netlog.display()))?;
+            print!("{}", crate::netlog::render(&timeline));
             Ok(())
         }
         LabCommand::Clean => {

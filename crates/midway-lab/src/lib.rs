@@ -18,6 +18,7 @@
 mod cases;
 mod cli;
 mod concurrency;
+mod netlog;
 mod netstat;
 mod plan;
 mod provenance;

@@ -61,6 +61,7 @@ mod apply;
 mod bufrule;
 /// `tcp_info` read back from a live socket (kept at this path for the crates that read it here).
 pub use midway_sys::tcp_info as info;
+mod presets;
 mod profile;
 mod routes;
 mod verify;
@@ -70,9 +71,9 @@ pub use apply::{delack_floor_us, get_int, get_max_pacing_rate, TCP_DELACK_MAX_US
 pub use apply::{KnobError, Role};
 pub use bufrule::BufRuleError;
 pub use info::{congestion_control_of, tcp_stats, TcpStats};
+pub use presets::preset_names;
 pub use profile::{
-    preset_names, resolve_profiles, AutoBuffer, BufferSize, Keepalive, ProfileError, ProfileSpec,
-    TcpProfile,
+    resolve_profiles, AutoBuffer, BufferSize, Keepalive, ProfileError, ProfileSpec, TcpProfile,
 };
 pub use routes::{InstalledKnob, RouteKnobs, RouteKnobsError};
 pub use verify::{Mismatch, ReadBackWhen};

@@ -164,7 +164,7 @@ pub(super) async fn connect(
         let addrs = resolve(target, denied).await?;
         let mut last_err = None;
         for addr in addrs {
-            match connect_one(addr, profile, spoof_from).await {
+            match connect_with_backup(addr, profile, spoof_from).await {
                 Ok(stream) => return Ok(stream),
                 Err(err) => last_err = Some(err),
             }
@@ -178,6 +178,41 @@ pub(super) async fn connect(
         Err(_) => Err(SetupError::ConnectTimeout {
             target: target_text,
         }),
+    }
+}
+
+/// Connects to `addr`; when the profile sets `connect_backup_ms` and the first attempt is still
+/// unanswered after that long, a second attempt (a new socket, so a new SYN at once rather than
+/// the kernel's retransmission a second after the first) runs beside it. The first attempt to
+/// connect wins and the other is dropped (closed, or reset by the kernel if it completes
+/// later); if one fails, the other's outcome decides. A browser hides a lost SYN the same way
+/// (Chromium's backup connect job), which midway's clients cannot do for its upstream side.
+async fn connect_with_backup(
+    addr: SocketAddr,
+    profile: &TcpProfile,
+    spoof_from: Option<IpAddr>,
+) -> Result<TcpStream, SetupError> {
+    let first = connect_one(addr, profile, spoof_from);
+    let Some(backup_ms) = profile.connect_backup_ms else {
+        return first.await;
+    };
+    tokio::pin!(first);
+    tokio::select! {
+        result = &mut first => return result,
+        () = tokio::time::sleep(Duration::from_millis(u64::from(backup_ms))) => {}
+    }
+    tracing::debug!(%addr, backup_ms, "connect unanswered, starting a backup attempt");
+    let second = connect_one(addr, profile, spoof_from);
+    tokio::pin!(second);
+    tokio::select! {
+        result = &mut first => match result {
+            Ok(stream) => Ok(stream),
+            Err(_) => second.await,
+        },
+        result = &mut second => match result {
+            Ok(stream) => Ok(stream),
+            Err(_) => first.await,
+        },
     }
 }
 
