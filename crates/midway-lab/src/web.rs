@@ -15,10 +15,10 @@ use anyhow::{anyhow, bail, Context};
 use midway_labnet::{SpawnOptions, Topology};
 use midway_web::{
     BrowserSpec, CacheMode, ConnectionLimit, HttpMode, LoadResult, LoadSpec, Origin, OriginStats,
-    SiteSpec,
+    RequestHeaders, SiteSpec,
 };
 
-use crate::scenario::{HttpVersion, WebCache, WebConnectionLimit, WebWorkload};
+use crate::scenario::{HttpVersion, WebCache, WebConnectionLimit, WebRequestHeaders, WebWorkload};
 
 /// What the origin serves for `web`.
 pub(crate) fn site_spec(web: &WebWorkload) -> SiteSpec {
@@ -79,6 +79,10 @@ pub(crate) fn load_spec(web: &WebWorkload, route: &ClientRoute) -> LoadSpec {
         connection_limit: match web.connection_limit {
             WebConnectionLimit::PerServer => ConnectionLimit::PerServer,
             WebConnectionLimit::PerOrigin => ConnectionLimit::PerOrigin,
+        },
+        request_headers: match web.request_headers {
+            WebRequestHeaders::Minimal => RequestHeaders::Minimal,
+            WebRequestHeaders::Chromium => RequestHeaders::Chromium,
         },
         cache: match web.cache {
             WebCache::Plain => CacheMode::Plain,
@@ -307,6 +311,7 @@ mod tests {
             http: HttpVersion::Pipelining,
             connections_per_host: 4,
             connection_limit: WebConnectionLimit::PerOrigin,
+            request_headers: WebRequestHeaders::Chromium,
             client: WebClient::Loader,
             cache: WebCache::Hit,
             cache_max_age: Some(Duration::from_secs(3600)),
@@ -351,6 +356,7 @@ mod tests {
         assert!(matches!(spec.cache, CacheMode::WarmHit));
         assert_eq!(spec.max_connections_per_host, 4);
         assert_eq!(spec.connection_limit, ConnectionLimit::PerOrigin);
+        assert_eq!(spec.request_headers, RequestHeaders::Chromium);
 
         let spec = load_spec(&web(), &route(Some("10.0.1.2:8080"), "10.0.1.2:8080"));
         assert_eq!(spec.proxy, Some("10.0.1.2:8080".parse().unwrap()));

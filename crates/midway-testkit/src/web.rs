@@ -50,6 +50,7 @@ pub fn load_spec(site: SiteSpec, port: u16, mode: HttpMode, per_host: u32) -> Lo
         mode,
         max_connections_per_host: per_host,
         connection_limit: midway_web::ConnectionLimit::PerServer,
+        request_headers: midway_web::RequestHeaders::Minimal,
         cache: CacheMode::Plain,
         think_time: Duration::ZERO,
         timeout: STEP,

@@ -83,6 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 mode,
                 max_connections_per_host: 6,
                 connection_limit: midway_web::ConnectionLimit::PerServer,
+                request_headers: midway_web::RequestHeaders::Minimal,
                 cache: CacheMode::Plain,
                 think_time: Duration::ZERO,
                 timeout: Duration::from_secs(300),

@@ -31,7 +31,7 @@ pub use chromium::{chromium_command, parse_chromium_output, BrowserSpec, CHROMIU
 pub use error::WebError;
 pub use loader::{
     load_pages, CacheMode, ConnectionLimit, HttpMode, LoadResult, LoadSpec, PageTiming,
-    MAX_CONNECTIONS_PER_PROXY,
+    RequestHeaders, MAX_CONNECTIONS_PER_PROXY,
 };
 pub use origin::{Origin, OriginStats};
 pub use site::{

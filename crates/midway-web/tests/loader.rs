@@ -6,7 +6,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use midway_testkit::web::*;
-use midway_web::{load_pages, CacheMode, ConnectionLimit, HttpMode, SiteSpec, WebError};
+use midway_web::{
+    load_pages, CacheMode, ConnectionLimit, HttpMode, RequestHeaders, SiteSpec, WebError,
+};
 
 #[test]
 fn http_1_0_opens_one_connection_per_object_plus_one_per_page() {
@@ -191,6 +193,27 @@ fn through_a_proxy_a_per_origin_limit_opens_connections_per_host_as_chromium_doe
     // proxy and kept across pages (per server it would be 3 in all).
     assert_eq!(result.connections_opened, 1 + 3 + 3);
     assert_eq!(proxy.accepted.load(std::sync::atomic::Ordering::Relaxed), 7);
+
+    // Chromium's header lines: about 380 bytes a request, as Chromium's own.
+    let proxy = RelayProxy::start(origin.local_addr());
+    load.proxy = Some(proxy.addr);
+    load.request_headers = RequestHeaders::Chromium;
+    load_pages(&load).unwrap();
+    let all: String = proxy.sent_text().concat();
+    let requests: Vec<&str> = all.split("\r\n\r\n").filter(|r| !r.is_empty()).collect();
+    assert_eq!(requests.len(), 2 * 10);
+    for request in &requests {
+        assert!(
+            request.contains("\r\nProxy-Connection: keep-alive\r\n"),
+            "{request}"
+        );
+        assert!(request.contains("HeadlessChrome/156"), "{request}");
+        assert!(
+            (330..=450).contains(&(request.len() + 4)),
+            "{} bytes: {request}",
+            request.len()
+        );
+    }
 
     // More than a browser keeps to one proxy is refused, not silently modelled.
     load.max_connections_per_host = 11;

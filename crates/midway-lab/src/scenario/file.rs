@@ -203,6 +203,10 @@ pub struct WorkloadFile {
     /// through a proxy, as Chromium does).
     #[serde(default)]
     pub connection_limit: Option<Spanned<WebConnectionLimit>>,
+    /// Web, loader only: "minimal" (default: about 70 bytes a request) or "chromium" (the
+    /// header lines Chromium sends, about 380 bytes a request).
+    #[serde(default)]
+    pub request_headers: Option<Spanned<WebRequestHeaders>>,
     /// Web: "plain", "miss" (no-cache request headers) or "hit" (an unmeasured load first).
     #[serde(default)]
     pub cache: Option<Spanned<WebCache>>,
@@ -294,6 +298,16 @@ pub enum WebConnectionLimit {
     PerServer,
     /// Connections per origin host name, through a proxy too (Chromium's rule).
     PerOrigin,
+}
+
+/// The header lines of the loader's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebRequestHeaders {
+    /// Host, a short User-Agent and Accept.
+    Minimal,
+    /// The lines Chromium sends for an image.
+    Chromium,
 }
 
 /// Cache situation of a web run.

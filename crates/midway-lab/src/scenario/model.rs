@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     CaseKind, DirectionFile, HttpVersion, Intercept, RelayKind, RouteTuning, UpstreamPersistence,
-    WebCache, WebClient, WebConnectionLimit,
+    WebCache, WebClient, WebConnectionLimit, WebRequestHeaders,
 };
 use crate::units::{LossSpec, QueueSpec};
 
@@ -94,6 +94,8 @@ pub struct WebWorkload {
     pub connections_per_host: u32,
     /// What `connections_per_host` counts through a proxy (the loader's; Chromium has its own).
     pub connection_limit: WebConnectionLimit,
+    /// The header lines of the loader's requests (Chromium sends its own).
+    pub request_headers: WebRequestHeaders,
     /// Who loads the pages: midway-web's loader or headless Chromium.
     pub client: WebClient,
     /// Cache behaviour of the loads: plain, forced misses, or hits after an unmeasured load.
@@ -404,6 +406,9 @@ impl Scenario {
                 // keep matching the same cells.
                 if web.connection_limit != WebConnectionLimit::PerServer {
                     params.insert("connection_limit".into(), json!(web.connection_limit));
+                }
+                if web.request_headers != WebRequestHeaders::Minimal {
+                    params.insert("request_headers".into(), json!(web.request_headers));
                 }
                 params.insert("web_client".into(), json!(web.client));
                 params.insert("cache".into(), json!(web.cache));

@@ -197,7 +197,7 @@ fn web_values_are_swept_set_and_quick_overridden_by_dotted_path() {
 }
 
 #[test]
-fn the_loaders_connection_limit_is_set_by_name_and_refused_for_chromium() {
+fn the_loaders_connection_limit_and_headers_are_set_by_name_and_refused_for_chromium() {
     let loaded = LoadedScenario::from_text(Path::new("web.toml"), WEB.into()).unwrap();
     let set = |path: &str, value: &str| Override {
         path: path.into(),
@@ -223,13 +223,25 @@ fn the_loaders_connection_limit_is_set_by_name_and_refused_for_chromium() {
         .is_err());
     let chromium = set("workload.client", "chromium");
     let error = loaded
-        .point_scenario(&[chromium, per_origin])
+        .point_scenario(&[chromium.clone(), per_origin])
         .unwrap_err()
         .to_string();
     assert!(
         error.contains("connection_limit is the loader's"),
         "{error}"
     );
+    // Its request headers likewise.
+    assert_eq!(web_of(&plain).request_headers, WebRequestHeaders::Minimal);
+    let headers = set("workload.request_headers", "chromium");
+    let chosen = loaded
+        .point_scenario(std::slice::from_ref(&headers))
+        .unwrap();
+    assert_eq!(web_of(&chosen).request_headers, WebRequestHeaders::Chromium);
+    let error = loaded
+        .point_scenario(&[chromium, headers])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("request_headers is the loader's"), "{error}");
 }
 
 #[test]

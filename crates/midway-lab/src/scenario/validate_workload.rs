@@ -8,9 +8,9 @@ use toml::Spanned;
 
 use super::{
     BulkAmount, BulkWorkload, CommandFile, CommandWorkload, CompetingFile, CompetingFlow,
-    HostCommand, HttpVersion, WebCache, WebClient, WebConnectionLimit, WebWorkload, Workload,
-    WorkloadClientFile, WorkloadFile, WorkloadKind, DEFAULT_CACHE_MAX_AGE_SECS,
-    DEFAULT_COMPETING_CONGESTION_CONTROL, DEFAULT_CONNECTIONS_PER_HOST,
+    HostCommand, HttpVersion, WebCache, WebClient, WebConnectionLimit, WebRequestHeaders,
+    WebWorkload, Workload, WorkloadClientFile, WorkloadFile, WorkloadKind,
+    DEFAULT_CACHE_MAX_AGE_SECS, DEFAULT_COMPETING_CONGESTION_CONTROL, DEFAULT_CONNECTIONS_PER_HOST,
     DEFAULT_KEEPALIVE_TIMEOUT_SECS, DEFAULT_SERVER_PORT, DEFAULT_WEB_HOST, DEFAULT_WEB_PORT,
     DEFAULT_WORKLOAD_TIMEOUT_SECS, MAX_BULK_CONNECTIONS, MAX_CONNECTIONS_PER_HOST, MAX_WEB_HOSTS,
     MAX_WEB_OBJECTS, MAX_WEB_PAGES,
@@ -85,6 +85,7 @@ fn refuse_fields_of_other_kinds(workload: &WorkloadFile) -> Result<(), Blame> {
                 "connections_per_host",
             ),
             (workload.connection_limit.is_some(), "connection_limit"),
+            (workload.request_headers.is_some(), "request_headers"),
             (workload.cache.is_some(), "cache"),
             (workload.cache_max_age.is_some(), "cache_max_age"),
             (workload.keepalive_timeout.is_some(), "keepalive_timeout"),
@@ -412,6 +413,10 @@ fn validate_web(
             .connection_limit
             .as_ref()
             .map_or(WebConnectionLimit::PerServer, |c| *c.get_ref()),
+        request_headers: workload
+            .request_headers
+            .as_ref()
+            .map_or(WebRequestHeaders::Minimal, |h| *h.get_ref()),
         client,
         cache,
         cache_max_age: workload.cache_max_age.map_or(
@@ -508,6 +513,12 @@ fn check_chromium_limits(workload: &WorkloadFile) -> Result<(), Blame> {
                 "workload.connections_per_host: Chromium opens its own \
                  {DEFAULT_CONNECTIONS_PER_HOST} per host"
             ),
+        ));
+    }
+    if let Some(h) = &workload.request_headers {
+        return Err((
+            h.span(),
+            "workload.request_headers is the loader's; Chromium sends its own".into(),
         ));
     }
     if let Some(c) = &workload.connection_limit {

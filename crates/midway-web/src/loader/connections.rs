@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use super::page::{Fetch, Fetched, Loader};
 use super::response::{read_response, READ_CHUNK};
-use super::{lookup, CacheMode, HttpMode, MAX_ATTEMPTS, PIPELINE_DEPTH};
+use super::{lookup, CacheMode, HttpMode, RequestHeaders, MAX_ATTEMPTS, PIPELINE_DEPTH};
 use crate::error::WebError;
 
 /// Connections are shared per origin host and port (direct, or through a proxy that counts per
@@ -141,9 +141,30 @@ impl Loader<'_> {
             HttpMode::Http10 => "HTTP/1.0",
             HttpMode::KeepAlive | HttpMode::Pipelining => "HTTP/1.1",
         };
-        let mut request = format!(
-            "GET {target} {version}\r\nHost: {authority}\r\nUser-Agent: midway-web\r\nAccept: */*\r\n"
-        );
+        let mut request = match self.spec.request_headers {
+            RequestHeaders::Minimal => format!(
+                "GET {target} {version}\r\nHost: {authority}\r\nUser-Agent: midway-web\r\n\
+                 Accept: */*\r\n"
+            ),
+            // Chromium 156's lines for an image of the page (its net log), in its order; the
+            // page's own request differs in its Accept only, which changes no size that matters.
+            RequestHeaders::Chromium => {
+                let referer = self.site.spec.hosts[0].to_ascii_lowercase();
+                let connection = match self.spec.proxy {
+                    Some(_) => "Proxy-Connection: keep-alive",
+                    None => "Connection: keep-alive",
+                };
+                format!(
+                    "GET {target} {version}\r\nHost: {authority}\r\n{connection}\r\n\
+                     User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, \
+                     like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36\r\n\
+                     Accept: image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8\r\n\
+                     Referer: http://{referer}/\r\n\
+                     Accept-Encoding: gzip, deflate\r\n\
+                     Accept-Language: en-US,en;q=0.9\r\n"
+                )
+            }
+        };
         if self.spec.cache == CacheMode::ForceMiss {
             request.push_str("Pragma: no-cache\r\nCache-Control: no-cache\r\n");
         }

@@ -55,7 +55,7 @@ use crate::error::WebError;
 use crate::site::{Site, SiteSpec};
 use page::Loader;
 
-pub use modes::{CacheMode, ConnectionLimit, HttpMode, MAX_CONNECTIONS_PER_PROXY};
+pub use modes::{CacheMode, ConnectionLimit, HttpMode, RequestHeaders, MAX_CONNECTIONS_PER_PROXY};
 
 /// Most requests written at once on one pipelined connection.
 pub(crate) const PIPELINE_DEPTH: usize = 8;
@@ -80,6 +80,8 @@ pub struct LoadSpec {
     pub max_connections_per_host: u32,
     /// Whether, through a proxy, the limit counts connections to the proxy or per origin host.
     pub connection_limit: ConnectionLimit,
+    /// The header lines of every request: minimal, or the size Chromium sends.
+    pub request_headers: RequestHeaders,
     /// Cache behaviour: plain requests, forced misses, or a warm-up pass before measuring.
     pub cache: CacheMode,
     /// Pause between consecutive pages (idle time for upstream pools).
