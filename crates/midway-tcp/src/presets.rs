@@ -35,22 +35,22 @@ pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
     match name {
         // `cellular-local`: the local segment over a narrow cellular bearer (a few hundred
         // kbit/s, a queue of a few dozen packets in front of the subscriber), where a browser
-        // opens six connections per host name and about 20 to an explicit proxy (Chromium, one
-        // page of 19 requests). Measured with scenarios/narrow-cellular.toml (384/64 kbit/s,
+        // opens six connections per origin host name, through a proxy too (Chromium: 14 for one
+        // page over three names). Measured with scenarios/narrow-cellular.toml (384/64 kbit/s,
         // 30 KB queue, 2 % Internet loss, Chromium, 10 runs a case;
         // docs/results/narrow-cellular/README.md):
-        // - initial_cwnd = 1: Linux never paces a connection's first 10 segments, so 20
-        //   connections with a window of 10 put 200 packets into a 20-packet queue at once. The
-        //   rule: the subscriber's connections times the initial window should fit the access
-        //   queue. Through the HTTP proxy the page loaded in 4.61 s (median; runs 4.45-5.55)
-        //   against 6.69 s (4.15-7.81) with a window of 2 and 6.21 s (5.02-8.80) with the
-        //   kernel's 10; direct took 7.56 s. A client with few connections loses by it: the lab's
-        //   loader, 6 connections to the proxy, took 4.39 s against 3.64 s with 10;
-        // - congestion_control = bbr (the kernel's default, made explicit): CUBIC took 5.06 s
-        //   (4.92-5.62), inside BBR's spread but not below it.
+        // - initial_cwnd = 1: Linux never paces a connection's first 10 segments, so a dozen
+        //   connections with a window of 10 put 120 packets into a 20-packet queue at once; a
+        //   window of 1 spreads each start over four round trips. Through the HTTP proxy (with
+        //   the access link declared) the page loaded in 4.78 s (median; runs 4.51-5.13)
+        //   against 6.00 s (4.05-7.13) with a window of 2 and 7.94 s with the kernel's 10;
+        //   direct took 7.50 s;
+        // - congestion_control = bbr (the kernel's default, made explicit): CUBIC took 4.82 s
+        //   (4.78-5.10), inside BBR's spread.
+        // On a bearer whose queue never drops (the umts reproduction's RNC) the window of 1
+        // only slows each start: use it where the access queue is small.
         // `[[access_links]]` adds pacing at the bearer's rate across the subscriber's
-        // connections; in that scenario it changed little beside this preset (4.61 s with it,
-        // 4.82 s without).
+        // connections; in that scenario it changed little beside this preset.
         "cellular-local" => Some(ProfileSpec {
             congestion_control: Some("bbr".to_owned()),
             initial_cwnd: Some(1),
@@ -147,9 +147,10 @@ pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
         // request to whichever of its connections is ready first, and Chromium starts a backup
         // connect after 250 ms); behind a split connection the request waits on midway's one
         // upstream connect, and a lost SYN or SYN-ACK cost the kernel's one-second initial
-        // timeout. scenarios/browser-links.toml (0.5 % Internet loss, Chromium) had 5 of 40
-        // runs through midway a second slower than any direct run, each with one proxy-side
-        // timeout (docs/results/browser-links). 250 ms is Chromium's interval.
+        // timeout. scenarios/browser-links.toml (0.5 % Internet loss, Chromium) had 8 of 40
+        // runs through midway a second slower than any direct run, each with a proxy-side
+        // timeout, and none after this (docs/results/browser-links). 250 ms is Chromium's
+        // interval.
         "wan" => Some(ProfileSpec {
             congestion_control: Some("bbr".to_owned()),
             send_buffer: Some(BufferSize::Bytes(4 * 1024 * 1024)),
