@@ -32,7 +32,6 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::BorrowedFd;
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,14 +40,11 @@ use midway_labnet::{
     Topology, TopologySpec,
 };
 use midway_proxy::access_link::payload_bytes_per_second;
-use midway_proxy::ShutdownSummary;
 use midway_testkit::host::is_root;
 use midway_testkit::net::{sockets_where, WAIT};
 use midway_testkit::netns::in_netns;
-use midway_testkit::proxy::init_logging;
+use midway_testkit::proxy::start_in_netns;
 use midway_testkit::wait::poll_until;
-use prometheus_client::registry::Registry;
-use tokio_util::sync::{CancellationToken, DropGuard};
 
 const RATE_BPS: u64 = 4_000_000;
 const QUEUE_BYTES: u64 = 45_000;
@@ -123,33 +119,6 @@ fn start_source(ns: &str, addr: SocketAddr, connections: usize) -> JoinHandle<us
         writers.into_iter().for_each(|w| w.join().unwrap());
         served
     })
-}
-
-/// midway in `ns` on a thread of its own (as `transparent.rs` runs it): stopped when the guard
-/// drops, its summary then comes on the receiver.
-fn start_proxy(ns: &str, config: String) -> (DropGuard, mpsc::Receiver<ShutdownSummary>) {
-    init_logging();
-    let cancel = CancellationToken::new();
-    let token = cancel.clone();
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let (done_tx, done_rx) = mpsc::channel();
-    in_netns(ns, move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let summary = runtime.block_on(async move {
-            let config = midway_proxy::parse_config(&config, "<access link test>").unwrap();
-            let proxy = midway_proxy::Proxy::bind(config, &mut Registry::default())
-                .await
-                .unwrap_or_else(|e| panic!("{}", midway_testkit::chain(&e)));
-            ready_tx.send(()).unwrap();
-            proxy.run(token).await.unwrap()
-        });
-        let _ = done_tx.send(summary);
-    });
-    ready_rx.recv_timeout(WAIT).expect("proxy ready");
-    (cancel.drop_guard(), done_rx)
 }
 
 /// One download from namespace `ns` through midway at `proxy`: (bytes, whether they are the
@@ -247,7 +216,7 @@ local_profile = "cellular-local"
 "#,
         spool.path().display()
     );
-    let (stop, done) = start_proxy(topology.netns_name("gw"), config);
+    let proxy = start_in_netns(topology.netns_name("gw"), config);
     let budget = payload_bytes_per_second(RATE_BPS);
 
     let started = Instant::now();
@@ -289,8 +258,7 @@ local_profile = "cellular-local"
         ended - started
     };
     let (shaped_took, unshaped_took) = (took(shaped, "sub1"), took(unshaped, "sub2"));
-    drop(stop);
-    let summary = done.recv_timeout(WAIT).expect("midway stops in time");
+    let summary = proxy.stop();
     assert_eq!(summary.connections_served, 2 * CONNECTIONS as u64);
     assert_eq!(source_thread.join().unwrap(), 2 * CONNECTIONS);
 

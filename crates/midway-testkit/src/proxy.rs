@@ -89,3 +89,60 @@ pub async fn start(config: &str) -> Running {
         _spool: spool,
     }
 }
+
+/// midway run in-process on a thread of its own that has joined network namespace `ns`, so
+/// that its listeners and outgoing sockets belong to that namespace. Stopped by [`InNetns::stop`],
+/// or when dropped (a failing test still stops it).
+pub struct InNetns {
+    shutdown: CancellationToken,
+    handle: Option<std::thread::JoinHandle<ShutdownSummary>>,
+}
+
+/// Parses `config`, binds it inside `ns` and runs it there; returns once it is bound.
+pub fn start_in_netns(ns: &str, config: String) -> InNetns {
+    init_logging();
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let handle = crate::netns::in_netns(ns, move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let config = parse_config(&config, "<test in a namespace>")
+                .unwrap_or_else(|e| panic!("config: {e}"));
+            let proxy = Proxy::bind(config, &mut Registry::default())
+                .await
+                .unwrap_or_else(|e| panic!("bind: {}", crate::chain(&e)));
+            ready_tx.send(()).expect("the test waits");
+            proxy
+                .run(token)
+                .await
+                .unwrap_or_else(|e| panic!("run: {}", crate::chain(&e)))
+        })
+    });
+    ready_rx.recv_timeout(WAIT).expect("proxy ready");
+    InNetns {
+        shutdown,
+        handle: Some(handle),
+    }
+}
+
+impl InNetns {
+    /// Shuts the proxy down and returns its summary.
+    pub fn stop(mut self) -> ShutdownSummary {
+        self.shutdown.cancel();
+        self.handle
+            .take()
+            .expect("stopped once")
+            .join()
+            .expect("proxy thread")
+    }
+}
+
+impl Drop for InNetns {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
