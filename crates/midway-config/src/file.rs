@@ -33,6 +33,9 @@ pub struct FileConfig {
     /// Other midways this one sends connections through (`[[peers]]`), in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<FilePeer>,
+    /// This midway's key pair on encrypted peer transports (`[tls]`); needed by any peer or
+    /// peer listener with `transport = "tls"`.
+    pub tls: Option<FileTls>,
     /// Listeners (`[[listeners]]`), in file order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<FileListener>,
@@ -62,6 +65,30 @@ impl fmt::Debug for FileKey {
     }
 }
 
+/// `[tls]`: this midway's identity toward other midways: its certificate and private key, as
+/// `midway peer keygen` writes them. Peers pin the certificate's key by its fingerprint.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTls {
+    /// PEM certificate file (`peer.crt`).
+    pub cert: Option<PathBuf>,
+    /// PEM private key file (`peer.key`, readable by midway only).
+    pub key: Option<PathBuf>,
+}
+
+/// How the peer segment is carried between two midways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportName {
+    /// One plain TCP connection per proxied connection (the default).
+    Tcp,
+    /// TLS 1.3 over each peer TCP connection, both midways authenticated by pinned keys.
+    Tls,
+    /// One QUIC connection per peer carrying every proxied connection as a stream.
+    Quic,
+}
+
 /// `[[peers]]`: another midway, reached over the peer segment, that connections go through.
 #[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -83,6 +110,11 @@ pub struct FilePeer {
     /// A warm connection unused for this long is replaced by a new one (humantime text).
     #[serde(default, with = "humantime_serde")]
     pub warm_max_idle: Option<Duration>,
+    /// How the peer segment is carried; absent: `"tcp"`.
+    pub transport: Option<TransportName>,
+    /// `transport = "tls"`: the peer's key fingerprint (`sha256:...`, printed by its
+    /// `midway peer keygen`); the peer is refused at the handshake unless its key has it.
+    pub fingerprint: Option<String>,
 }
 
 /// `[proxy]`
@@ -269,6 +301,11 @@ pub struct FileListener {
     pub via: Option<Vec<String>>,
     /// Peer listeners: names of the `[keys.NAME]` a connecting midway may authenticate with.
     pub keys: Option<Vec<String>>,
+    /// Peer listeners: the transport connecting midways use; absent: `"tcp"`.
+    pub transport: Option<TransportName>,
+    /// Peer listeners with `transport = "tls"`: fingerprints (`sha256:...`) of the midways
+    /// allowed to connect; any other key is refused at the handshake.
+    pub peer_fingerprints: Option<Vec<String>>,
     /// Transparent listeners: the interception rules and policy routing.
     pub nftables: Option<FileNftables>,
     /// Transparent listeners only: `"tcp"` (default) or `"http"`.

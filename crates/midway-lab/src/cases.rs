@@ -253,6 +253,7 @@ pub(crate) fn chain_configs(
                 destinations: None,
                 warm_connections: Some(CHAIN_WARM_CONNECTIONS),
                 warm_max_idle: None,
+                ..FilePeer::default()
             });
             listener = listener.via([next.clone()]);
         }

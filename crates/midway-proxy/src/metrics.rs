@@ -55,6 +55,12 @@ pub(crate) struct PeerOriginLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PeerReasonLabels {
+    pub peer: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CongestionLabels {
     pub listener: String,
     pub segment: &'static str,
@@ -103,6 +109,8 @@ pub(crate) struct Metrics {
     pub peer_warm_idle: Family<PeerLabels, Gauge>,
     /// Edge: connects to a peer that failed (pool refills and fresh ones).
     pub peer_connect_failures: Family<PeerLabels, Counter>,
+    /// Edge: TLS handshakes with a peer that failed, by reason.
+    pub peer_tls_failures: Family<PeerReasonLabels, Counter>,
     /// Gateway: headers that failed authentication, by reason.
     pub peer_auth_failures: Family<RefusedLabels, Counter>,
     /// Gateway: headers refused because their chain is already relayed here.
@@ -134,6 +142,7 @@ impl Default for Metrics {
             peer_connections: Family::default(),
             peer_warm_idle: Family::default(),
             peer_connect_failures: Family::default(),
+            peer_tls_failures: Family::default(),
             peer_auth_failures: Family::default(),
             peer_loops_refused: Family::default(),
             peer_hop_limit_refused: Family::default(),
@@ -245,8 +254,13 @@ impl Metrics {
             self.peer_connect_failures.clone(),
         );
         registry.register(
+            "midway_peer_tls_failures",
+            "TLS handshakes with a peer that failed, by reason (unknown_peer, expired, not_tls, timeout, other)",
+            self.peer_tls_failures.clone(),
+        );
+        registry.register(
             "midway_peer_auth_failures",
-            "Peer headers refused by a peer listener for failing authentication, by reason",
+            "Connecting midways refused by a peer listener for failing authentication (the header, or the TLS key: reasons tls_*), by reason",
             self.peer_auth_failures.clone(),
         );
         registry.register(
@@ -298,6 +312,16 @@ impl Metrics {
             .get_or_create(&PeerOriginLabels {
                 peer: peer.to_string(),
                 origin,
+            })
+            .inc();
+    }
+
+    /// Counts a failed TLS handshake with a peer (the edge's side).
+    pub(crate) fn peer_tls_failure(&self, peer: &str, reason: &'static str) {
+        self.peer_tls_failures
+            .get_or_create(&PeerReasonLabels {
+                peer: peer.to_string(),
+                reason,
             })
             .inc();
     }

@@ -8,8 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::config::{Socks5Auth, TargetAddr};
 
@@ -67,8 +66,8 @@ impl HandshakeError {
     }
 }
 
-async fn read_message<T>(
-    stream: &mut TcpStream,
+async fn read_message<T, S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     parse: impl Fn(&[u8]) -> Result<Parsed<T>, ProtocolError>,
 ) -> Result<T, HandshakeError> {
@@ -91,8 +90,8 @@ async fn read_message<T>(
 
 /// Runs greeting, authentication and request; returns the requested target. The caller
 /// connects and then calls [`send_reply`]. Protocol errors are answered where RFC 1928 allows.
-pub(crate) async fn handshake(
-    stream: &mut TcpStream,
+pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     auth: &Socks5Auth,
 ) -> Result<TargetAddr, HandshakeError> {
     let mut buf = Vec::with_capacity(64);
@@ -139,8 +138,8 @@ pub(crate) async fn handshake(
 }
 
 /// Sends the request reply; `bound` is the remote segment's local address on success.
-pub(crate) async fn send_reply(
-    stream: &mut TcpStream,
+pub(crate) async fn send_reply<S: AsyncWrite + Unpin>(
+    stream: &mut S,
     code: ReplyCode,
     bound: Option<SocketAddr>,
 ) -> std::io::Result<()> {

@@ -73,7 +73,7 @@ fn edge_and_gateway_examples_map_onto_peers() {
     let gateway = load_config(&repo_root().join("examples/gateway.toml")).unwrap();
     assert!(matches!(
         &gateway.listeners[0].intercept,
-        Intercept::Peer { keys, spoof_client_address: false } if keys == &["edge-a"]
+        Intercept::Peer { keys, spoof_client_address: false, .. } if keys == &["edge-a"]
     ));
     assert_eq!(gateway.max_hops, 8);
 }

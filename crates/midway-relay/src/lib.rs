@@ -25,6 +25,7 @@ mod error;
 mod pump;
 mod resources;
 mod spool;
+mod stream;
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 pub use error::{RelayError, Side};
 pub use resources::{clean_spool_dir, RelayResources, SPOOL_FILE_PREFIX};
+pub use stream::{relay_peer_stream, PeerSide, PeerStream};
 
 /// Which relay model a listener uses.
 #[derive(Debug, Clone)]

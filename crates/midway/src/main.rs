@@ -55,11 +55,40 @@ enum Command {
         /// Configuration file (TOML).
         file: PathBuf,
     },
+    /// Another midway's side of the peer segment: keys for `transport = "tls"`.
+    Peer {
+        #[command(subcommand)]
+        command: PeerCommand,
+    },
     /// Emulated-network experiments (run as root).
     #[cfg(feature = "lab")]
     Lab {
         #[command(subcommand)]
         command: midway_lab::LabCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PeerCommand {
+    /// Write a new key pair (peer.key, readable by its owner only) and a self-signed
+    /// certificate (peer.crt) into DIR for [tls], and print the fingerprint the other midways
+    /// pin (their `fingerprint` or `peer_fingerprints`). Existing files are never overwritten.
+    Keygen {
+        /// Folder for peer.crt and peer.key (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// The certificate's common name (logs and tools show it; the pin is the key).
+        #[arg(long, default_value = "midway")]
+        name: String,
+        /// How long the certificate is valid, e.g. "825d" or "10y"; a peer with an expired
+        /// certificate is refused at the handshake.
+        #[arg(long, default_value = "825d", value_parser = humantime::parse_duration)]
+        valid_for: std::time::Duration,
+    },
+    /// Print the fingerprint of a certificate file (peer.crt).
+    Fingerprint {
+        /// PEM certificate file.
+        cert: PathBuf,
     },
 }
 
@@ -110,8 +139,42 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{}: ok", file.display());
             Ok(())
         }
+        Command::Peer { command } => peer(command),
         #[cfg(feature = "lab")]
         Command::Lab { command } => midway_lab::execute(command),
+    }
+}
+
+fn peer(command: PeerCommand) -> anyhow::Result<()> {
+    match command {
+        PeerCommand::Keygen {
+            out,
+            name,
+            valid_for,
+        } => {
+            let identity = midway_tls::generate_identity(&name, valid_for)?;
+            let midway_tls::IdentityPaths { cert, key } =
+                midway_tls::write_identity(&out, &identity)?;
+            println!("certificate: {}", cert.display());
+            println!("private key: {}", key.display());
+            println!("fingerprint: {}", identity.fingerprint);
+            println!(
+                "On this midway: [tls] cert = {:?}, key = {:?}. On the other midway: this \
+                 fingerprint as its [[peers]] fingerprint (an edge) or in its peer listener's \
+                 peer_fingerprints (a gateway).",
+                cert.display().to_string(),
+                key.display().to_string()
+            );
+            Ok(())
+        }
+        PeerCommand::Fingerprint { cert } => {
+            use midway_tls::rustls::pki_types::{pem::PemObject, CertificateDer};
+            let der = CertificateDer::from_pem_file(&cert).with_context(|| {
+                format!("cannot read a PEM certificate from {}", cert.display())
+            })?;
+            println!("{}", midway_tls::Fingerprint::of_certificate(&der)?);
+            Ok(())
+        }
     }
 }
 

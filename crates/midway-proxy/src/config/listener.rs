@@ -22,6 +22,8 @@ use super::{
 pub(super) struct PeerNames<'a> {
     pub(super) peers: &'a [PeerConfig],
     pub(super) keys: &'a BTreeMap<String, PeerKey>,
+    /// `[tls]`, which a peer listener with `transport = "tls"` needs.
+    pub(super) identity: Option<&'a std::sync::Arc<midway_tls::Identity>>,
 }
 
 /// `listeners[index]` -> [`ListenerConfig`], with `profiles` the names it may use.
@@ -56,10 +58,43 @@ pub(super) fn validate_listener(
         )?,
         ModeName::Http => Intercept::Http,
         ModeName::Peer => {
-            peer_intercept(&section, file.keys.take(), file.spoof_client_address, names)?
+            let transport = super::transport::listener_transport(
+                &section,
+                file.transport,
+                file.peer_fingerprints.take(),
+                names.identity,
+            )?;
+            peer_intercept(
+                &section,
+                file.keys.take(),
+                file.spoof_client_address,
+                transport,
+                names,
+            )?
         }
     };
     let via = via(&section, speaks_http, file.via.take(), names)?;
+    let tls_in = matches!(
+        intercept,
+        Intercept::Peer {
+            transport: super::ListenerTransport::Tls { .. },
+            ..
+        }
+    );
+    let tls_out = via.iter().any(|&index| {
+        matches!(
+            names.peers[index].transport,
+            super::PeerTransport::Tls { .. }
+        )
+    });
+    if tls_in && tls_out {
+        return Err(section.invalid(
+            "via",
+            "a peer listener with transport = \"tls\" cannot send its connections on through a \
+             peer with transport = \"tls\" yet (the middle midway of an encrypted chain); use \
+             \"tcp\" on one of the two segments",
+        ));
+    }
     let http = if speaks_http {
         Some(http_config(
             v,
@@ -102,6 +137,7 @@ fn peer_intercept(
     section: &Section<'_>,
     keys: Option<Vec<String>>,
     spoof_client_address: Option<bool>,
+    transport: super::ListenerTransport,
     names: &PeerNames<'_>,
 ) -> Result<Intercept, ConfigError> {
     let keys = keys.unwrap_or_default();
@@ -126,6 +162,7 @@ fn peer_intercept(
     Ok(Intercept::Peer {
         keys,
         spoof_client_address: spoof_client_address.unwrap_or(false),
+        transport,
     })
 }
 
@@ -219,6 +256,12 @@ fn check_mode_keys(
         ("users", file.users.is_some(), ModeName::Socks5),
         ("nftables", file.nftables.is_some(), ModeName::Transparent),
         ("keys", file.keys.is_some(), ModeName::Peer),
+        ("transport", file.transport.is_some(), ModeName::Peer),
+        (
+            "peer_fingerprints",
+            file.peer_fingerprints.is_some(),
+            ModeName::Peer,
+        ),
     ];
     for (field, set, wanted) in mode_keys {
         if set && mode != wanted {

@@ -17,6 +17,7 @@ mod http;
 mod listener;
 mod peers;
 mod runtime;
+mod transport;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ pub use access_links::MIN_ACCESS_RATE_BPS;
 pub use midway_config::{
     ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
     FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool,
-    FileUser, ModeName, RelayName,
+    FileTls, FileUser, ModeName, RelayName, TransportName,
 };
 pub use runtime::*;
 

@@ -4,9 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
+
+use midway_tls::Identity;
 
 use midway_tcp::TcpProfile;
 
+use super::transport::peer_transport;
 use super::validate::{Section, Validator};
 use super::{
     ConfigError, FileKey, FilePeer, PeerConfig, PeerKey, TargetAddr, ALL_DESTINATIONS,
@@ -109,6 +113,7 @@ pub(super) fn peers(
     files: Vec<FilePeer>,
     keys: &BTreeMap<String, PeerKey>,
     profiles: &BTreeMap<String, TcpProfile>,
+    identity: Option<&Arc<Identity>>,
 ) -> Result<Vec<PeerConfig>, ConfigError> {
     let mut names = BTreeSet::new();
     let mut peers = Vec::with_capacity(files.len());
@@ -195,6 +200,7 @@ pub(super) fn peers(
         }
         let warm_max_idle =
             section.duration("warm_max_idle", file.warm_max_idle, DEFAULT_WARM_MAX_IDLE)?;
+        let transport = peer_transport(&section, file.transport, file.fingerprint, identity)?;
         peers.push(PeerConfig {
             name,
             address,
@@ -203,6 +209,7 @@ pub(super) fn peers(
             destinations,
             warm_connections,
             warm_max_idle,
+            transport,
         });
     }
     Ok(peers)

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -136,6 +137,56 @@ pub struct PeerConfig {
     pub warm_connections: usize,
     /// A warm connection unused for this long is replaced.
     pub warm_max_idle: Duration,
+    /// How the peer segment to this peer is carried.
+    pub transport: PeerTransport,
+}
+
+/// How an edge reaches a peer (`[[peers]] transport`).
+#[derive(Debug, Clone)]
+pub enum PeerTransport {
+    /// A plain TCP connection per proxied connection.
+    Tcp,
+    /// TLS 1.3 over each TCP connection; the peer must present the pinned key.
+    Tls {
+        /// TLS 1.3 with this midway's key pair (`[tls]`), accepting only the pinned key.
+        client: Arc<rustls::ClientConfig>,
+        /// The peer's key fingerprint.
+        pinned: midway_tls::Fingerprint,
+    },
+}
+
+impl PeerTransport {
+    /// The `transport` value, for logs and metric labels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PeerTransport::Tcp => "tcp",
+            PeerTransport::Tls { .. } => "tls",
+        }
+    }
+}
+
+/// What a peer listener accepts (`transport` of a `mode = "peer"` listener).
+#[derive(Debug, Clone)]
+pub enum ListenerTransport {
+    /// Plain TCP connections.
+    Tcp,
+    /// TLS 1.3 only, from midways whose key is listed.
+    Tls {
+        /// TLS 1.3 with this midway's key pair (`[tls]`), requiring a listed client key.
+        server: Arc<rustls::ServerConfig>,
+        /// Fingerprints of the midways allowed to connect.
+        allowed: Vec<midway_tls::Fingerprint>,
+    },
+}
+
+impl ListenerTransport {
+    /// The `transport` value, for logs and metric labels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ListenerTransport::Tcp => "tcp",
+            ListenerTransport::Tls { .. } => "tls",
+        }
+    }
 }
 
 /// The peer (an index into `peers`) whose destinations hold `destination` most specifically,
@@ -277,6 +328,8 @@ pub enum Intercept {
         keys: Vec<String>,
         /// Connect to the destination from the client's address the header carries.
         spoof_client_address: bool,
+        /// What connecting midways must speak.
+        transport: ListenerTransport,
     },
 }
 

@@ -254,7 +254,7 @@ fn peers_get_defaults_and_the_most_specific_one_wins() {
     assert!(peer_for(&config.peers, &[1], "192.0.2.1".parse().unwrap()).is_none());
     assert!(matches!(
         &config.listeners[1].intercept,
-        Intercept::Peer { keys, spoof_client_address: true } if keys == &["k"]
+        Intercept::Peer { keys, spoof_client_address: true, .. } if keys == &["k"]
     ));
     assert!(
         !format!("{:?}", config.keys).contains("0011"),

@@ -234,10 +234,12 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
         DEFAULT_PEER_HEADER_WINDOW,
     )?;
     let keys = keys(&v, file.keys)?;
-    let peers = peers(&v, file.peers, &keys, &profiles)?;
+    let identity = super::transport::identity(&v, file.tls)?;
+    let peers = peers(&v, file.peers, &keys, &profiles, identity.as_ref())?;
     let names = PeerNames {
         peers: &peers,
         keys: &keys,
+        identity: identity.as_ref(),
     };
     let listeners = listeners(&v, file.listeners, &profiles, &names)?;
     let access_links = super::access_links::access_links(&v, file.access_links)?;

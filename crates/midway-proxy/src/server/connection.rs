@@ -17,6 +17,7 @@ use super::generation::{Generation, HttpListener};
 use super::intercept::{Accepted, Target};
 use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
+use super::peer_link::PeerLink;
 use super::peering::{self, Chain};
 use super::profiles::ListenerProfiles;
 use super::relay::{self, ByteReporter, Split};
@@ -47,7 +48,7 @@ pub(super) struct Connection {
 
 /// The onward segment of a split connection.
 pub(super) struct Onward {
-    stream: TcpStream,
+    stream: PeerLink,
     /// `remote` (to the destination) or `peer` (to the next midway): the metric label.
     segment: &'static str,
     /// Set when the connection is part of a chain of midways: its id stays registered here
@@ -76,7 +77,7 @@ impl Drop for ActiveGuard {
 
 impl Connection {
     /// Serves the connection to its end; every outcome is logged and counted.
-    pub(super) async fn serve(self, mut client: TcpStream) {
+    pub(super) async fn serve(self, client: TcpStream) {
         let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
         let started = Instant::now();
         if let Some(http) = self.http.clone() {
@@ -85,12 +86,26 @@ impl Connection {
         }
         let (local, remote) = self.profiles();
 
+        let opened = tokio::select! {
+            _ = self.cancel.cancelled() => {
+                tracing::debug!("cancelled during setup");
+                return;
+            }
+            opened = self.open(client, local) => opened,
+        };
+        let mut client = match opened {
+            Ok(client) => client,
+            Err(err) => {
+                self.refuse(&err, "connection not relayed");
+                return;
+            }
+        };
         let setup = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");
                 return;
             }
-            setup = self.setup(&mut client, local, remote) => setup,
+            setup = self.setup(&mut client, remote) => setup,
         };
         let onward = match setup {
             Ok(onward) => onward,
@@ -132,8 +147,19 @@ impl Connection {
         self.shared
             .metrics
             .refuse(&self.listener.name, err.reason());
-        if let SetupError::PeerRefused { refusal, .. } = err {
-            peering::count_refusal(&self.shared.metrics, &self.listener.name, refusal);
+        match err {
+            SetupError::PeerRefused { refusal, .. } => {
+                peering::count_refusal(&self.shared.metrics, &self.listener.name, refusal);
+            }
+            // A peer listener's TLS handshake: the connecting midway's key, or no TLS at all.
+            SetupError::PeerTls { reason, .. }
+                if !self.listener.intercept.limits_connecting_client() =>
+            {
+                self.shared
+                    .metrics
+                    .peer_auth_failure(&self.listener.name, &format!("tls_{reason}"));
+            }
+            _ => {}
         }
         if err.is_resource_exhaustion() {
             // One line per refused connection would flood the log exactly when the process
@@ -146,15 +172,23 @@ impl Connection {
         tracing::info!(error = %ErrorChain(err), reason = err.reason(), "{message}");
     }
 
-    /// Applies the local profile, finds the target, connects onward. Returns the onward
-    /// segment.
+    /// Applies the local profile and opens the listener's transport (a peer listener's TLS
+    /// handshake) on the accepted socket.
+    async fn open(&self, client: TcpStream, local: &TcpProfile) -> Result<PeerLink, SetupError> {
+        apply_established(&client, local, Role::Accepted)?;
+        let timeout = self.generation.config.handshake_timeout;
+        self.listener
+            .intercept
+            .open_transport(client, self.peer, timeout)
+            .await
+    }
+
+    /// Finds the target and connects onward. Returns the onward segment.
     async fn setup(
         &self,
-        client: &mut TcpStream,
-        local: &TcpProfile,
+        client: &mut PeerLink,
         remote: &TcpProfile,
     ) -> Result<Onward, SetupError> {
-        apply_established(client, local, Role::Accepted)?;
         let config = &self.generation.config;
         let intercept = &self.listener.intercept;
         let accepted = Accepted {
@@ -196,7 +230,7 @@ impl Connection {
                     .peering
                     .connect_through(index, &chain, destination, config.connect_timeout)
                     .await?;
-                tracing::debug!(peer = %config.peers[index].name, "connected through peer");
+                tracing::debug!(peer = %config.peers[index].name, transport = stream.transport(), "connected through peer");
                 return Ok(Onward {
                     stream,
                     segment: "peer",
@@ -215,7 +249,7 @@ impl Connection {
         .await?;
         apply_established(&stream, remote, Role::Outgoing)?;
         Ok(Onward {
-            stream,
+            stream: PeerLink::Tcp(stream),
             segment: "remote",
             chain: target.chain,
         })

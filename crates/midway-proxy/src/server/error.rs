@@ -176,6 +176,15 @@ pub(super) enum SetupError {
         #[source]
         source: io::Error,
     },
+    /// The TLS handshake with another midway failed: an unknown or expired key (either side
+    /// refused), not TLS at all, or no answer in time. Counted per reason.
+    #[error("TLS handshake with midway {peer} failed ({reason})")]
+    PeerTls {
+        peer: String,
+        reason: &'static str,
+        #[source]
+        source: io::Error,
+    },
     /// The header exchange with the next midway took longer than connect_timeout.
     #[error("peer {peer:?} did not answer the header in time")]
     PeerTimeout { peer: String },
@@ -304,6 +313,7 @@ impl SetupError {
                 _ => "connect_error",
             },
             SetupError::PeerHandshake { .. } => "peer_handshake",
+            SetupError::PeerTls { .. } => "peer_tls",
             SetupError::PeerTimeout { .. } => "connect_timeout",
             SetupError::PeerHeader(_) => "internal",
         }
@@ -319,6 +329,7 @@ impl SetupError {
                 | SetupError::Connect { .. }
                 | SetupError::PeerStatus { .. }
                 | SetupError::PeerHandshake { .. }
+                | SetupError::PeerTls { .. }
                 | SetupError::PeerTimeout { .. }
         )
     }
@@ -360,9 +371,9 @@ impl SetupError {
                 PeerStatus::Connected | PeerStatus::Failed => ReplyCode::GeneralFailure,
             }),
             SetupError::PeerTimeout { .. } => Some(ReplyCode::TtlExpired),
-            SetupError::PeerHandshake { .. } | SetupError::PeerHeader(_) => {
-                Some(ReplyCode::GeneralFailure)
-            }
+            SetupError::PeerHandshake { .. }
+            | SetupError::PeerTls { .. }
+            | SetupError::PeerHeader(_) => Some(ReplyCode::GeneralFailure),
             _ => None,
         }
     }

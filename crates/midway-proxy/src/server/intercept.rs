@@ -9,11 +9,13 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::connect::close_now;
 use super::error::SetupError;
+use super::peer_link::{accept_tls, PeerLink};
 use super::peering::{self, Chain, GatewayContext, Peering};
 use crate::access::{AccessList, ClientLimits};
-use crate::config::{DeniedDestinations, Intercept, ListenerConfig, RuntimeConfig, TargetAddr};
+use crate::config::{
+    DeniedDestinations, Intercept, ListenerConfig, ListenerTransport, RuntimeConfig, TargetAddr,
+};
 use crate::metrics::Metrics;
 use crate::peer::header::{canonical_socket_addr, PeerStatus};
 use crate::socks5::{self, ReplyCode};
@@ -80,11 +82,35 @@ impl Intercept {
         }
     }
 
+    /// The accepted socket as the stream the listener speaks on: TLS for a peer listener with
+    /// `transport = "tls"` (the handshake within `timeout`; a midway whose key is not listed is
+    /// refused here), the socket itself otherwise.
+    pub(super) async fn open_transport(
+        &self,
+        client: TcpStream,
+        from: SocketAddr,
+        timeout: std::time::Duration,
+    ) -> Result<PeerLink, SetupError> {
+        match self {
+            Intercept::Peer {
+                transport: ListenerTransport::Tls { server, .. },
+                ..
+            } => accept_tls(client, server, timeout)
+                .await
+                .map_err(|source| SetupError::PeerTls {
+                    peer: from.to_string(),
+                    reason: midway_tls::refusal_reason(&source),
+                    source,
+                }),
+            _ => Ok(PeerLink::Tcp(client)),
+        }
+    }
+
     /// Finds the target of a connection to a relaying listener: the forward target, the
     /// client's SOCKS5 request, or the original destination.
     pub(super) async fn find_target<'c>(
         &self,
-        client: &mut TcpStream,
+        client: &mut PeerLink,
         accepted: &Accepted<'c>,
     ) -> Result<Target<'c>, SetupError> {
         let config = accepted.config;
@@ -111,7 +137,7 @@ impl Intercept {
                 spoof_client_address,
                 ..
             } => {
-                let original = original_destination(client, accepted.listener_addr)?;
+                let original = original_destination(client.tcp(), accepted.listener_addr)?;
                 Ok(Target {
                     addr: TargetAddr::Ip(original),
                     spoof_from: spoof_client_address.then_some(accepted.peer.ip().to_canonical()),
@@ -122,6 +148,7 @@ impl Intercept {
             Intercept::Peer {
                 keys,
                 spoof_client_address,
+                ..
             } => {
                 let cx = GatewayContext {
                     from: accepted.peer,
@@ -149,12 +176,12 @@ impl Intercept {
     /// status byte a peer listener answers a header with).
     pub(super) async fn report_connected(
         &self,
-        client: &mut TcpStream,
-        server: &TcpStream,
+        client: &mut PeerLink,
+        server: &PeerLink,
     ) -> Result<(), SetupError> {
         match self {
             Intercept::Socks5 { .. } => {
-                let bound = server.local_addr().ok();
+                let bound = server.tcp().local_addr().ok();
                 socks5::send_reply(client, ReplyCode::Succeeded, bound)
                     .await
                     .map_err(|e| SetupError::Handshake(e.into()))?;
@@ -171,11 +198,11 @@ impl Intercept {
     }
 
     /// Tells the client the connection will not be relayed, then closes it.
-    pub(super) async fn report_failure(&self, mut client: TcpStream, err: &SetupError) {
+    pub(super) async fn report_failure(&self, mut client: PeerLink, err: &SetupError) {
         if let Intercept::Peer { .. } = self {
             if matches!(err, SetupError::PeerRefused { .. }) {
                 // A refused header learns nothing but a reset.
-                close_now(client);
+                client.reset();
             } else {
                 // An accepted header whose onward connection failed: the previous midway
                 // tells its client as if it had connected itself.
@@ -188,7 +215,7 @@ impl Intercept {
         } else if err.is_target_failure() {
             // The client believes it talks to the server (transparent) or to a fixed
             // service (forward): a reset is the closest thing to the server's refusal.
-            close_now(client);
+            client.reset();
         }
     }
 

@@ -59,6 +59,7 @@ mod log_limit;
 mod memory;
 mod overload;
 mod own_addresses;
+mod peer_link;
 mod peering;
 mod pool;
 mod profiles;

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::error::{PeerRefusal, SetupError};
 use super::own_addresses::is_denied;
+use super::peer_link::PeerLink;
 use super::pool::{PoolOrigin, WarmPool};
 use crate::access::{AccessList, ClientLimits, ClientPermit};
 use crate::config::{PeerConfig, PeerKey, RuntimeConfig};
@@ -164,7 +164,7 @@ impl Peering {
     /// `handshake_timeout`. Returns the destination and the connection's chain.
     pub(super) async fn accept_header(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut PeerLink,
         cx: &GatewayContext<'_>,
     ) -> Result<(SocketAddr, Chain), SetupError> {
         let refused = |refusal| SetupError::PeerRefused {
@@ -284,7 +284,7 @@ impl Peering {
         chain: &Chain,
         destination: SocketAddr,
         timeout: Duration,
-    ) -> Result<TcpStream, SetupError> {
+    ) -> Result<PeerLink, SetupError> {
         let pool = self.links.get(index).ok_or(SetupError::NotARelayListener)?;
         let peer = pool.config();
         let key = self
@@ -349,7 +349,10 @@ impl Peering {
 }
 
 /// Sends `header` and reads the one status byte the peer answers with.
-async fn exchange(stream: &mut TcpStream, header: &[u8]) -> std::io::Result<PeerStatus> {
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    header: &[u8],
+) -> std::io::Result<PeerStatus> {
     stream.write_all(header).await?;
     let mut status = [0u8; 1];
     stream.read_exact(&mut status).await?;
@@ -357,7 +360,10 @@ async fn exchange(stream: &mut TcpStream, header: &[u8]) -> std::io::Result<Peer
 }
 
 /// The gateway's answer to an accepted header, once the onward connection is made or failed.
-pub(super) async fn send_status(stream: &mut TcpStream, status: PeerStatus) -> std::io::Result<()> {
+pub(super) async fn send_status<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: PeerStatus,
+) -> std::io::Result<()> {
     stream.write_all(&[status.to_byte()]).await
 }
 

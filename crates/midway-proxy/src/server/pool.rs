@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use midway_sys::sockopt::idle_and_open;
 use midway_tcp::{Role, TcpProfile};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connect::{apply_established, connect};
 use super::error::{ErrorChain, SetupError};
-use crate::config::PeerConfig;
+use super::peer_link::{connect_tls, PeerLink};
+use crate::config::{PeerConfig, PeerTransport};
 use crate::metrics::{Metrics, PeerLabels};
 
 /// First pause after a failed connect to a peer; doubles per failure up to [`RETRY_MAX`].
@@ -31,6 +31,9 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 /// Idle sockets are checked for a close by the peer at least this often.
 const CHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// A warm connection the peer closes this soon after the connect was refused, not aged out: the
+/// refill backs off as after a failed connect instead of reconnecting at once.
+const REFUSED_WITHIN: Duration = Duration::from_secs(2);
 
 /// Where a connection to a peer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +49,7 @@ pub(super) struct WarmPool {
     config: PeerConfig,
     profile: Arc<TcpProfile>,
     connect_timeout: Duration,
-    idle: Mutex<VecDeque<(TcpStream, Instant)>>,
+    idle: Mutex<VecDeque<(PeerLink, Instant)>>,
     /// Wakes the refill task after a take.
     taken: Notify,
     metrics: Metrics,
@@ -79,7 +82,7 @@ impl WarmPool {
         &self.config
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<(TcpStream, Instant)>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<(PeerLink, Instant)>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -95,15 +98,16 @@ impl WarmPool {
     pub(super) async fn take(
         &self,
         fresh_only: bool,
-    ) -> Result<(TcpStream, PoolOrigin), SetupError> {
+    ) -> Result<(PeerLink, PoolOrigin), SetupError> {
         if !fresh_only {
             let taken = {
                 let mut idle = self.idle();
                 let mut found = None;
                 while let Some((stream, _)) = idle.pop_front() {
                     // EOF (the peer closed it), a reset, or bytes (a peer never sends before
-                    // the header) all mean it cannot carry a connection.
-                    if idle_and_open(stream.as_fd()) {
+                    // the header; over TLS, the alert of a peer that refused our key) all
+                    // mean it cannot carry a connection.
+                    if idle_and_open(stream.tcp().as_fd()) {
                         found = Some(stream);
                         break;
                     }
@@ -123,8 +127,9 @@ impl WarmPool {
     }
 
     /// A new connection with the peer's profile, before connect and once established, as
-    /// every remote segment gets it.
-    async fn connect(&self) -> Result<TcpStream, SetupError> {
+    /// every remote segment gets it; over TLS, with the handshake done (within the same
+    /// `connect_timeout`), so a warm TLS connection costs a new client no round trip either.
+    async fn connect(&self) -> Result<PeerLink, SetupError> {
         let result = async {
             let stream = connect(
                 &self.config.address,
@@ -135,7 +140,22 @@ impl WarmPool {
             )
             .await?;
             apply_established(&stream, &self.profile, Role::Outgoing)?;
-            Ok(stream)
+            match &self.config.transport {
+                PeerTransport::Tcp => Ok(PeerLink::Tcp(stream)),
+                PeerTransport::Tls { client, .. } => {
+                    connect_tls(stream, client, self.connect_timeout)
+                        .await
+                        .map_err(|source| {
+                            let reason = midway_tls::refusal_reason(&source);
+                            self.metrics.peer_tls_failure(&self.config.name, reason);
+                            SetupError::PeerTls {
+                                peer: self.config.name.clone(),
+                                reason,
+                                source,
+                            }
+                        })
+                }
+            }
         }
         .await;
         if result.is_err() {
@@ -148,13 +168,25 @@ impl WarmPool {
     }
 
     /// Drops idle sockets the peer closed and those idle for `warm_max_idle`; returns how many
-    /// are left and when the oldest will be too old.
-    fn prune(&self) -> (usize, Option<Instant>) {
+    /// are left, when the oldest will be too old, and whether the peer closed one within
+    /// [`REFUSED_WITHIN`] of its connect (over TLS 1.3 the client's handshake completes before
+    /// the peer has checked its key, so a peer that refuses the key shows up here, as a close
+    /// right after the connect, and not as a failed connect).
+    fn prune(&self) -> (usize, Option<Instant>, bool) {
         let mut idle = self.idle();
         let max_idle = self.config.warm_max_idle;
-        idle.retain(|(stream, since)| since.elapsed() < max_idle && idle_and_open(stream.as_fd()));
+        let mut refused = false;
+        idle.retain(|(stream, since)| {
+            let open = idle_and_open(stream.tcp().as_fd());
+            refused |= !open && since.elapsed() < REFUSED_WITHIN;
+            since.elapsed() < max_idle && open
+        });
         self.update_gauge(idle.len());
-        (idle.len(), idle.front().map(|(_, since)| *since + max_idle))
+        (
+            idle.len(),
+            idle.front().map(|(_, since)| *since + max_idle),
+            refused,
+        )
     }
 
     /// Keeps the pool full until `shutdown`, then closes every idle socket.
@@ -163,11 +195,20 @@ impl WarmPool {
         let wanted = self.config.warm_connections;
         let mut retry: Option<Duration> = None;
         loop {
-            let (len, oldest_expires) = self.prune();
+            let (len, oldest_expires, refused) = self.prune();
             if len < wanted {
-                let connected = tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    connected = self.connect() => connected,
+                let connected = if refused {
+                    Err(SetupError::PeerHandshake {
+                        peer: name.clone(),
+                        source: std::io::Error::other(
+                            "the peer closed a new connection before it was used (a refused key?)",
+                        ),
+                    })
+                } else {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        connected = self.connect() => connected,
+                    }
                 };
                 match connected {
                     Ok(stream) => {

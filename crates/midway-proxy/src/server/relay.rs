@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use midway_relay::{OnClose, RelayCounters, RelayOptions, RelayReport};
+use midway_relay::{OnClose, PeerSide, RelayCounters, RelayModel, RelayOptions, RelayReport};
 use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
+use super::peer_link::{PeerLink, TlsPeer};
 use super::shared::Shared;
 use super::socket_id::SocketId;
 use crate::config::ListenerConfig;
@@ -25,8 +26,8 @@ const TCP_INFO_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A split connection with both segments connected, ready to relay.
 pub(super) struct Split {
-    pub(super) client: TcpStream,
-    pub(super) server: TcpStream,
+    pub(super) client: PeerLink,
+    pub(super) server: PeerLink,
     /// When the client was accepted.
     pub(super) started: Instant,
     /// Which buffers of each segment's socket the memory guard may cap.
@@ -56,16 +57,16 @@ pub(super) async fn relay(
     let mut memory = MemoryCaps::register(
         shared.socket_memory.as_ref(),
         &[
-            ("local", &client, adjustable.0),
-            ("remote", &server, adjustable.1),
+            ("local", client.tcp(), adjustable.0),
+            ("remote", server.tcp(), adjustable.1),
         ],
     );
     // Paced at its share of the subscriber's access link while it lives (when one covers the
     // client); the share follows the socket by its inode after the relay took it.
     // (getpeername only when access links are configured: this is every connection's path.)
     let _access_share = shared.access_links.as_ref().and_then(|links| {
-        let addr = client.peer_addr().ok()?;
-        links.join(addr.ip(), &client)
+        let addr = client.tcp().peer_addr().ok()?;
+        links.join(addr.ip(), client.tcp())
     });
     let counters = Arc::new(RelayCounters::default());
     // The relay owns and closes both sockets; it hands them to this callback just before,
@@ -86,19 +87,13 @@ pub(super) async fn relay(
         on_close: Some(on_close),
         client_prefix: Vec::new(),
     };
-    let mut sampler = SegmentSampler::new(name, (&client, segments.0), (&server, segments.1));
+    let mut sampler =
+        SegmentSampler::new(name, (client.tcp(), segments.0), (server.tcp(), segments.1));
     sampler.sample(metrics);
     let congestion_controls = sampler.count_congestion_controls(metrics);
     let mut bytes = ByteReporter::new(name);
 
-    let relay = midway_relay::relay(
-        client,
-        server,
-        &listener.relay,
-        &shared.resources,
-        options,
-        cancel,
-    );
+    let relay = relay_segments(client, server, listener, shared, options, cancel);
     let sampled_relay = async {
         tokio::pin!(relay);
         let mut tick = tokio::time::interval_at(
@@ -165,6 +160,67 @@ pub(super) async fn relay(
                 duration_ms = duration.as_millis() as u64,
                 "relay failed"
             );
+        }
+    }
+}
+
+/// Two plain sockets: midway-relay's splice or spool relay with the listener's model. A TLS
+/// peer segment: the stream relay (copies through TLS, so no splice, and no spool: the
+/// listener's buffer size per direction).
+async fn relay_segments(
+    client: PeerLink,
+    server: PeerLink,
+    listener: &ListenerConfig,
+    shared: &Shared,
+    options: RelayOptions,
+    cancel: CancellationToken,
+) -> Result<RelayReport, midway_relay::RelayError> {
+    let buffer_bytes = match &listener.relay {
+        RelayModel::Buffer(buffer) => buffer.buffer_bytes,
+        RelayModel::Spool(spool) => spool.buffer_bytes,
+    };
+    match (client, server) {
+        (PeerLink::Tcp(client), PeerLink::Tcp(server)) => {
+            midway_relay::relay(
+                client,
+                server,
+                &listener.relay,
+                &shared.resources,
+                options,
+                cancel,
+            )
+            .await
+        }
+        (PeerLink::Tcp(client), PeerLink::Tls(server)) => {
+            midway_relay::relay_peer_stream(
+                client,
+                TlsPeer(server),
+                PeerSide::Server,
+                buffer_bytes,
+                options,
+                cancel,
+            )
+            .await
+        }
+        (PeerLink::Tls(client), PeerLink::Tcp(server)) => {
+            midway_relay::relay_peer_stream(
+                server,
+                TlsPeer(client),
+                PeerSide::Client,
+                buffer_bytes,
+                options,
+                cancel,
+            )
+            .await
+        }
+        // Configuration refuses a TLS peer listener whose connections go on through a TLS
+        // peer (a middle midway of an encrypted chain): not relayed yet.
+        (client, server) => {
+            client.reset();
+            server.reset();
+            Err(midway_relay::RelayError::InvalidConfig(
+                "TLS on both segments of one connection is not relayed yet",
+            ))
         }
     }
 }

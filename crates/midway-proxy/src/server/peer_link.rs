@@ -1,0 +1,161 @@
+//! One segment's stream: a plain TCP socket, or TLS 1.3 over one (`transport = "tls"` between
+//! two midways). Everything that needs the socket itself (profiles, tcp_info, the memory guard,
+//! the warm pool's liveness check) reaches the TCP socket under either; the relay picks the
+//! splice relay for two plain sockets and the stream relay when one side is TLS.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+
+/// A segment's stream.
+pub(super) enum PeerLink {
+    /// A plain TCP connection.
+    Tcp(TcpStream),
+    /// TLS 1.3 over a TCP connection (boxed: a TLS session is some kilobytes).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl PeerLink {
+    /// The TCP socket underneath.
+    pub(super) fn tcp(&self) -> &TcpStream {
+        match self {
+            PeerLink::Tcp(stream) => stream,
+            PeerLink::Tls(stream) => stream.get_ref().0,
+        }
+    }
+
+    /// Closes at once with a reset (SO_LINGER {on, 0} on the TCP socket): the other end sees
+    /// a refusal, never a clean end.
+    pub(super) fn reset(self) {
+        let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(Duration::ZERO));
+    }
+
+    /// The transport's name, for logs and metric labels.
+    pub(super) fn transport(&self) -> &'static str {
+        match self {
+            PeerLink::Tcp(_) => "tcp",
+            PeerLink::Tls(_) => "tls",
+        }
+    }
+}
+
+impl From<TcpStream> for PeerLink {
+    fn from(stream: TcpStream) -> PeerLink {
+        PeerLink::Tcp(stream)
+    }
+}
+
+/// The edge's side of a TLS peer connection: the handshake on `stream`, within `timeout`. The
+/// peer's key is checked against the pin in `config` (midway-tls).
+pub(super) async fn connect_tls(
+    stream: TcpStream,
+    config: &Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> io::Result<PeerLink> {
+    let name = rustls::pki_types::ServerName::try_from(midway_tls::SERVER_NAME)
+        .map_err(io::Error::other)?;
+    let connect = TlsConnector::from(config.clone()).connect(name, stream);
+    let stream = tokio::time::timeout(timeout, connect)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    Ok(PeerLink::Tls(Box::new(TlsStream::Client(stream))))
+}
+
+/// The gateway's side: the handshake on an accepted `stream`, within `timeout`; a connecting
+/// midway whose key `config` does not list is refused here.
+pub(super) async fn accept_tls(
+    stream: TcpStream,
+    config: &Arc<rustls::ServerConfig>,
+    timeout: Duration,
+) -> io::Result<PeerLink> {
+    let accept = TlsAcceptor::from(config.clone()).accept(stream);
+    let stream = tokio::time::timeout(timeout, accept)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    Ok(PeerLink::Tls(Box::new(TlsStream::Server(stream))))
+}
+
+/// A TLS peer stream as the relay takes it: aborting resets the TCP connection underneath, so
+/// the other midway sees a reset and not a clean end (a TLS close_notify is only ever sent by
+/// a clean half-close).
+pub(super) struct TlsPeer(pub(super) Box<TlsStream<TcpStream>>);
+
+impl midway_relay::PeerStream for TlsPeer {
+    fn abort(self) {
+        let _ = socket2::SockRef::from(self.0.get_ref().0).set_linger(Some(Duration::ZERO));
+    }
+}
+
+impl AsyncRead for TlsPeer {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsPeer {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0).poll_shutdown(cx)
+    }
+}
+
+impl AsyncRead for PeerLink {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            PeerLink::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for PeerLink {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            PeerLink::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            PeerLink::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            PeerLink::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_shutdown(cx),
+        }
+    }
+}
