@@ -179,7 +179,7 @@ async fn pinned_tls_carries_bulk_half_close_and_reset_and_refuses_unknown_keys()
     let edge_pin = keygen(&dir.join("edge"));
     let _stranger_pin = keygen(&dir.join("stranger"));
     let (mut gateway, gateway_addr) = gateway(dir, &[&edge_pin]);
-    let (_edge, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
+    let (mut edge_midway, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
     let (target, accepted, received) = destination().await;
 
     tokio::time::timeout(LIMIT, async {
@@ -224,6 +224,19 @@ async fn pinned_tls_carries_bulk_half_close_and_reset_and_refuses_unknown_keys()
     .unwrap();
     let before = accepted.load(Ordering::SeqCst);
     assert_eq!(before, 2);
+    // Each end's connection log names the transport of its peer segment.
+    edge_midway
+        .wait_for_line(LIMIT, "the edge's log of a TLS peer segment", |line| {
+            line.contains("\"remote_segment\":\"peer\"")
+                && line.contains("\"remote_transport\":\"tls\"")
+        })
+        .unwrap();
+    gateway
+        .wait_for_line(LIMIT, "the gateway's log of a TLS peer segment", |line| {
+            line.contains("\"local_segment\":\"peer\"")
+                && line.contains("\"local_transport\":\"tls\"")
+        })
+        .unwrap();
 
     // An edge with a key the gateway does not list: refused at the handshake, never relayed.
     let (_stranger, stranger_addr) = edge(dir, "stranger-edge", "stranger", gateway_addr, &gw_pin);

@@ -68,6 +68,7 @@ pub(super) async fn relay(
         let addr = client.tcp().peer_addr().ok()?;
         links.join(addr.ip(), client.tcp())
     });
+    let transports = (client.transport(), server.transport());
     let counters = Arc::new(RelayCounters::default());
     // The relay owns and closes both sockets; it hands them to this callback just before,
     // so the end-of-connection log and histograms get final values, not a stale sample.
@@ -139,6 +140,7 @@ pub(super) async fn relay(
                 duration,
                 (local.as_ref(), remote.as_ref()),
                 segments,
+                transports,
                 &congestion_controls,
                 sampler.last_sample_age(),
             );
@@ -230,6 +232,7 @@ fn log_end(
     duration: Duration,
     (local, remote): (Option<&TcpStats>, Option<&TcpStats>),
     segments: (&str, &str),
+    transports: (&str, &str),
     congestion_controls: &(Option<String>, Option<String>),
     sample_age: Duration,
 ) {
@@ -238,6 +241,9 @@ fn log_end(
         // What each side is: local or peer, remote or peer (the segment label of the metrics).
         local_segment = segments.0,
         remote_segment = segments.1,
+        // tcp, or tls for a peer segment encrypted with `transport = "tls"`.
+        local_transport = transports.0,
+        remote_transport = transports.1,
         local_congestion_control = congestion_controls.0.as_deref(),
         remote_congestion_control = congestion_controls.1.as_deref(),
         bytes_client_to_server = report.client_to_server_bytes,
