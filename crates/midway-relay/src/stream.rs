@@ -9,6 +9,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::Shutdown;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{ready, Context, Poll};
@@ -36,6 +37,13 @@ pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// (TLS over TCP: `SO_LINGER {on, 0}` on the TCP socket, then drop; QUIC: RESET_STREAM and
     /// STOP_SENDING).
     fn abort(self);
+
+    /// The TCP socket the stream runs over, when it has one of its own (TLS over TCP; not a
+    /// QUIC stream, which shares its connection's UDP socket). The relay hands it to
+    /// [`RelayOptions::on_close`] as that segment's socket; `None` (the default) skips the call.
+    fn socket(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// Which end of the relayed connection the peer stream is on.
@@ -66,8 +74,9 @@ pub enum PeerSide {
 /// direction's source first has data (a TCP source; a peer stream gives no readiness signal, so
 /// its direction allocates at once). `options.counters` are updated live (`spooled_now` and
 /// `remote_finished` stay untouched), `options.client_prefix` is written to the server side
-/// first, `options.idle_timeout` is honoured. `options.on_close` is **not called**: it takes the
-/// (client, server) sockets, and a peer stream has no socket of its own.
+/// first, `options.idle_timeout` is honoured. `options.on_close` is called with the (client,
+/// server) sockets right before they close when the peer stream has a socket of its own
+/// ([`PeerStream::socket`]), and not at all otherwise.
 ///
 /// A too-small `buffer_bytes` returns [`RelayError::InvalidConfig`] after resetting both ends:
 /// nothing was relayed, and a FIN would tell each end the other had nothing to send.
@@ -178,6 +187,12 @@ pub async fn relay_peer_stream<S: PeerStream>(
         remote_finished_at: None,
     };
     let peer = peer_read.unsplit(peer_write);
+    if let (Some(on_close), Some(peer_socket)) = (&options.on_close, peer.socket()) {
+        match side {
+            PeerSide::Server => on_close(tcp.as_fd(), peer_socket),
+            PeerSide::Client => on_close(peer_socket, tcp.as_fd()),
+        }
+    }
     if matches!(stop, Stop::BothDone) {
         // Both FINs were sent by `copy`: a plain close, after the bytes still queued.
         let _ = SockRef::from(&tcp).set_linger(None);

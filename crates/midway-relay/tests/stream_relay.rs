@@ -72,6 +72,11 @@ impl PeerStream for TcpPeer {
     fn abort(self) {
         reset(self.stream);
     }
+
+    fn socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.stream.as_fd())
+    }
 }
 
 /// Closes `stream` with a RST (SO_LINGER {on, 0}).
@@ -127,6 +132,7 @@ struct Setup {
     client_prefix: Vec<u8>,
     eof_is_truncation: bool,
     buffer_bytes: usize,
+    on_close: Option<midway_relay::OnClose>,
 }
 
 impl Setup {
@@ -137,6 +143,7 @@ impl Setup {
             client_prefix: Vec::new(),
             eof_is_truncation: false,
             buffer_bytes: BUFFER_BYTES,
+            on_close: None,
         }
     }
 
@@ -157,7 +164,7 @@ impl Setup {
             idle_timeout: self.idle_timeout,
             counters: Arc::clone(&counters),
             client_prefix: self.client_prefix,
-            ..RelayOptions::default()
+            on_close: self.on_close,
         };
         let (side, buffer_bytes, token) = (self.side, self.buffer_bytes, cancel.clone());
         let relay = tokio::spawn(async move {
@@ -434,5 +441,39 @@ async fn a_buffer_below_4096_is_rejected_with_a_reset() {
         );
         expect_reset(&mut client, &format!("{side:?} client")).await;
         expect_reset(&mut server, &format!("{side:?} server")).await;
+    }
+}
+
+#[tokio::test]
+async fn on_close_gets_the_client_and_server_sockets_in_order() {
+    for side in SIDES {
+        // Each socket's own address, as on_close saw it: the client's socket is the one the
+        // test's client end is connected to, the server's the one its server end is.
+        let seen: Arc<std::sync::Mutex<Option<(String, String)>>> = Arc::default();
+        let slot = Arc::clone(&seen);
+        let mut setup = Setup::new(side);
+        setup.on_close = Some(Arc::new(move |client, server| {
+            let peer = |fd| {
+                socket2::SockRef::from(&fd)
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_socket())
+                    .map(|a| a.to_string())
+                    .unwrap_or_default()
+            };
+            *slot.lock().unwrap() = Some((peer(client), peer(server)));
+        }));
+        let relayed = setup.start().await;
+        let ends = (
+            relayed.client.peer_addr().unwrap().to_string(),
+            relayed.server.peer_addr().unwrap().to_string(),
+        );
+        let (mut client, mut server) = (relayed.client, relayed.server);
+        client.shutdown().await.unwrap();
+        server.shutdown().await.unwrap();
+        let relay = relayed.relay;
+        let report = report_of(relay).await;
+        assert_ends(&report, DirectionEnd::Fin, DirectionEnd::Fin, side);
+        assert_eq!(seen.lock().unwrap().clone(), Some(ends), "{side:?}");
     }
 }

@@ -224,11 +224,13 @@ async fn pinned_tls_carries_bulk_half_close_and_reset_and_refuses_unknown_keys()
     .unwrap();
     let before = accepted.load(Ordering::SeqCst);
     assert_eq!(before, 2);
-    // Each end's connection log names the transport of its peer segment.
+    // Each end's connection log names the transport of its peer segment, with the TLS
+    // segment's final tcp_info (read from its socket just before the relay closed it).
     edge_midway
         .wait_for_line(LIMIT, "the edge's log of a TLS peer segment", |line| {
             line.contains("\"remote_segment\":\"peer\"")
                 && line.contains("\"remote_transport\":\"tls\"")
+                && line.contains("\"remote_srtt_us\":")
         })
         .unwrap();
     gateway

@@ -90,6 +90,11 @@ impl midway_relay::PeerStream for TlsPeer {
     fn abort(self) {
         let _ = socket2::SockRef::from(self.0.get_ref().0).set_linger(Some(Duration::ZERO));
     }
+
+    fn socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.0.get_ref().0.as_fd())
+    }
 }
 
 impl AsyncRead for TlsPeer {
