@@ -26,6 +26,7 @@ mod pump;
 mod resources;
 mod spool;
 mod stream;
+mod traffic;
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64};

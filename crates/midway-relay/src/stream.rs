@@ -11,16 +11,17 @@ use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::{DirectionEnd, RelayCounters, RelayError, RelayOptions, RelayReport, Side};
+use crate::traffic::{take_socket_error, Direction, Traffic};
+use crate::{DirectionEnd, RelayError, RelayOptions, RelayReport, Side};
 
 /// Smallest accepted buffer, as for [`crate::relay`]: below a page, calls per byte explode.
 const MIN_BUFFER_BYTES: usize = 4096;
@@ -101,11 +102,7 @@ pub async fn relay_peer_stream<S: PeerStream>(
     }
     let ctx = Ctx {
         buffer_bytes,
-        start: Instant::now(),
-        last_activity_ms: AtomicU64::new(0),
-        client_to_server: AtomicU64::new(0),
-        server_to_client: AtomicU64::new(0),
-        counters: &options.counters,
+        traffic: Traffic::new(&options.counters),
     };
     let (tcp_side, peer_side, tcp_to_peer, peer_to_tcp) = match side {
         PeerSide::Server => (Side::Client, Side::Server, C2S, S2C),
@@ -134,12 +131,7 @@ pub async fn relay_peer_stream<S: PeerStream>(
         };
         let c2s = copy(c2s, &options.client_prefix, &ctx);
         let s2c = copy(s2c, &[], &ctx);
-        let idle = async {
-            match options.idle_timeout {
-                Some(idle) => ctx.idle_expired(idle).await,
-                None => std::future::pending().await,
-            }
-        };
+        let idle = ctx.idle_expired(options.idle_timeout);
         tokio::pin!(c2s, s2c, idle);
         loop {
             tokio::select! {
@@ -210,13 +202,6 @@ pub async fn relay_peer_stream<S: PeerStream>(
     }
 }
 
-/// Which way bytes flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    ClientToServer,
-    ServerToClient,
-}
-
 /// How the select loop stopped.
 enum Stop {
     BothDone,
@@ -251,52 +236,18 @@ fn io_error(side: Side, operation: &'static str, data_lost: bool, source: io::Er
     }
 }
 
-/// State shared by both directions. Atomics (not Cells) because the relay future must be `Send`.
+/// State shared by both directions.
 struct Ctx<'a> {
     buffer_bytes: usize,
-    start: Instant,
-    last_activity_ms: AtomicU64,
-    client_to_server: AtomicU64,
-    server_to_client: AtomicU64,
-    counters: &'a RelayCounters,
+    /// Bytes, live counters and the activity clock (shared with the socket-to-socket relay).
+    traffic: Traffic<'a>,
 }
 
-impl Ctx<'_> {
-    fn touch(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
-        self.last_activity_ms.fetch_max(ms, Ordering::Relaxed);
-    }
+impl<'a> std::ops::Deref for Ctx<'a> {
+    type Target = Traffic<'a>;
 
-    fn delivered(&self, direction: Direction, bytes: usize) {
-        let (own, live) = match direction {
-            Direction::ClientToServer => (&self.client_to_server, &self.counters.client_to_server),
-            Direction::ServerToClient => (&self.server_to_client, &self.counters.server_to_client),
-        };
-        own.fetch_add(bytes as u64, Ordering::Relaxed);
-        live.fetch_add(bytes as u64, Ordering::Relaxed);
-        self.touch();
-    }
-
-    fn held(&self, direction: Direction, bytes: usize) {
-        let gauge = match direction {
-            Direction::ClientToServer => &self.counters.held_client_to_server,
-            Direction::ServerToClient => &self.counters.held_server_to_client,
-        };
-        gauge.store(bytes as u64, Ordering::Relaxed);
-        let peak = &self.counters.peak_held;
-        peak.fetch_max(bytes as u64, Ordering::Relaxed);
-    }
-
-    /// Returns when no byte moved for `idle`.
-    async fn idle_expired(&self, idle: Duration) {
-        loop {
-            let last = Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed));
-            let deadline = self.start + last + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline.into()).await;
-        }
+    fn deref(&self) -> &Traffic<'a> {
+        &self.traffic
     }
 }
 
@@ -448,13 +399,5 @@ fn take_tcp_error(
 ) -> Result<(), RelayError> {
     let error = |source| io_error(side, "waiting for an error", true, source);
     readiness.map_err(error)?;
-    match tcp.take_error() {
-        Ok(Some(e)) | Err(e) => Err(error(e)),
-        Ok(None) => {
-            let _ = tcp.try_io(Interest::ERROR, || {
-                Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
-            });
-            Ok(())
-        }
-    }
+    take_socket_error(tcp).map_err(error)
 }

@@ -95,6 +95,36 @@ impl PinnedPeers {
     }
 }
 
+/// The handshake-signature checks both verifier traits ask for, written once.
+impl PinnedPeers {
+    fn tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        // Not reached (the configs allow TLS 1.3 only); correct if it were.
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    fn schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
 impl ServerCertVerifier for PinnedPeers {
     /// Checks pin and validity. The server name is not checked: the pin identifies the peer,
     /// whatever name it was dialled by (the client always sends [`crate::SERVER_NAME`], and
@@ -117,13 +147,7 @@ impl ServerCertVerifier for PinnedPeers {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        // Not reached (the configs allow TLS 1.3 only); correct if it were.
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -132,18 +156,11 @@ impl ServerCertVerifier for PinnedPeers {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.schemes()
     }
 }
 
@@ -177,13 +194,7 @@ impl ClientCertVerifier for PinnedPeers {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        // Not reached (the configs allow TLS 1.3 only); correct if it were.
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -192,18 +203,11 @@ impl ClientCertVerifier for PinnedPeers {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.schemes()
     }
 }
 

@@ -20,7 +20,7 @@ use std::net::Shutdown;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::SockRef;
 use tokio::io::Interest;
@@ -29,7 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{RelayError, Side};
 use crate::resources::RelayResources;
-use crate::{DirectionEnd, RelayCounters, RelayModel, RelayOptions, RelayReport};
+pub(crate) use crate::traffic::Direction;
+use crate::traffic::{take_socket_error, Traffic};
+use crate::{DirectionEnd, RelayModel, RelayOptions, RelayReport};
 use forward::forward;
 use spool_direction::{spool_server_to_client, SpoolShared};
 
@@ -37,13 +39,6 @@ use spool_direction::{spool_server_to_client, SpoolShared};
 const MIN_BUFFER_BYTES: usize = 4096;
 /// `remote_finished_ns` until the server's FIN is read (0 ns after the start is a real time).
 const NOT_YET: u64 = u64::MAX;
-
-/// Which way bytes flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    ClientToServer,
-    ServerToClient,
-}
 
 /// Why a direction stopped early.
 #[derive(Debug)]
@@ -79,64 +74,21 @@ impl PumpError {
 /// State shared by the directions of one connection. Atomics (not Cells) because the relay
 /// future must be `Send`.
 struct Ctx<'a> {
-    start: Instant,
-    last_activity_ms: AtomicU64,
+    /// Bytes, live counters and the activity clock (shared with the stream relay).
+    traffic: Traffic<'a>,
     remote_finished_ns: AtomicU64,
-    client_to_server: AtomicU64,
-    server_to_client: AtomicU64,
     /// Directions that have read their source's EOF and are done.
     directions_finished: AtomicU8,
     /// The last direction to finish left its FIN to the client socket's close.
     last_fin_to_client: AtomicBool,
-    counters: &'a RelayCounters,
     resources: &'a Arc<RelayResources>,
 }
 
-impl Ctx<'_> {
-    fn touch(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
-        self.last_activity_ms.fetch_max(ms, Ordering::Relaxed);
-    }
+impl<'a> std::ops::Deref for Ctx<'a> {
+    type Target = Traffic<'a>;
 
-    fn delivered(&self, direction: Direction, bytes: usize) {
-        let bytes = bytes as u64;
-        match direction {
-            Direction::ClientToServer => {
-                self.client_to_server.fetch_add(bytes, Ordering::Relaxed);
-                self.counters
-                    .client_to_server
-                    .fetch_add(bytes, Ordering::Relaxed);
-            }
-            Direction::ServerToClient => {
-                self.server_to_client.fetch_add(bytes, Ordering::Relaxed);
-                self.counters
-                    .server_to_client
-                    .fetch_add(bytes, Ordering::Relaxed);
-            }
-        }
-        self.touch();
-    }
-
-    fn held(&self, direction: Direction, bytes: usize) {
-        let bytes = bytes as u64;
-        let gauge = match direction {
-            Direction::ClientToServer => &self.counters.held_client_to_server,
-            Direction::ServerToClient => &self.counters.held_server_to_client,
-        };
-        gauge.store(bytes, Ordering::Relaxed);
-        self.counters.peak_held.fetch_max(bytes, Ordering::Relaxed);
-    }
-
-    /// Returns when no byte moved for `idle`.
-    async fn idle_expired(&self, idle: Duration) {
-        loop {
-            let last = Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed));
-            let deadline = self.start + last + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline.into()).await;
-        }
+    fn deref(&self) -> &Traffic<'a> {
+        &self.traffic
     }
 }
 
@@ -208,14 +160,10 @@ pub(crate) async fn run(
         let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
     }
     let ctx = Ctx {
-        start: Instant::now(),
-        last_activity_ms: AtomicU64::new(0),
+        traffic: Traffic::new(&options.counters),
         remote_finished_ns: AtomicU64::new(NOT_YET),
-        client_to_server: AtomicU64::new(0),
-        server_to_client: AtomicU64::new(0),
         directions_finished: AtomicU8::new(0),
         last_fin_to_client: AtomicBool::new(false),
-        counters: &options.counters,
         resources,
     };
     let spool = match model {
@@ -262,12 +210,7 @@ pub(crate) async fn run(
                 }
             }
         };
-        let idle = async {
-            match options.idle_timeout {
-                Some(idle) => ctx.idle_expired(idle).await,
-                None => std::future::pending().await,
-            }
-        };
+        let idle = ctx.idle_expired(options.idle_timeout);
         tokio::pin!(c2s, s2c, idle);
         loop {
             tokio::select! {
@@ -449,13 +392,5 @@ fn finish_direction(dst: &TcpStream, dst_side: Side, ctx: &Ctx<'_>) -> Result<()
 /// Returns the pending socket error (SO_ERROR, e.g. ECONNRESET after a RST) as a pump error;
 /// without one, clears the ERROR readiness so the caller does not wake again for nothing.
 fn check_socket_error(stream: &TcpStream, side: Side) -> Result<(), PumpError> {
-    match stream.take_error() {
-        Ok(Some(e)) | Err(e) => Err(PumpError::new(side, "reading", true, e)),
-        Ok(None) => {
-            let _ = stream.try_io(Interest::ERROR, || {
-                Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
-            });
-            Ok(())
-        }
-    }
+    take_socket_error(stream).map_err(|e| PumpError::new(side, "reading", true, e))
 }
