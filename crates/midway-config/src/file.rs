@@ -112,9 +112,54 @@ pub struct FilePeer {
     pub warm_max_idle: Option<Duration>,
     /// How the peer segment is carried; absent: `"tcp"`.
     pub transport: Option<TransportName>,
-    /// `transport = "tls"`: the peer's key fingerprint (`sha256:...`, printed by its
-    /// `midway peer keygen`); the peer is refused at the handshake unless its key has it.
+    /// `transport = "tls"` or `"quic"`: the peer's key fingerprint (`sha256:...`, printed by
+    /// its `midway peer keygen`); the peer is refused at the handshake unless its key has it.
     pub fingerprint: Option<String>,
+    /// `transport = "quic"`: the tunnel's settings (`[peers.quic]`).
+    pub quic: Option<FileQuic>,
+}
+
+/// `[peers.quic]` and a QUIC peer listener's `[listeners.quic]`: the tunnel's settings. Every
+/// field is optional; flow-control windows default to the path's bandwidth-delay product.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuic {
+    /// `newreno`, `cubic` (default), `bbr`, `highspeed` or `gentle_highspeed`.
+    pub congestion_control: Option<String>,
+    /// The path's rate, bits per second, for the default windows (default 100 Mbit/s).
+    #[serde(
+        default,
+        deserialize_with = "crate::profile::deserialize_bits_per_second"
+    )]
+    pub path_rate_bps: Option<u64>,
+    /// The path's round trip, for the default windows (humantime text; default 600ms).
+    #[serde(default, with = "humantime_serde")]
+    pub path_rtt: Option<Duration>,
+    /// Bytes one stream may have in flight toward this midway (default: the path's BDP).
+    pub stream_window: Option<u64>,
+    /// Bytes all streams together may have in flight toward this midway (default: twice the
+    /// stream window).
+    pub connection_window: Option<u64>,
+    /// Streams (proxied connections) the other midway may have open at once on the tunnel.
+    pub max_streams: Option<u32>,
+    /// The tunnel closes after this long without a packet (a longer outage resets its
+    /// connections); default 30s.
+    #[serde(default, with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
+    /// A PING after this long without sending (NAT bindings); default a third of
+    /// `idle_timeout`, at most 10s; `"0s"` for none.
+    #[serde(default, with = "humantime_serde")]
+    pub keep_alive: Option<Duration>,
+    /// Ask the other midway to acknowledge only every this many packets (fewer ACKs on a
+    /// narrow return link); default QUIC's two.
+    pub ack_every: Option<u32>,
+    /// Edge only: give up on a tunnel's handshake after this long (default 5s).
+    #[serde(default, with = "humantime_serde")]
+    pub handshake_timeout: Option<Duration>,
+    /// Edge only: `"tls"` (default) sends new connections over TLS to the same peer address
+    /// while the tunnel cannot be set up; `"none"` refuses them instead.
+    pub fallback: Option<String>,
 }
 
 /// `[proxy]`
@@ -303,9 +348,11 @@ pub struct FileListener {
     pub keys: Option<Vec<String>>,
     /// Peer listeners: the transport connecting midways use; absent: `"tcp"`.
     pub transport: Option<TransportName>,
-    /// Peer listeners with `transport = "tls"`: fingerprints (`sha256:...`) of the midways
-    /// allowed to connect; any other key is refused at the handshake.
+    /// Peer listeners with `transport = "tls"` or `"quic"`: fingerprints (`sha256:...`) of the
+    /// midways allowed to connect; any other key is refused at the handshake.
     pub peer_fingerprints: Option<Vec<String>>,
+    /// Peer listeners with `transport = "quic"`: the tunnel's settings (`[listeners.quic]`).
+    pub quic: Option<FileQuic>,
     /// Transparent listeners: the interception rules and policy routing.
     pub nftables: Option<FileNftables>,
     /// Transparent listeners only: `"tcp"` (default) or `"http"`.

@@ -4,6 +4,8 @@
 //! are per listener and per segment, never per connection, so cardinality stays bounded by the
 //! config. Names are what the lab scrapes; keep them stable.
 
+mod tunnel;
+
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
 
@@ -103,7 +105,8 @@ pub(crate) struct Metrics {
     pub cwnd: HistogramFamily,
     /// Segments relayed, by the congestion control in force on them.
     pub segment_congestion_control: Family<CongestionLabels, Counter>,
-    /// Edge: connections through each peer, warm (from the pool) or fresh.
+    /// Edge: connections through each peer: warm (from the pool), fresh, tunnel (a QUIC
+    /// stream) or fallback (TLS while the tunnel is down).
     pub peer_connections: Family<PeerOriginLabels, Counter>,
     /// Edge: idle warm connections per peer.
     pub peer_warm_idle: Family<PeerLabels, Gauge>,
@@ -111,6 +114,8 @@ pub(crate) struct Metrics {
     pub peer_connect_failures: Family<PeerLabels, Counter>,
     /// Edge: TLS handshakes with a peer that failed, by reason.
     pub peer_tls_failures: Family<PeerReasonLabels, Counter>,
+    /// The QUIC tunnels'.
+    pub tunnel: tunnel::TunnelMetrics,
     /// Gateway: headers that failed authentication, by reason.
     pub peer_auth_failures: Family<RefusedLabels, Counter>,
     /// Gateway: headers refused because their chain is already relayed here.
@@ -143,6 +148,7 @@ impl Default for Metrics {
             peer_warm_idle: Family::default(),
             peer_connect_failures: Family::default(),
             peer_tls_failures: Family::default(),
+            tunnel: tunnel::TunnelMetrics::default(),
             peer_auth_failures: Family::default(),
             peer_loops_refused: Family::default(),
             peer_hop_limit_refused: Family::default(),
@@ -240,7 +246,7 @@ impl Metrics {
         );
         registry.register(
             "midway_peer_connections",
-            "Connections sent through a peer, by origin: warm (taken from the pool) or fresh",
+            "Connections sent through a peer, by origin: warm (taken from the pool), fresh, tunnel (a QUIC stream) or fallback (TLS while the tunnel is down)",
             self.peer_connections.clone(),
         );
         registry.register(
@@ -258,6 +264,7 @@ impl Metrics {
             "TLS handshakes with a peer that failed, by reason (unknown_peer, expired, not_tls, timeout, other)",
             self.peer_tls_failures.clone(),
         );
+        self.tunnel.register(registry);
         registry.register(
             "midway_peer_auth_failures",
             "Connecting midways refused by a peer listener for failing authentication (the header, or the TLS key: reasons tls_*), by reason",
@@ -282,7 +289,7 @@ impl Metrics {
         };
         drop(self.peer_warm_idle.get_or_create(&labels));
         drop(self.peer_connect_failures.get_or_create(&labels));
-        for origin in ["warm", "fresh"] {
+        for origin in ["warm", "fresh", "tunnel", "fallback"] {
             drop(self.peer_connections.get_or_create(&PeerOriginLabels {
                 peer: name.to_string(),
                 origin,

@@ -53,10 +53,59 @@ fn examples_load() {
             "forward.toml",
             "gateway.toml",
             "http.toml",
+            "quic-edge.toml",
+            "quic-gateway.toml",
             "socks5.toml",
             "transparent.toml"
         ]
     );
+}
+
+/// The QUIC examples name key files under /etc/midway/tls: loaded with a key pair from
+/// `midway_tls` put in their place (the paths rewritten), they give a QUIC peer with the
+/// example's tunnel settings and a QUIC peer listener beside its TLS fallback listener.
+#[test]
+fn quic_examples_load_with_a_key_pair() {
+    use midway_proxy::config::{ListenerTransport, PeerTransport};
+    let keys = tempfile::tempdir().unwrap();
+    let identity =
+        midway_tls::generate_identity("example", std::time::Duration::from_secs(3600)).unwrap();
+    midway_tls::write_identity(keys.path(), &identity).unwrap();
+    let load = |name: &str| {
+        let text = std::fs::read_to_string(repo_root().join("examples").join(name)).unwrap();
+        let text = text.replace("/etc/midway/tls", &keys.path().display().to_string());
+        let path = keys.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        load_config(&path).unwrap_or_else(|e| panic!("{name}: {}", midway_testkit::chain(&e)))
+    };
+    let edge = load("quic-edge.toml");
+    let PeerTransport::Quic {
+        settings, fallback, ..
+    } = &edge.peers[0].transport
+    else {
+        panic!("{:?}", edge.peers[0].transport)
+    };
+    assert!(*fallback);
+    assert_eq!(settings.stream_window, 1_500_000, "20 Mbit/s x 600 ms");
+    assert_eq!(
+        settings.handshake_timeout,
+        std::time::Duration::from_secs(5)
+    );
+    let gateway = load("quic-gateway.toml");
+    let transports: Vec<_> = gateway
+        .listeners
+        .iter()
+        .map(|l| match &l.intercept {
+            Intercept::Peer { transport, .. } => transport.name(),
+            _ => "not a peer listener",
+        })
+        .collect();
+    assert_eq!(transports, ["quic", "tls"]);
+    assert_eq!(gateway.listeners[0].listen, gateway.listeners[1].listen);
+    assert!(matches!(
+        &gateway.listeners[0].intercept,
+        Intercept::Peer { transport: ListenerTransport::Quic { allowed, .. }, .. } if allowed.len() == 1
+    ));
 }
 
 #[test]

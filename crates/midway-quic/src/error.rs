@@ -53,6 +53,9 @@ pub enum QuicError {
         /// The timeout.
         after: Duration,
     },
+    /// The tunnel is down (its handshakes fail) and no stream is opened until it is up again.
+    #[error("the QUIC tunnel is down")]
+    Down,
     /// The tunnel closed before a stream could be opened on it.
     #[error("opening a stream on the tunnel: {0}")]
     Open(ConnectionError),
@@ -70,6 +73,7 @@ impl QuicError {
             }
             QuicError::Handshake { source, .. } => handshake_failure_reason(source),
             QuicError::HandshakeTimeout { .. } => "timeout",
+            QuicError::Down => "unreachable",
             QuicError::Open(_) => "closed",
         }
     }

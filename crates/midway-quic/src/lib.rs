@@ -29,7 +29,9 @@ use std::time::Duration;
 
 pub use endpoint::{bind_udp, client_config, client_endpoint, server_config, server_endpoint};
 pub use error::{handshake_failure_reason, QuicError};
-pub use quinn::{Connection, Endpoint, Incoming};
+pub use quinn::{
+    ClientConfig, Connection, ConnectionError, Endpoint, Incoming, ServerConfig, VarInt,
+};
 pub use settings::TunnelSettings;
 pub use stream::{QuicPeer, ABORTED};
 pub use tunnel::{Tunnel, TunnelStats, CLOSED_BY_MIDWAY};

@@ -46,9 +46,11 @@ pub struct Tunnel {
     handshake_timeout: Duration,
     /// The UDP endpoint, made at the first connect for the peer's address family.
     endpoint: Mutex<Option<Endpoint>>,
-    /// The connection in use; replaced when it closes. The async lock makes connects
-    /// single-flight: callers arriving during a handshake wait for it.
-    current: tokio::sync::Mutex<Option<Connection>>,
+    /// The connection in use; replaced when it closes.
+    current: Mutex<Option<Connection>>,
+    /// Held during a handshake, so connects are single-flight: callers arriving during one
+    /// wait for it.
+    connecting: tokio::sync::Mutex<()>,
     streams_open: Arc<AtomicU64>,
     connections: AtomicU64,
 }
@@ -63,7 +65,8 @@ impl Tunnel {
             config,
             handshake_timeout,
             endpoint: Mutex::new(None),
-            current: tokio::sync::Mutex::new(None),
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
             streams_open: Arc::default(),
             connections: AtomicU64::new(0),
         }
@@ -77,44 +80,48 @@ impl Tunnel {
             // Closed between the check and the open (an idle timeout, the peer restarting):
             // once more on a new connection.
             Err(_) => self
-                .reconnect(&connection)
+                .connection()
                 .await?
                 .open_bi()
                 .await
                 .map_err(QuicError::Open)?,
         };
-        Ok(QuicPeer::new(send, recv).counted_in(self.streams_open.clone()))
+        Ok(self.count(QuicPeer::new(send, recv)))
+    }
+
+    /// A new stream on the live connection, without a handshake: fails at once when there is
+    /// no live connection (the caller decides whether to wait for one or fall back).
+    pub async fn open_live(&self) -> Result<QuicPeer, QuicError> {
+        let connection = self
+            .live()
+            .ok_or(QuicError::Open(quinn::ConnectionError::LocallyClosed))?;
+        let (send, recv) = connection.open_bi().await.map_err(QuicError::Open)?;
+        Ok(self.count(QuicPeer::new(send, recv)))
+    }
+
+    fn count(&self, stream: QuicPeer) -> QuicPeer {
+        stream.counted_in(self.streams_open.clone())
     }
 
     /// The live connection, set up first if there is none (within the handshake timeout).
     pub async fn connection(&self) -> Result<Connection, QuicError> {
-        let mut current = self.current.lock().await;
-        if let Some(connection) = current.as_ref().filter(|c| c.close_reason().is_none()) {
-            return Ok(connection.clone());
+        if let Some(connection) = self.live() {
+            return Ok(connection);
+        }
+        let _single_flight = self.connecting.lock().await;
+        if let Some(connection) = self.live() {
+            return Ok(connection);
         }
         let connection = self.connect().await?;
-        *current = Some(connection.clone());
-        Ok(connection)
-    }
-
-    /// Replaces `broken` (unless another caller already did) and returns the live connection.
-    async fn reconnect(&self, broken: &Connection) -> Result<Connection, QuicError> {
-        let mut current = self.current.lock().await;
-        if let Some(connection) = current.as_ref() {
-            if connection.stable_id() != broken.stable_id() && connection.close_reason().is_none() {
-                return Ok(connection.clone());
-            }
-        }
-        let connection = self.connect().await?;
-        *current = Some(connection.clone());
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
         Ok(connection)
     }
 
     /// The live connection if there is one, without setting one up.
     pub fn live(&self) -> Option<Connection> {
         self.current
-            .try_lock()
-            .ok()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .filter(|c| c.close_reason().is_none())
             .cloned()

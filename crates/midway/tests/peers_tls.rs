@@ -11,72 +11,18 @@
 //!   logs and counts it), its client gets a SOCKS5 failure, and the destination is never
 //!   contacted; a plain-TCP client of the TLS peer listener is refused the same way.
 
+mod peer_rig;
+
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use midway_testkit::data::{receive_all, send_pattern};
-use midway_testkit::host::{listening_addr, spawn_midway, Place, Running, TempDir};
+use midway_testkit::host::{Running, TempDir};
+use peer_rig::{destination, keygen, socks5, start, BULK_BYTES, LIMIT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
-const LIMIT: Duration = Duration::from_secs(30);
-const KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-/// Bytes each way in the bulk check: enough for many TLS records and full socket buffers.
-const BULK_BYTES: u64 = 32 << 20;
-
-/// Runs `midway peer keygen --out DIR` and returns the fingerprint it printed.
-fn keygen(dir: &Path) -> String {
-    let output = Command::new(MIDWAY)
-        .args(["peer", "keygen", "--out"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let fingerprint = stdout
-        .lines()
-        .find_map(|line| line.strip_prefix("fingerprint: "))
-        .unwrap_or_else(|| panic!("no fingerprint in {stdout}"))
-        .to_string();
-    assert!(fingerprint.starts_with("sha256:"), "{fingerprint}");
-    // The key is its owner's alone.
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir.join("peer.key"))
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o077, 0, "peer.key mode {mode:o}");
-    // A second keygen into the same folder never overwrites the key.
-    let again = Command::new(MIDWAY)
-        .args(["peer", "keygen", "--out"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(!again.status.success());
-    fingerprint
-}
-
-fn start(dir: &Path, name: &str, body: &str) -> (Running, SocketAddr) {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\ndenied_destinations = []\n\
-             connect_timeout = \"3s\"\nshutdown_grace = \"1s\"\n\n\
-             [keys.k]\nsecret = \"{KEY_HEX}\"\n\n[spool]\ndir = \"{}\"\n\n{body}",
-            dir.join(format!("spool-{name}")).display()
-        ),
-    )
-    .unwrap();
-    let (mut child, _lines) = spawn_midway(MIDWAY, Place::Here, &path, &[]);
-    let addr = listening_addr(&mut child, LIMIT);
-    (child, addr)
-}
+use tokio::net::TcpStream;
 
 fn gateway(dir: &Path, allowed: &[&str]) -> (Running, SocketAddr) {
     let allowed: Vec<String> = allowed.iter().map(|f| format!("{f:?}")).collect();
@@ -112,63 +58,6 @@ fn edge(
             dir.display()
         ),
     )
-}
-
-/// A SOCKS5 CONNECT through `proxy`; the stream and the reply code (0xff: no reply).
-async fn socks5(proxy: SocketAddr, target: SocketAddr) -> (TcpStream, u8) {
-    let mut stream = TcpStream::connect(proxy).await.unwrap();
-    stream.write_all(&[5, 1, 0]).await.unwrap();
-    let mut greeting = [0; 2];
-    stream.read_exact(&mut greeting).await.unwrap();
-    let SocketAddr::V4(v4) = target else {
-        panic!("v4 targets only")
-    };
-    let mut request = vec![5, 1, 0, 1];
-    request.extend_from_slice(&v4.ip().octets());
-    request.extend_from_slice(&v4.port().to_be_bytes());
-    stream.write_all(&request).await.unwrap();
-    let mut reply = [0; 10];
-    match stream.read_exact(&mut reply).await {
-        Ok(_) => (stream, reply[1]),
-        Err(_) => (stream, 0xff),
-    }
-}
-
-/// A destination that counts its connections: each sends BULK_BYTES back while reading what
-/// it gets to EOF; a connection whose first byte is `R` is reset instead.
-/// What the destination received on each connection it read to the end: (bytes, SHA-256).
-type Received = Arc<Mutex<Vec<(u64, [u8; 32])>>>;
-
-async fn destination() -> (SocketAddr, Arc<AtomicUsize>, Received) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let received = Received::default();
-    let record = received.clone();
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let record = record.clone();
-            tokio::spawn(async move {
-                let mut first = [0u8; 1];
-                let mut peek = stream;
-                if peek.peek(&mut first).await.unwrap_or(0) == 1 && first[0] == b'R' {
-                    socket2::SockRef::from(&peek)
-                        .set_linger(Some(Duration::ZERO))
-                        .unwrap();
-                    return;
-                }
-                let (mut read, mut write) = peek.split();
-                let (got, _) = tokio::join!(
-                    receive_all(&mut read),
-                    send_pattern(&mut write, BULK_BYTES, 7)
-                );
-                record.lock().unwrap().push(got.unwrap());
-            });
-        }
-    });
-    (addr, accepted, received)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

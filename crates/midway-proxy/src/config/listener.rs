@@ -62,6 +62,7 @@ pub(super) fn validate_listener(
                 &section,
                 file.transport,
                 file.peer_fingerprints.take(),
+                file.quic.take(),
                 names.identity,
             )?;
             peer_intercept(
@@ -74,25 +75,19 @@ pub(super) fn validate_listener(
         }
     };
     let via = via(&section, speaks_http, file.via.take(), names)?;
-    let tls_in = matches!(
-        intercept,
-        Intercept::Peer {
-            transport: super::ListenerTransport::Tls { .. },
-            ..
-        }
+    let encrypted_in = matches!(
+        &intercept,
+        Intercept::Peer { transport, .. } if !matches!(transport, super::ListenerTransport::Tcp)
     );
-    let tls_out = via.iter().any(|&index| {
-        matches!(
-            names.peers[index].transport,
-            super::PeerTransport::Tls { .. }
-        )
-    });
-    if tls_in && tls_out {
+    let encrypted_out = via
+        .iter()
+        .any(|&index| !matches!(names.peers[index].transport, super::PeerTransport::Tcp));
+    if encrypted_in && encrypted_out {
         return Err(section.invalid(
             "via",
-            "a peer listener with transport = \"tls\" cannot send its connections on through a \
-             peer with transport = \"tls\" yet (the middle midway of an encrypted chain); use \
-             \"tcp\" on one of the two segments",
+            "an encrypted peer listener (transport \"tls\" or \"quic\") cannot send its \
+             connections on through an encrypted peer yet (the middle midway of an encrypted \
+             chain); use \"tcp\" on one of the two segments",
         ));
     }
     let http = if speaks_http {
@@ -262,6 +257,7 @@ fn check_mode_keys(
             file.peer_fingerprints.is_some(),
             ModeName::Peer,
         ),
+        ("quic", file.quic.is_some(), ModeName::Peer),
     ];
     for (field, set, wanted) in mode_keys {
         if set && mode != wanted {

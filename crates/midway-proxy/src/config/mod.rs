@@ -16,6 +16,7 @@ mod access_links;
 mod http;
 mod listener;
 mod peers;
+mod quic;
 mod runtime;
 mod transport;
 mod validate;
@@ -30,8 +31,8 @@ pub use access_links::MIN_ACCESS_RATE_BPS;
 /// benchmark write it.
 pub use midway_config::{
     ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
-    FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileSocketMemory, FileSpool,
-    FileTls, FileUser, ModeName, RelayName, TransportName,
+    FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic, FileSocketMemory,
+    FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
 };
 pub use runtime::*;
 

@@ -200,7 +200,13 @@ pub(super) fn peers(
         }
         let warm_max_idle =
             section.duration("warm_max_idle", file.warm_max_idle, DEFAULT_WARM_MAX_IDLE)?;
-        let transport = peer_transport(&section, file.transport, file.fingerprint, identity)?;
+        let transport = peer_transport(
+            &section,
+            file.transport,
+            file.fingerprint,
+            file.quic,
+            identity,
+        )?;
         peers.push(PeerConfig {
             name,
             address,

@@ -153,6 +153,20 @@ pub enum PeerTransport {
         /// The peer's key fingerprint.
         pinned: midway_tls::Fingerprint,
     },
+    /// One QUIC connection (a tunnel) to the peer carrying each proxied connection as a
+    /// stream; the peer must present the pinned key.
+    Quic {
+        /// The TLS config of the tunnel's handshake, and of the fallback's.
+        client: Arc<rustls::ClientConfig>,
+        /// quinn's config of the tunnel (TLS and transport settings).
+        tunnel: Box<midway_quic::ClientConfig>,
+        /// The peer's key fingerprint.
+        pinned: midway_tls::Fingerprint,
+        /// The tunnel's settings (`[peers.quic]`).
+        settings: Box<midway_quic::TunnelSettings>,
+        /// While the tunnel cannot be set up, new connections go over TLS to the same address.
+        fallback: bool,
+    },
 }
 
 impl PeerTransport {
@@ -161,6 +175,7 @@ impl PeerTransport {
         match self {
             PeerTransport::Tcp => "tcp",
             PeerTransport::Tls { .. } => "tls",
+            PeerTransport::Quic { .. } => "quic",
         }
     }
 }
@@ -177,6 +192,16 @@ pub enum ListenerTransport {
         /// Fingerprints of the midways allowed to connect.
         allowed: Vec<midway_tls::Fingerprint>,
     },
+    /// QUIC tunnels on a UDP socket at the listener's address, from midways whose key is
+    /// listed; each stream is one proxied connection.
+    Quic {
+        /// quinn's config of the listener (TLS requiring a listed key, transport settings).
+        tunnel: Box<midway_quic::ServerConfig>,
+        /// Fingerprints of the midways allowed to connect.
+        allowed: Vec<midway_tls::Fingerprint>,
+        /// The tunnels' settings (`[listeners.quic]`).
+        settings: Box<midway_quic::TunnelSettings>,
+    },
 }
 
 impl ListenerTransport {
@@ -185,6 +210,7 @@ impl ListenerTransport {
         match self {
             ListenerTransport::Tcp => "tcp",
             ListenerTransport::Tls { .. } => "tls",
+            ListenerTransport::Quic { .. } => "quic",
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use midway_tls::{Fingerprint, Identity};
 
 use super::validate::{Section, Validator};
-use super::{ConfigError, FileTls, ListenerTransport, PeerTransport, TransportName};
+use super::{ConfigError, FileQuic, FileTls, ListenerTransport, PeerTransport, TransportName};
 
 /// `[tls]`: both files named, both readable, the key the certificate's, the certificate in
 /// date. `None` without the table.
@@ -36,86 +36,117 @@ pub(super) fn identity(
     Ok(Some(Arc::new(identity)))
 }
 
-/// A `[[peers]]` entry's transport: `tls` needs `[tls]` and the peer's fingerprint.
+/// A `[[peers]]` entry's transport: `tls` and `quic` need `[tls]` and the peer's fingerprint;
+/// `[peers.quic]` only goes with `quic`.
 pub(super) fn peer_transport(
     section: &Section<'_>,
     transport: Option<TransportName>,
     fingerprint: Option<String>,
+    quic: Option<FileQuic>,
     identity: Option<&Arc<Identity>>,
 ) -> Result<PeerTransport, ConfigError> {
-    match transport.unwrap_or(TransportName::Tcp) {
-        TransportName::Tcp => {
-            if fingerprint.is_some() {
-                return Err(section.invalid(
-                    "fingerprint",
-                    "only a peer with transport = \"tls\" is authenticated by its key; \
-                     remove it or set transport = \"tls\"",
-                ));
-            }
-            Ok(PeerTransport::Tcp)
-        }
-        TransportName::Tls => {
-            let identity = needs_identity(section, identity)?;
-            let text = fingerprint.ok_or_else(|| {
-                section.invalid(
-                    "fingerprint",
-                    "required with transport = \"tls\": the fingerprint the peer's \
-                     `midway peer keygen` printed (sha256:...)",
-                )
-            })?;
-            let pinned = parse_fingerprint(section, "fingerprint", &text)?;
-            let client = midway_tls::client_config(identity, vec![pinned])
-                .map_err(|err| section.invalid("transport", err.to_string()))?;
-            Ok(PeerTransport::Tls { client, pinned })
-        }
-        TransportName::Quic => Err(quic_not_yet(section)),
+    let transport = transport.unwrap_or(TransportName::Tcp);
+    if transport != TransportName::Quic && quic.is_some() {
+        return Err(only_with_quic(section));
     }
+    if transport == TransportName::Tcp {
+        if fingerprint.is_some() {
+            return Err(section.invalid(
+                "fingerprint",
+                "only a peer with transport = \"tls\" or \"quic\" is authenticated by its key; \
+                 remove it or set the transport",
+            ));
+        }
+        return Ok(PeerTransport::Tcp);
+    }
+    let identity = needs_identity(section, identity)?;
+    let text = fingerprint.ok_or_else(|| {
+        section.invalid(
+            "fingerprint",
+            "required with transport = \"tls\" or \"quic\": the fingerprint the peer's \
+             `midway peer keygen` printed (sha256:...)",
+        )
+    })?;
+    let pinned = parse_fingerprint(section, "fingerprint", &text)?;
+    let client = midway_tls::client_config(identity, vec![pinned])
+        .map_err(|err| section.invalid("transport", err.to_string()))?;
+    if transport == TransportName::Tls {
+        return Ok(PeerTransport::Tls { client, pinned });
+    }
+    let (settings, fallback) = super::quic::tunnel_settings(section, quic, true)?;
+    let tunnel = midway_quic::client_config(client.clone(), &settings)
+        .map_err(|err| section.invalid("transport", err.to_string()))?;
+    Ok(PeerTransport::Quic {
+        client,
+        tunnel: Box::new(tunnel),
+        pinned,
+        settings: Box::new(settings),
+        fallback,
+    })
 }
 
-/// A peer listener's transport: `tls` needs `[tls]` and at least one allowed fingerprint.
+/// A peer listener's transport: `tls` and `quic` need `[tls]` and at least one allowed
+/// fingerprint; `[listeners.quic]` only goes with `quic`.
 pub(super) fn listener_transport(
     section: &Section<'_>,
     transport: Option<TransportName>,
     fingerprints: Option<Vec<String>>,
+    quic: Option<FileQuic>,
     identity: Option<&Arc<Identity>>,
 ) -> Result<ListenerTransport, ConfigError> {
-    match transport.unwrap_or(TransportName::Tcp) {
-        TransportName::Tcp => {
-            if fingerprints.is_some() {
-                return Err(section.invalid(
-                    "peer_fingerprints",
-                    "only a peer listener with transport = \"tls\" checks keys; remove it or \
-                     set transport = \"tls\"",
-                ));
-            }
-            Ok(ListenerTransport::Tcp)
-        }
-        TransportName::Tls => {
-            let identity = needs_identity(section, identity)?;
-            let texts = fingerprints.unwrap_or_default();
-            if texts.is_empty() {
-                return Err(section.invalid(
-                    "peer_fingerprints",
-                    "required with transport = \"tls\", never empty: the fingerprints of the \
-                     midways allowed to connect (each printed by their `midway peer keygen`)",
-                ));
-            }
-            let mut allowed = Vec::with_capacity(texts.len());
-            let mut seen = BTreeSet::new();
-            for (i, text) in texts.iter().enumerate() {
-                let key = format!("peer_fingerprints[{i}]");
-                let fingerprint = parse_fingerprint(section, &key, text)?;
-                if !seen.insert(fingerprint.to_string()) {
-                    return Err(section.invalid(&key, "listed twice"));
-                }
-                allowed.push(fingerprint);
-            }
-            let server = midway_tls::server_config(identity, allowed.clone())
-                .map_err(|err| section.invalid("transport", err.to_string()))?;
-            Ok(ListenerTransport::Tls { server, allowed })
-        }
-        TransportName::Quic => Err(quic_not_yet(section)),
+    let transport = transport.unwrap_or(TransportName::Tcp);
+    if transport != TransportName::Quic && quic.is_some() {
+        return Err(only_with_quic(section));
     }
+    if transport == TransportName::Tcp {
+        if fingerprints.is_some() {
+            return Err(section.invalid(
+                "peer_fingerprints",
+                "only a peer listener with transport = \"tls\" or \"quic\" checks keys; \
+                 remove it or set the transport",
+            ));
+        }
+        return Ok(ListenerTransport::Tcp);
+    }
+    let identity = needs_identity(section, identity)?;
+    let texts = fingerprints.unwrap_or_default();
+    if texts.is_empty() {
+        return Err(section.invalid(
+            "peer_fingerprints",
+            "required with transport = \"tls\" or \"quic\", never empty: the fingerprints of \
+             the midways allowed to connect (each printed by their `midway peer keygen`)",
+        ));
+    }
+    let mut allowed = Vec::with_capacity(texts.len());
+    let mut seen = BTreeSet::new();
+    for (i, text) in texts.iter().enumerate() {
+        let key = format!("peer_fingerprints[{i}]");
+        let fingerprint = parse_fingerprint(section, &key, text)?;
+        if !seen.insert(fingerprint.to_string()) {
+            return Err(section.invalid(&key, "listed twice"));
+        }
+        allowed.push(fingerprint);
+    }
+    let server = midway_tls::server_config(identity, allowed.clone())
+        .map_err(|err| section.invalid("transport", err.to_string()))?;
+    if transport == TransportName::Tls {
+        return Ok(ListenerTransport::Tls { server, allowed });
+    }
+    let (settings, _) = super::quic::tunnel_settings(section, quic, false)?;
+    let tunnel = midway_quic::server_config(server, &settings)
+        .map_err(|err| section.invalid("transport", err.to_string()))?;
+    Ok(ListenerTransport::Quic {
+        tunnel: Box::new(tunnel),
+        allowed,
+        settings: Box::new(settings),
+    })
+}
+
+fn only_with_quic(section: &Section<'_>) -> ConfigError {
+    section.invalid(
+        "quic",
+        "only goes with transport = \"quic\"; remove it or set the transport",
+    )
 }
 
 fn needs_identity<'a>(
@@ -138,14 +169,6 @@ fn parse_fingerprint(
 ) -> Result<Fingerprint, ConfigError> {
     text.parse()
         .map_err(|err| section.invalid(key, format!("{text:?}: {err}")))
-}
-
-fn quic_not_yet(section: &Section<'_>) -> ConfigError {
-    section.invalid(
-        "transport",
-        "\"quic\" is not available in this version; use \"tls\" (encrypted, pinned keys) or \
-         \"tcp\"",
-    )
 }
 
 #[cfg(test)]
@@ -179,7 +202,7 @@ mod tests {
     }
 
     #[test]
-    fn tls_needs_a_key_pair_and_pins_and_quic_is_refused_for_now() {
+    fn tls_and_quic_need_a_key_pair_and_pins() {
         let dir = tempfile::tempdir().unwrap();
         let identity =
             midway_tls::generate_identity("test", std::time::Duration::from_secs(3600)).unwrap();
@@ -219,7 +242,7 @@ mod tests {
             (
                 config(dir.path(), true, &pin, ""),
                 "peers[0].fingerprint",
-                "only a peer with",
+                "only a peer with transport",
             ),
             (
                 config(
@@ -249,13 +272,13 @@ mod tests {
             ),
             (
                 config(dir.path(), true, "transport = \"quic\"", ""),
-                "peers[0].transport",
-                "not available",
+                "peers[0].fingerprint",
+                "required",
             ),
             (
                 config(dir.path(), true, "", "transport = \"quic\""),
-                "listeners[1].transport",
-                "not available",
+                "listeners[1].peer_fingerprints",
+                "never empty",
             ),
         ];
         for (text, key, words) in cases {

@@ -15,12 +15,12 @@ use super::listener::{validate_listener, PeerNames};
 use super::peers::{keys, peers};
 use super::{
     ConfigError, DeniedDestinations, FileConfig, FileListener, FileSocketMemory, FileSpool,
-    Intercept, ListenerConfig, RuntimeConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DENIED_DESTINATIONS,
-    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_HOPS, DEFAULT_MAX_PIPES,
-    DEFAULT_PEER_HEADER_WINDOW, DEFAULT_ROUTE_KNOBS_MARK_BASE, DEFAULT_ROUTE_KNOBS_TABLE_BASE,
-    DEFAULT_SHUTDOWN_GRACE, DEFAULT_SPOOL_DIR, DEFAULT_SPOOL_MAX_TOTAL_BYTES, MAX_MAX_HOPS,
-    MAX_WORKER_THREADS, MIN_SOCKET_MEMORY_BUDGET,
+    Intercept, ListenerConfig, ListenerTransport, RuntimeConfig, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DENIED_DESTINATIONS, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_HOPS,
+    DEFAULT_MAX_PIPES, DEFAULT_PEER_HEADER_WINDOW, DEFAULT_ROUTE_KNOBS_MARK_BASE,
+    DEFAULT_ROUTE_KNOBS_TABLE_BASE, DEFAULT_SHUTDOWN_GRACE, DEFAULT_SPOOL_DIR,
+    DEFAULT_SPOOL_MAX_TOTAL_BYTES, MAX_MAX_HOPS, MAX_WORKER_THREADS, MIN_SOCKET_MEMORY_BUDGET,
 };
 use crate::sockmem::SocketMemorySetting;
 
@@ -414,7 +414,16 @@ fn listeners(
             ));
         }
         if config.listen.port() != 0 {
-            if let Some(other) = addrs.insert(config.listen, config.name.clone()) {
+            // A QUIC peer listener's socket is UDP: it shares its port with a TCP listener
+            // (its TLS fallback, typically).
+            let udp = matches!(
+                &config.intercept,
+                Intercept::Peer {
+                    transport: ListenerTransport::Quic { .. },
+                    ..
+                }
+            );
+            if let Some(other) = addrs.insert((config.listen, udp), config.name.clone()) {
                 return Err(v.invalid(
                     format!("listeners[{index}].listen"),
                     format!("{} is already used by listener {other:?}", config.listen),

@@ -84,8 +84,7 @@ impl Connection {
             self.serve_http(client, http, started).await;
             return;
         }
-        let (local, remote) = self.profiles();
-
+        let (local, _) = self.profiles();
         let opened = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");
@@ -93,13 +92,26 @@ impl Connection {
             }
             opened = self.open(client, local) => opened,
         };
-        let mut client = match opened {
+        let client = match opened {
             Ok(client) => client,
             Err(err) => {
                 self.refuse(&err, "connection not relayed");
                 return;
             }
         };
+        self.split(client, started).await;
+    }
+
+    /// Serves a stream of a QUIC peer listener's tunnel, which needs no opening: the header,
+    /// the onward connection and the relay, as for a connection accepted over TCP.
+    pub(super) async fn serve_stream(self, client: PeerLink) {
+        let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
+        self.split(client, Instant::now()).await;
+    }
+
+    /// Finds the target, connects onward and relays.
+    async fn split(&self, mut client: PeerLink, started: Instant) {
+        let (local, remote) = self.profiles();
         let setup = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");

@@ -185,6 +185,15 @@ pub(super) enum SetupError {
         #[source]
         source: io::Error,
     },
+    /// No stream on a QUIC peer's tunnel: it is down and the peer has `fallback = "none"`,
+    /// or the stream could not be opened.
+    #[error("QUIC tunnel to midway {peer} unusable ({reason})")]
+    PeerQuic {
+        peer: String,
+        reason: &'static str,
+        #[source]
+        source: Box<midway_quic::QuicError>,
+    },
     /// The header exchange with the next midway took longer than connect_timeout.
     #[error("peer {peer:?} did not answer the header in time")]
     PeerTimeout { peer: String },
@@ -314,6 +323,7 @@ impl SetupError {
             },
             SetupError::PeerHandshake { .. } => "peer_handshake",
             SetupError::PeerTls { .. } => "peer_tls",
+            SetupError::PeerQuic { .. } => "peer_quic",
             SetupError::PeerTimeout { .. } => "connect_timeout",
             SetupError::PeerHeader(_) => "internal",
         }
@@ -330,6 +340,7 @@ impl SetupError {
                 | SetupError::PeerStatus { .. }
                 | SetupError::PeerHandshake { .. }
                 | SetupError::PeerTls { .. }
+                | SetupError::PeerQuic { .. }
                 | SetupError::PeerTimeout { .. }
         )
     }
@@ -373,6 +384,7 @@ impl SetupError {
             SetupError::PeerTimeout { .. } => Some(ReplyCode::TtlExpired),
             SetupError::PeerHandshake { .. }
             | SetupError::PeerTls { .. }
+            | SetupError::PeerQuic { .. }
             | SetupError::PeerHeader(_) => Some(ReplyCode::GeneralFailure),
             _ => None,
         }

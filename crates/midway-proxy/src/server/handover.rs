@@ -54,6 +54,10 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) struct ListenerKey {
     pub(crate) listen: SocketAddr,
     pub(crate) transparent: bool,
+    /// A QUIC peer listener's UDP socket (never handed over: see `listeners.rs`); absent in
+    /// an older midway's offer, whose listeners are all TCP.
+    #[serde(default)]
+    pub(crate) udp: bool,
 }
 
 /// What the running midway hands over; the descriptors follow in this order: listeners, the

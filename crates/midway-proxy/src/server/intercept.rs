@@ -137,7 +137,9 @@ impl Intercept {
                 spoof_client_address,
                 ..
             } => {
-                let original = original_destination(client.tcp(), accepted.listener_addr)?;
+                // A transparent listener's clients are always plain TCP.
+                let socket = client.tcp().ok_or(SetupError::NotARelayListener)?;
+                let original = original_destination(socket, accepted.listener_addr)?;
                 Ok(Target {
                     addr: TargetAddr::Ip(original),
                     spoof_from: spoof_client_address.then_some(accepted.peer.ip().to_canonical()),
@@ -181,7 +183,7 @@ impl Intercept {
     ) -> Result<(), SetupError> {
         match self {
             Intercept::Socks5 { .. } => {
-                let bound = server.tcp().local_addr().ok();
+                let bound = server.tcp().and_then(|socket| socket.local_addr().ok());
                 socks5::send_reply(client, ReplyCode::Succeeded, bound)
                     .await
                     .map_err(|e| SetupError::Handshake(e.into()))?;

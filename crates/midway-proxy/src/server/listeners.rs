@@ -2,6 +2,13 @@
 //! midway this one upgrades) at start or by a reload, gets its own accept loop (`accept.rs`)
 //! once the proxy runs, and stops on its own when a reload removes it, or with all the others at
 //! a handover or shutdown.
+//!
+//! A QUIC peer listener is a UDP socket with a QUIC endpoint and its own accept loop
+//! (`quic_accept.rs`). It is bound with `SO_REUSEPORT` instead of being handed over: a QUIC
+//! connection's state lives in the process that set it up, so the midway a binary upgrade
+//! replaces closes its tunnels when it stops listening (their connections end with a reset on
+//! both sides, the close rule) and the edges set up new ones with the new process (or fall back
+//! to TLS until they can).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,8 +27,9 @@ use super::connect::set_transparent;
 use super::error::ProxyError;
 use super::generation::Generation;
 use super::handover::{Inherited, ListenerKey};
+use super::quic_accept::{quic_accept_loop, QuicAcceptLoop};
 use super::shared::Shared;
-use crate::config::ListenerConfig;
+use crate::config::{Intercept, ListenerConfig, ListenerTransport};
 
 /// Backlog of every listener. Large, so bursts and the total-limit wait queue in the kernel.
 const LISTEN_BACKLOG: i32 = 4096;
@@ -32,14 +40,33 @@ pub(super) fn listener_key(listener: &ListenerConfig) -> ListenerKey {
     ListenerKey {
         listen: listener.listen,
         transparent: listener.intercept.needs_transparent_listener(),
+        udp: quic_config(listener).is_some(),
     }
+}
+
+/// A QUIC peer listener's endpoint config.
+fn quic_config(listener: &ListenerConfig) -> Option<&midway_quic::ServerConfig> {
+    match &listener.intercept {
+        Intercept::Peer {
+            transport: ListenerTransport::Quic { tunnel, .. },
+            ..
+        } => Some(tunnel.as_ref()),
+        _ => None,
+    }
+}
+
+/// A listening socket: TCP, or a QUIC peer listener's endpoint.
+#[derive(Clone)]
+enum Listening {
+    Tcp(Arc<TcpListener>),
+    Quic(midway_quic::Endpoint),
 }
 
 /// A listening socket, bound (or taken over) at start or by a reload, not accepting yet.
 pub(super) struct BoundListener {
     pub(super) name: String,
     key: ListenerKey,
-    listener: Arc<TcpListener>,
+    listener: Listening,
     /// The address it really bound (port 0 resolved).
     pub(super) addr: SocketAddr,
 }
@@ -60,6 +87,20 @@ impl BoundListener {
             source,
         };
         let key = listener_key(listener);
+        if let Some(config) = quic_config(listener) {
+            let quic_err = |err: midway_quic::QuicError| bind_err(std::io::Error::other(err));
+            let socket = midway_quic::bind_udp(addr, true).map_err(quic_err)?;
+            let endpoint =
+                midway_quic::server_endpoint(socket, config.clone()).map_err(quic_err)?;
+            let local = endpoint.local_addr().map_err(bind_err)?;
+            tracing::info!(listener = %listener.name, mode = "peer", transport = "quic", addr = %local, "listening");
+            return Ok(BoundListener {
+                name: listener.name.clone(),
+                key,
+                listener: Listening::Quic(endpoint),
+                addr: local,
+            });
+        }
         let taken = inherited.and_then(|inherited| inherited.take_listener(key));
         let took_over = taken.is_some();
         let sock = match taken {
@@ -100,7 +141,7 @@ impl BoundListener {
         Ok(BoundListener {
             name: listener.name.clone(),
             key,
-            listener: Arc::new(tokio_listener),
+            listener: Listening::Tcp(Arc::new(tokio_listener)),
             addr: local,
         })
     }
@@ -160,7 +201,7 @@ pub(super) struct RunningListeners {
 
 struct RunningListener {
     key: ListenerKey,
-    listener: Arc<TcpListener>,
+    listener: Listening,
     stop: CancellationToken,
 }
 
@@ -178,22 +219,39 @@ impl RunningListeners {
     pub(super) fn start(&mut self, bound: BoundListener) {
         let stop = CancellationToken::new();
         let cx = self.context.clone();
-        self.accept_loops.spawn(accept_loop(AcceptLoop {
-            shared: cx.shared,
-            name: bound.name.clone(),
-            listener: bound.listener.clone(),
-            addr: bound.addr,
-            generations: cx.generations.subscribe(),
-            tracker: cx.tracker,
-            stop: stop.clone(),
-            draining: cx.draining,
-            connections_cancel: cx.connections_cancel,
-        }));
-        if bound.key.transparent {
-            self.context
-                .shared
-                .transparent_listeners()
-                .push(bound.listener.clone());
+        match &bound.listener {
+            Listening::Tcp(listener) => {
+                self.accept_loops.spawn(accept_loop(AcceptLoop {
+                    shared: cx.shared,
+                    name: bound.name.clone(),
+                    listener: listener.clone(),
+                    addr: bound.addr,
+                    generations: cx.generations.subscribe(),
+                    tracker: cx.tracker,
+                    stop: stop.clone(),
+                    draining: cx.draining,
+                    connections_cancel: cx.connections_cancel,
+                }));
+                if bound.key.transparent {
+                    self.context
+                        .shared
+                        .transparent_listeners()
+                        .push(listener.clone());
+                }
+            }
+            Listening::Quic(endpoint) => {
+                self.accept_loops.spawn(quic_accept_loop(QuicAcceptLoop {
+                    shared: cx.shared,
+                    name: bound.name.clone(),
+                    endpoint: endpoint.clone(),
+                    addr: bound.addr,
+                    generations: cx.generations.subscribe(),
+                    tracker: cx.tracker,
+                    stop: stop.clone(),
+                    draining: cx.draining,
+                    connections_cancel: cx.connections_cancel,
+                }));
+            }
         }
         if let Some(replaced) = self.listeners.insert(
             bound.name,
@@ -211,10 +269,12 @@ impl RunningListeners {
     pub(super) fn stop(&mut self, name: &str) {
         if let Some(listener) = self.listeners.remove(name) {
             listener.stop.cancel();
-            self.context
-                .shared
-                .transparent_listeners()
-                .retain(|l| !Arc::ptr_eq(l, &listener.listener));
+            if let Listening::Tcp(stopped) = &listener.listener {
+                self.context
+                    .shared
+                    .transparent_listeners()
+                    .retain(|l| !Arc::ptr_eq(l, stopped));
+            }
         }
     }
 
@@ -243,19 +303,30 @@ impl RunningListeners {
         let profile = local_profile(listener, profiles)?;
         match self.listeners.get(&listener.name) {
             Some(current) if current.key == listener_key(listener) => {
-                // Accepted sockets inherit the listener's options: the new profile's.
-                let sock = socket2::SockRef::from(current.listener.as_ref());
-                put_profile(listener, profile, &sock)?;
+                match &current.listener {
+                    Listening::Tcp(socket) => {
+                        // Accepted sockets inherit the listener's options: the new profile's.
+                        let sock = socket2::SockRef::from(socket.as_ref());
+                        put_profile(listener, profile, &sock)?;
+                    }
+                    Listening::Quic(endpoint) => {
+                        // New tunnels check the new pins; tunnels up keep going.
+                        endpoint.set_server_config(quic_config(listener).cloned());
+                    }
+                }
                 Ok(true)
             }
             _ => Ok(false),
         }
     }
 
-    /// Every running listener's name, identity and socket (what a handover offers).
+    /// Every running TCP listener's name, identity and socket (what a handover offers).
     pub(super) fn sockets(&self) -> impl Iterator<Item = (&String, ListenerKey, &TcpListener)> {
         self.listeners
             .iter()
-            .map(|(name, l)| (name, l.key, l.listener.as_ref()))
+            .filter_map(|(name, l)| match &l.listener {
+                Listening::Tcp(socket) => Some((name, l.key, socket.as_ref())),
+                Listening::Quic(_) => None,
+            })
     }
 }

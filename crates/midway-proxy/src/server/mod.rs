@@ -63,6 +63,7 @@ mod peer_link;
 mod peering;
 mod pool;
 mod profiles;
+mod quic_accept;
 mod relay;
 mod reload;
 mod serving;
@@ -70,6 +71,7 @@ mod shared;
 mod shutdown;
 mod socket_id;
 mod start;
+mod tunnel;
 mod upgrade;
 
 use std::net::SocketAddr;

@@ -1,7 +1,9 @@
-//! One segment's stream: a plain TCP socket, or TLS 1.3 over one (`transport = "tls"` between
-//! two midways). Everything that needs the socket itself (profiles, tcp_info, the memory guard,
-//! the warm pool's liveness check) reaches the TCP socket under either; the relay picks the
-//! splice relay for two plain sockets and the stream relay when one side is TLS.
+//! One segment's stream: a plain TCP socket, TLS 1.3 over one (`transport = "tls"` between two
+//! midways), or a stream of a QUIC tunnel (`transport = "quic"`). Everything that needs the
+//! socket itself (profiles, tcp_info, the memory guard, the warm pool's liveness check) reaches
+//! the TCP socket under the first two; a QUIC stream has none (its tunnel's figures are the
+//! peer's metrics). The relay picks the splice relay for two plain sockets and the stream relay
+//! when one side is TLS or QUIC.
 
 use std::io;
 use std::pin::Pin;
@@ -9,6 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use midway_quic::QuicPeer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
@@ -19,21 +22,31 @@ pub(super) enum PeerLink {
     Tcp(TcpStream),
     /// TLS 1.3 over a TCP connection (boxed: a TLS session is some kilobytes).
     Tls(Box<TlsStream<TcpStream>>),
+    /// A stream of a QUIC tunnel.
+    Quic(QuicPeer),
 }
 
 impl PeerLink {
-    /// The TCP socket underneath.
-    pub(super) fn tcp(&self) -> &TcpStream {
+    /// The TCP socket underneath (none under a QUIC stream).
+    pub(super) fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            PeerLink::Tcp(stream) => stream,
-            PeerLink::Tls(stream) => stream.get_ref().0,
+            PeerLink::Tcp(stream) => Some(stream),
+            PeerLink::Tls(stream) => Some(stream.get_ref().0),
+            PeerLink::Quic(_) => None,
         }
     }
 
-    /// Closes at once with a reset (SO_LINGER {on, 0} on the TCP socket): the other end sees
-    /// a refusal, never a clean end.
+    /// Closes at once with a reset (SO_LINGER {on, 0} on the TCP socket; RESET_STREAM and
+    /// STOP_SENDING on a QUIC stream): the other end sees a refusal, never a clean end.
     pub(super) fn reset(self) {
-        let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(Duration::ZERO));
+        match self {
+            PeerLink::Quic(mut stream) => stream.reset(),
+            other => {
+                if let Some(tcp) = other.tcp() {
+                    let _ = socket2::SockRef::from(tcp).set_linger(Some(Duration::ZERO));
+                }
+            }
+        }
     }
 
     /// The transport's name, for logs and metric labels.
@@ -41,6 +54,7 @@ impl PeerLink {
         match self {
             PeerLink::Tcp(_) => "tcp",
             PeerLink::Tls(_) => "tls",
+            PeerLink::Quic(_) => "quic",
         }
     }
 }
@@ -134,6 +148,7 @@ impl AsyncRead for PeerLink {
         match self.get_mut() {
             PeerLink::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
             PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_read(cx, buf),
+            PeerLink::Quic(stream) => Pin::new(stream).poll_read(cx, buf),
         }
     }
 }
@@ -147,6 +162,7 @@ impl AsyncWrite for PeerLink {
         match self.get_mut() {
             PeerLink::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
             PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_write(cx, buf),
+            PeerLink::Quic(stream) => Pin::new(stream).poll_write(cx, buf),
         }
     }
 
@@ -154,6 +170,7 @@ impl AsyncWrite for PeerLink {
         match self.get_mut() {
             PeerLink::Tcp(stream) => Pin::new(stream).poll_flush(cx),
             PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_flush(cx),
+            PeerLink::Quic(stream) => Pin::new(stream).poll_flush(cx),
         }
     }
 
@@ -161,6 +178,7 @@ impl AsyncWrite for PeerLink {
         match self.get_mut() {
             PeerLink::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
             PeerLink::Tls(stream) => Pin::new(&mut **stream).poll_shutdown(cx),
+            PeerLink::Quic(stream) => Pin::new(stream).poll_shutdown(cx),
         }
     }
 }

@@ -8,6 +8,10 @@
 //! it), drops sockets the peer closed, and closes all of them at shutdown. While the peer is
 //! down it retries with a doubling pause, logging once when the peer goes down and once when
 //! it comes back, never per attempt.
+//!
+//! A QUIC peer has no warm connections: its tunnel (`tunnel.rs`) is what is kept warm, and a
+//! connection through it is a new stream (origin `tunnel`), or a TLS connection while the
+//! tunnel is down (origin `fallback`).
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
@@ -23,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::connect::{apply_established, connect};
 use super::error::{ErrorChain, SetupError};
 use super::peer_link::{connect_tls, PeerLink};
+use super::tunnel::{NoStream, PeerTunnel};
 use crate::config::{PeerConfig, PeerTransport};
 use crate::metrics::{Metrics, PeerLabels};
 
@@ -42,6 +47,8 @@ pub(super) enum PoolOrigin {
     Warm,
     /// Connected for this connection.
     Fresh,
+    /// A stream of the peer's QUIC tunnel.
+    Tunnel,
 }
 
 /// The warm connections of one peer.
@@ -54,6 +61,8 @@ pub(super) struct WarmPool {
     taken: Notify,
     metrics: Metrics,
     labels: PeerLabels,
+    /// A QUIC peer's tunnel.
+    tunnel: Option<Arc<PeerTunnel>>,
 }
 
 impl WarmPool {
@@ -66,7 +75,9 @@ impl WarmPool {
         let labels = PeerLabels {
             peer: config.name.clone(),
         };
+        let tunnel = PeerTunnel::new(&config, metrics.clone()).map(Arc::new);
         WarmPool {
+            tunnel,
             config,
             profile,
             connect_timeout,
@@ -94,11 +105,30 @@ impl WarmPool {
     }
 
     /// A connection to the peer: the oldest live warm one, or (pool empty, or `fresh_only`) a
-    /// new one.
+    /// new one; for a QUIC peer, a stream of its tunnel (or a TLS connection while the tunnel
+    /// is down).
     pub(super) async fn take(
         &self,
         fresh_only: bool,
     ) -> Result<(PeerLink, PoolOrigin), SetupError> {
+        if let Some(tunnel) = &self.tunnel {
+            return match tunnel.open().await {
+                Ok(stream) => {
+                    self.metrics.peer_connection(&self.config.name, "tunnel");
+                    Ok((PeerLink::Quic(stream), PoolOrigin::Tunnel))
+                }
+                Err(NoStream::Fallback) => {
+                    let link = self.connect().await?;
+                    self.metrics.peer_connection(&self.config.name, "fallback");
+                    Ok((link, PoolOrigin::Fresh))
+                }
+                Err(NoStream::Failed(source)) => Err(SetupError::PeerQuic {
+                    peer: self.config.name.clone(),
+                    reason: source.reason(),
+                    source: Box::new(source),
+                }),
+            };
+        }
         if !fresh_only {
             let taken = {
                 let mut idle = self.idle();
@@ -107,7 +137,7 @@ impl WarmPool {
                     // EOF (the peer closed it), a reset, or bytes (a peer never sends before
                     // the header; over TLS, the alert of a peer that refused our key) all
                     // mean it cannot carry a connection.
-                    if idle_and_open(stream.tcp().as_fd()) {
+                    if stream.tcp().is_some_and(|tcp| idle_and_open(tcp.as_fd())) {
                         found = Some(stream);
                         break;
                     }
@@ -127,8 +157,9 @@ impl WarmPool {
     }
 
     /// A new connection with the peer's profile, before connect and once established, as
-    /// every remote segment gets it; over TLS, with the handshake done (within the same
-    /// `connect_timeout`), so a warm TLS connection costs a new client no round trip either.
+    /// every remote segment gets it; over TLS (a TLS peer, and a QUIC peer's fallback), with
+    /// the handshake done (within the same `connect_timeout`), so a warm TLS connection costs
+    /// a new client no round trip either.
     async fn connect(&self) -> Result<PeerLink, SetupError> {
         let result = async {
             let stream = connect(
@@ -142,7 +173,7 @@ impl WarmPool {
             apply_established(&stream, &self.profile, Role::Outgoing)?;
             match &self.config.transport {
                 PeerTransport::Tcp => Ok(PeerLink::Tcp(stream)),
-                PeerTransport::Tls { client, .. } => {
+                PeerTransport::Tls { client, .. } | PeerTransport::Quic { client, .. } => {
                     connect_tls(stream, client, self.connect_timeout)
                         .await
                         .map_err(|source| {
@@ -177,7 +208,7 @@ impl WarmPool {
         let max_idle = self.config.warm_max_idle;
         let mut refused = false;
         idle.retain(|(stream, since)| {
-            let open = idle_and_open(stream.tcp().as_fd());
+            let open = stream.tcp().is_some_and(|tcp| idle_and_open(tcp.as_fd()));
             refused |= !open && since.elapsed() < REFUSED_WITHIN;
             since.elapsed() < max_idle && open
         });
@@ -189,8 +220,12 @@ impl WarmPool {
         )
     }
 
-    /// Keeps the pool full until `shutdown`, then closes every idle socket.
+    /// Keeps the pool full until `shutdown`, then closes every idle socket; a QUIC peer's
+    /// task keeps its tunnel up instead.
     pub(super) async fn maintain(self: Arc<Self>, shutdown: CancellationToken) {
+        if let Some(tunnel) = &self.tunnel {
+            return tunnel.clone().maintain(shutdown).await;
+        }
         let name = &self.config.name;
         let wanted = self.config.warm_connections;
         let mut retry: Option<Duration> = None;

@@ -54,19 +54,22 @@ pub(super) async fn relay(
     } = split;
     let name = &listener.name;
     let metrics = &shared.metrics;
-    let mut memory = MemoryCaps::register(
-        shared.socket_memory.as_ref(),
-        &[
-            ("local", client.tcp(), adjustable.0),
-            ("remote", server.tcp(), adjustable.1),
-        ],
-    );
+    // A QUIC stream has no socket of its own to cap.
+    let sockets: Vec<_> = [
+        ("local", client.tcp(), adjustable.0),
+        ("remote", server.tcp(), adjustable.1),
+    ]
+    .into_iter()
+    .filter_map(|(side, socket, adjustable)| Some((side, socket?, adjustable)))
+    .collect();
+    let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
     // Paced at its share of the subscriber's access link while it lives (when one covers the
     // client); the share follows the socket by its inode after the relay took it.
     // (getpeername only when access links are configured: this is every connection's path.)
     let _access_share = shared.access_links.as_ref().and_then(|links| {
-        let addr = client.tcp().peer_addr().ok()?;
-        links.join(addr.ip(), client.tcp())
+        let socket = client.tcp()?;
+        let addr = socket.peer_addr().ok()?;
+        links.join(addr.ip(), socket)
     });
     let transports = (client.transport(), server.transport());
     let counters = Arc::new(RelayCounters::default());
@@ -166,9 +169,9 @@ pub(super) async fn relay(
     }
 }
 
-/// Two plain sockets: midway-relay's splice or spool relay with the listener's model. A TLS
-/// peer segment: the stream relay (copies through TLS, so no splice, and no spool: the
-/// listener's buffer size per direction).
+/// Two plain sockets: midway-relay's splice or spool relay with the listener's model. A TLS or
+/// QUIC peer segment: the stream relay (copies through the library, so no splice, and no
+/// spool: the listener's buffer size per direction).
 async fn relay_segments(
     client: PeerLink,
     server: PeerLink,
@@ -215,13 +218,35 @@ async fn relay_segments(
             )
             .await
         }
-        // Configuration refuses a TLS peer listener whose connections go on through a TLS
-        // peer (a middle midway of an encrypted chain): not relayed yet.
+        (PeerLink::Tcp(client), PeerLink::Quic(server)) => {
+            midway_relay::relay_peer_stream(
+                client,
+                server,
+                PeerSide::Server,
+                buffer_bytes,
+                options,
+                cancel,
+            )
+            .await
+        }
+        (PeerLink::Quic(client), PeerLink::Tcp(server)) => {
+            midway_relay::relay_peer_stream(
+                server,
+                client,
+                PeerSide::Client,
+                buffer_bytes,
+                options,
+                cancel,
+            )
+            .await
+        }
+        // Configuration refuses an encrypted peer listener whose connections go on through an
+        // encrypted peer (a middle midway of an encrypted chain): not relayed yet.
         (client, server) => {
             client.reset();
             server.reset();
             Err(midway_relay::RelayError::InvalidConfig(
-                "TLS on both segments of one connection is not relayed yet",
+                "an encrypted transport on both segments of one connection is not relayed yet",
             ))
         }
     }
@@ -323,9 +348,9 @@ struct Segment {
 }
 
 impl Segment {
-    fn new(listener: &str, (stream, segment): (&TcpStream, &'static str)) -> Segment {
+    fn new(listener: &str, (stream, segment): (Option<&TcpStream>, &'static str)) -> Segment {
         Segment {
-            socket: SocketId::new(stream),
+            socket: SocketId::of(stream),
             labels: SegmentLabels {
                 listener: listener.to_string(),
                 segment,
@@ -389,8 +414,8 @@ impl SegmentSampler {
     /// `client` and `server` with their segment labels (local or peer, remote or peer).
     fn new(
         listener: &str,
-        client: (&TcpStream, &'static str),
-        server: (&TcpStream, &'static str),
+        client: (Option<&TcpStream>, &'static str),
+        server: (Option<&TcpStream>, &'static str),
     ) -> SegmentSampler {
         SegmentSampler {
             local: Segment::new(listener, client),

@@ -22,6 +22,18 @@ impl SocketId {
         }
     }
 
+    /// `stream`'s id, or one that is never there (a segment without a socket of its own: a
+    /// QUIC stream).
+    pub(super) fn of(stream: Option<&TcpStream>) -> SocketId {
+        stream.map_or(
+            SocketId {
+                fd: -1,
+                inode: None,
+            },
+            SocketId::new,
+        )
+    }
+
     /// The socket, if the fd number still refers to the registered one. On the first mismatch
     /// it is forgotten: a closed socket never comes back, so later calls skip the `fstat`.
     pub(super) fn borrow(&mut self) -> Option<BorrowedFd<'_>> {

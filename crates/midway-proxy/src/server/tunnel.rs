@@ -1,0 +1,224 @@
+//! A QUIC peer's tunnel as an edge uses it (`transport = "quic"`): one upkeep task per peer
+//! sets the tunnel up at start and again whenever it closes, and keeps its metrics; proxied
+//! connections only open streams on it.
+//!
+//! The tunnel's state decides where a new connection goes:
+//! - `Up`: a stream on the tunnel.
+//! - `Connecting` (at start, and after the tunnel closed): wait for the handshake, at most its
+//!   timeout.
+//! - `Down` (a handshake failed: UDP dropped or throttled, nothing listening, a timeout): over
+//!   TLS to the same address at once (`fallback = "tls"`, the default; refused with
+//!   `fallback = "none"`). Encryption is never given up. The upkeep task keeps trying QUIC with
+//!   a doubling pause and new connections use the tunnel again as soon as it is up.
+//!
+//! A refused key is not a fallback case (TLS would be refused the same way): the state goes
+//! `Down` all the same, and the fallback's TLS handshake fails and is counted too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use midway_quic::{QuicError, QuicPeer, Tunnel, TunnelStats};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::error::ErrorChain;
+use crate::config::{PeerConfig, PeerTransport};
+use crate::metrics::{Metrics, PeerLabels};
+
+/// First pause after a failed tunnel handshake; doubles per failure up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// A tunnel that closes this soon after it came up is retried after a pause, not at once.
+const CLOSED_WITHIN: Duration = Duration::from_secs(2);
+/// The tunnel's metrics are updated this often while it is up.
+const METRICS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Where a tunnel stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Connecting,
+    Up,
+    Down,
+}
+
+/// What a connection gets instead of a stream.
+pub(super) enum NoStream {
+    /// Go over TLS to the same address.
+    Fallback,
+    /// Neither: the tunnel is down and the peer has `fallback = "none"`, or the stream could
+    /// not be opened.
+    Failed(QuicError),
+}
+
+/// One QUIC peer's tunnel and its state.
+pub(super) struct PeerTunnel {
+    tunnel: Tunnel,
+    fallback: bool,
+    handshake_timeout: Duration,
+    state: watch::Sender<State>,
+    metrics: Metrics,
+    labels: PeerLabels,
+}
+
+impl PeerTunnel {
+    /// The tunnel of a `transport = "quic"` peer; `None` for other peers.
+    pub(super) fn new(config: &PeerConfig, metrics: Metrics) -> Option<PeerTunnel> {
+        let PeerTransport::Quic {
+            tunnel,
+            settings,
+            fallback,
+            ..
+        } = &config.transport
+        else {
+            return None;
+        };
+        let labels = PeerLabels {
+            peer: config.name.clone(),
+        };
+        metrics.tunnel.init_peer(&labels);
+        Some(PeerTunnel {
+            tunnel: Tunnel::new(
+                config.address.to_string(),
+                (**tunnel).clone(),
+                settings.handshake_timeout,
+            ),
+            fallback: *fallback,
+            handshake_timeout: settings.handshake_timeout,
+            state: watch::Sender::new(State::Connecting),
+            metrics,
+            labels,
+        })
+    }
+
+    /// A stream for one proxied connection, or what to do instead.
+    pub(super) async fn open(&self) -> Result<QuicPeer, NoStream> {
+        let mut state = self.state.subscribe();
+        // Wait out a handshake in progress, at most its timeout.
+        let settled = tokio::time::timeout(
+            self.handshake_timeout,
+            state.wait_for(|s| *s != State::Connecting),
+        )
+        .await;
+        let now = settled.ok().and_then(Result::ok).map(|s| *s);
+        if now == Some(State::Up) {
+            match self.tunnel.open_live().await {
+                Ok(stream) => return Ok(stream),
+                // Closed just now: the upkeep task sets it up again; this connection does
+                // not wait for that.
+                Err(err) if !self.fallback => return Err(NoStream::Failed(err)),
+                Err(_) => {}
+            }
+        }
+        if self.fallback {
+            self.metrics
+                .tunnel
+                .fallbacks
+                .get_or_create(&self.labels)
+                .inc();
+            Err(NoStream::Fallback)
+        } else {
+            Err(NoStream::Failed(QuicError::Down))
+        }
+    }
+
+    /// Keeps the tunnel up until `shutdown`: sets it up, waits for it to close, sets it up
+    /// again; after a failed handshake retries with a doubling pause, logging once when the
+    /// tunnel goes down and once when it comes back.
+    pub(super) async fn maintain(self: Arc<Self>, shutdown: CancellationToken) {
+        let peer = &self.labels.peer;
+        let mut retry: Option<Duration> = None;
+        let mut reported = TunnelStats::default();
+        loop {
+            let connected = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                connected = self.tunnel.connection() => connected,
+            };
+            let pause = match connected {
+                Ok(connection) => {
+                    if retry.take().is_some() {
+                        tracing::info!(peer = %peer, "QUIC tunnel to peer up again");
+                    } else {
+                        tracing::debug!(peer = %peer, remote = %connection.remote_address(), "QUIC tunnel to peer up");
+                    }
+                    self.state.send_replace(State::Up);
+                    let up_since = Instant::now();
+                    let mut tick = tokio::time::interval(METRICS_INTERVAL);
+                    let closed = loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break None,
+                            reason = connection.closed() => break Some(reason),
+                            _ = tick.tick() => self.report(&mut reported),
+                        }
+                    };
+                    self.report(&mut reported);
+                    // Streams still open keep the connection; a new one is counted afresh.
+                    reported.sent_packets = 0;
+                    reported.lost_packets = 0;
+                    self.metrics.tunnel.up.get_or_create(&self.labels).set(0);
+                    let Some(reason) = closed else { break };
+                    tracing::info!(peer = %peer, reason = %reason, "QUIC tunnel to peer closed; setting it up again");
+                    self.state.send_replace(State::Connecting);
+                    (up_since.elapsed() < CLOSED_WITHIN).then_some(RETRY_MIN)
+                }
+                Err(err) => {
+                    self.metrics.tunnel.failure(peer, err.reason());
+                    let pause = match retry {
+                        None => {
+                            tracing::warn!(
+                                peer = %peer,
+                                error = %ErrorChain(&err),
+                                reason = err.reason(),
+                                fallback = if self.fallback { "tls" } else { "none" },
+                                "QUIC tunnel to peer cannot be set up; retrying with backoff"
+                            );
+                            RETRY_MIN
+                        }
+                        Some(previous) => (previous * 2).min(RETRY_MAX),
+                    };
+                    retry = Some(pause);
+                    self.state.send_replace(State::Down);
+                    Some(pause)
+                }
+            };
+            if let Some(pause) = pause {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+        self.metrics.tunnel.up.get_or_create(&self.labels).set(0);
+        // Streams still relaying keep their connection until they end (quinn closes a
+        // connection when its last handle goes); the grace period bounds that.
+    }
+
+    /// Updates the tunnel's metrics; counters get what is new since `reported`.
+    fn report(&self, reported: &mut TunnelStats) {
+        let now = self.tunnel.stats();
+        let m = &self.metrics.tunnel;
+        let labels = &self.labels;
+        m.up.get_or_create(labels).set(i64::from(now.up));
+        m.streams_open
+            .get_or_create(labels)
+            .set(i64::try_from(now.streams_open).unwrap_or(i64::MAX));
+        if now.up {
+            m.rtt.get_or_create(labels).set(now.rtt.as_secs_f64());
+            m.cwnd
+                .get_or_create(labels)
+                .set(i64::try_from(now.cwnd).unwrap_or(i64::MAX));
+            m.sent_packets
+                .get_or_create(labels)
+                .inc_by(now.sent_packets.saturating_sub(reported.sent_packets));
+            m.lost_packets
+                .get_or_create(labels)
+                .inc_by(now.lost_packets.saturating_sub(reported.lost_packets));
+            reported.sent_packets = reported.sent_packets.max(now.sent_packets);
+            reported.lost_packets = reported.lost_packets.max(now.lost_packets);
+        }
+        m.handshakes
+            .get_or_create(labels)
+            .inc_by(now.connections.saturating_sub(reported.connections));
+        reported.connections = now.connections;
+    }
+}

@@ -1,0 +1,193 @@
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `transport = "quic"` between two midways, through the real binary on loopback (ports chosen
+//! by the kernel, every wait bounded, every process stopped):
+//!
+//! - an edge (SOCKS5, `via` the gateway over a QUIC tunnel) and a gateway (a QUIC peer
+//!   listener) pin each other's keys; bulk bytes both ways arrive intact over streams of one
+//!   tunnel, a half-close travels end to end, a reset from the server reaches the client as a
+//!   reset, and both ends log the transport;
+//! - an edge whose key the gateway does not list is refused at the tunnel's handshake (logged
+//!   and counted), its client gets a SOCKS5 failure, the destination is never contacted;
+//! - an edge whose gateway answers no QUIC (only TLS over TCP at that port) falls back to TLS:
+//!   the first connection succeeds within the QUIC handshake timeout plus a second, and the
+//!   fallback is counted.
+
+mod peer_rig;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use midway_testkit::data::{receive_all, send_pattern};
+use midway_testkit::host::{Running, TempDir};
+use peer_rig::{destination, keygen, socks5, start, BULK_BYTES, LIMIT};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn gateway(dir: &Path, transport: &str, allowed: &[&str]) -> (Running, SocketAddr) {
+    let allowed: Vec<String> = allowed.iter().map(|f| format!("{f:?}")).collect();
+    start(
+        dir,
+        &format!("gateway-{transport}"),
+        &format!(
+            "[tls]\ncert = \"{0}/gw/peer.crt\"\nkey = \"{0}/gw/peer.key\"\n\n\
+             [[listeners]]\nname = \"from-edges\"\nmode = \"peer\"\nlisten = \"127.0.0.1:0\"\n\
+             keys = [\"k\"]\ntransport = \"{transport}\"\npeer_fingerprints = [{1}]\n",
+            dir.display(),
+            allowed.join(", ")
+        ),
+    )
+}
+
+fn edge(
+    dir: &Path,
+    name: &str,
+    identity: &str,
+    gateway: SocketAddr,
+    pin: &str,
+) -> (Running, SocketAddr) {
+    start(
+        dir,
+        name,
+        &format!(
+            "[tls]\ncert = \"{0}/{identity}/peer.crt\"\nkey = \"{0}/{identity}/peer.key\"\n\n\
+             [[peers]]\nname = \"gw\"\naddress = \"{gateway}\"\nkey = \"k\"\ntransport = \"quic\"\n\
+             fingerprint = \"{pin}\"\n\n\
+             [peers.quic]\ncongestion_control = \"cubic\"\nhandshake_timeout = \"1s\"\n\n\
+             [[listeners]]\nname = \"socks\"\nmode = \"socks5\"\nlisten = \"127.0.0.1:0\"\n\
+             via = [\"gw\"]\n",
+            dir.display()
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_tunnel_carries_bulk_half_close_and_reset_and_refuses_unknown_keys() {
+    let dir = TempDir::new("peers-quic");
+    let dir = dir.path();
+    let gw_pin = keygen(&dir.join("gw"));
+    let edge_pin = keygen(&dir.join("edge"));
+    let _stranger_pin = keygen(&dir.join("stranger"));
+    let (mut gateway, gateway_addr) = gateway(dir, "quic", &[&edge_pin]);
+    let (mut edge_midway, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
+    let (target, accepted, received) = destination().await;
+
+    tokio::time::timeout(LIMIT, async {
+        // Bulk both ways, the client's FIN first; the destination's bytes arrive intact after.
+        let (stream, code) = socks5(edge_addr, target).await;
+        assert_eq!(code, 0, "SOCKS5 reply through the QUIC tunnel");
+        let (mut read, mut write) = stream.into_split();
+        let sent = tokio::spawn(async move { send_pattern(&mut write, BULK_BYTES, 3).await });
+        let (bytes, digest) = receive_all(&mut read).await.unwrap();
+        let expected = {
+            let mut sink = Vec::new();
+            send_pattern(&mut sink, BULK_BYTES, 7).await.unwrap()
+        };
+        assert_eq!(bytes, BULK_BYTES);
+        assert_eq!(digest, expected, "bytes from the destination");
+        let sent = sent.await.unwrap().unwrap();
+        for _ in 0..100 {
+            if !received.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            received.lock().unwrap().first(),
+            Some(&(BULK_BYTES, sent)),
+            "bytes from the client"
+        );
+
+        // A reset by the destination reaches the client as a reset, not a clean end.
+        let (mut stream, code) = socks5(edge_addr, target).await;
+        assert_eq!(code, 0);
+        stream.write_all(b"R").await.unwrap();
+        let mut buf = [0u8; 16];
+        let outcome = stream.read(&mut buf).await;
+        assert!(
+            matches!(&outcome, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "client saw {outcome:?} after the destination's reset"
+        );
+    })
+    .await
+    .unwrap();
+    let before = accepted.load(Ordering::SeqCst);
+    assert_eq!(before, 2);
+    edge_midway
+        .wait_for_line(LIMIT, "the edge's log of a QUIC peer segment", |line| {
+            line.contains("\"remote_segment\":\"peer\"")
+                && line.contains("\"remote_transport\":\"quic\"")
+        })
+        .unwrap();
+    gateway
+        .wait_for_line(LIMIT, "the gateway's log of a QUIC peer segment", |line| {
+            line.contains("\"local_segment\":\"peer\"")
+                && line.contains("\"local_transport\":\"quic\"")
+        })
+        .unwrap();
+    // One tunnel carried both connections.
+    gateway
+        .wait_for_line(LIMIT, "the tunnel accepted", |line| {
+            line.contains("QUIC tunnel accepted")
+        })
+        .unwrap();
+
+    // An edge with a key the gateway does not list: refused at the handshake, never relayed.
+    let (_stranger, stranger_addr) = edge(dir, "stranger-edge", "stranger", gateway_addr, &gw_pin);
+    tokio::time::timeout(LIMIT, async {
+        let (_stream, code) = socks5(stranger_addr, target).await;
+        assert_ne!(code, 0, "an unknown key must not be relayed");
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        before,
+        "the destination was contacted"
+    );
+    gateway
+        .wait_for_line(LIMIT, "the refusal of the unknown key", |line| {
+            line.contains("QUIC tunnel refused") && line.contains("unknown_peer")
+        })
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_whose_gateway_answers_no_quic_falls_back_to_tls() {
+    let dir = TempDir::new("peers-quic-fallback");
+    let dir = dir.path();
+    let gw_pin = keygen(&dir.join("gw"));
+    let edge_pin = keygen(&dir.join("edge"));
+    // Only TLS over TCP at the gateway's port: QUIC handshakes there go unanswered, as where
+    // the path drops UDP.
+    let (_gateway, gateway_addr) = gateway(dir, "tls", &[&edge_pin]);
+    let (mut edge_midway, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
+    let (target, accepted, _received) = destination().await;
+
+    let started = Instant::now();
+    let (mut stream, code) = tokio::time::timeout(LIMIT, socks5(edge_addr, target))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(code, 0, "the first connection goes over the TLS fallback");
+    // The handshake timeout is 1s; the TLS connection and the header add a little.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    stream.shutdown().await.unwrap();
+    let (bytes, _) = tokio::time::timeout(LIMIT, receive_all(&mut stream))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bytes, BULK_BYTES);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    edge_midway
+        .wait_for_line(LIMIT, "the edge's warning", |line| {
+            line.contains("QUIC tunnel to peer cannot be set up") && line.contains("timeout")
+        })
+        .unwrap();
+    edge_midway
+        .wait_for_line(LIMIT, "the fallback connection's log", |line| {
+            line.contains("\"remote_transport\":\"tls\"")
+        })
+        .unwrap();
+}
