@@ -4,9 +4,9 @@
 //! by the kernel, every wait bounded, every process stopped):
 //!
 //! - an edge (SOCKS5, `via` the gateway over a QUIC tunnel) and a gateway (a QUIC peer
-//!   listener) pin each other's keys; bulk bytes both ways arrive intact over streams of one
-//!   tunnel, a half-close travels end to end, a reset from the server reaches the client as a
-//!   reset, and both ends log the transport;
+//!   listener) pin each other's keys; `$MIDWAY_TEST_BYTES` (1 GiB in CI, else 32 MiB) both
+//!   ways arrive intact over streams of one tunnel, a half-close travels end to end, a reset
+//!   from the server reaches the client as a reset, and both ends log the transport;
 //! - an edge whose key the gateway does not list is refused at the tunnel's handshake (logged
 //!   and counted), its client gets a SOCKS5 failure, the destination is never contacted;
 //! - an edge whose gateway answers no QUIC (only TLS over TCP at that port) falls back to TLS:
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use midway_testkit::data::{receive_all, send_pattern};
 use midway_testkit::host::{Running, TempDir};
-use peer_rig::{destination, keygen, socks5, start, BULK_BYTES, LIMIT};
+use peer_rig::{bulk, destination, keygen, socks5, start, LIMIT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn gateway(dir: &Path, transport: &str, allowed: &[&str]) -> (Running, SocketAddr) {
@@ -73,18 +73,20 @@ async fn quic_tunnel_carries_bulk_half_close_and_reset_and_refuses_unknown_keys(
     let (mut edge_midway, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
     let (target, accepted, received) = destination().await;
 
-    tokio::time::timeout(LIMIT, async {
+    // $MIDWAY_TEST_BYTES each way (1 GiB in CI): minutes at most on a loaded 2-core machine.
+    tokio::time::timeout(LIMIT * 8, async {
         // Bulk both ways, the client's FIN first; the destination's bytes arrive intact after.
         let (stream, code) = socks5(edge_addr, target).await;
         assert_eq!(code, 0, "SOCKS5 reply through the QUIC tunnel");
         let (mut read, mut write) = stream.into_split();
-        let sent = tokio::spawn(async move { send_pattern(&mut write, BULK_BYTES, 3).await });
+        let sent = tokio::spawn(async move { send_pattern(&mut write, bulk(), 3).await });
         let (bytes, digest) = receive_all(&mut read).await.unwrap();
         let expected = {
-            let mut sink = Vec::new();
-            send_pattern(&mut sink, BULK_BYTES, 7).await.unwrap()
+            send_pattern(&mut tokio::io::sink(), bulk(), 7)
+                .await
+                .unwrap()
         };
-        assert_eq!(bytes, BULK_BYTES);
+        assert_eq!(bytes, bulk());
         assert_eq!(digest, expected, "bytes from the destination");
         let sent = sent.await.unwrap().unwrap();
         for _ in 0..100 {
@@ -95,7 +97,7 @@ async fn quic_tunnel_carries_bulk_half_close_and_reset_and_refuses_unknown_keys(
         }
         assert_eq!(
             received.lock().unwrap().first(),
-            Some(&(BULK_BYTES, sent)),
+            Some(&(bulk(), sent)),
             "bytes from the client"
         );
 
@@ -178,7 +180,7 @@ async fn an_edge_whose_gateway_answers_no_quic_falls_back_to_tls() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(bytes, BULK_BYTES);
+    assert_eq!(bytes, bulk());
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
     edge_midway
         .wait_for_line(LIMIT, "the edge's warning", |line| {

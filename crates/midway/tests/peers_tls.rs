@@ -4,9 +4,9 @@
 //! by the kernel, every wait bounded, every process stopped):
 //!
 //! - keys from `midway peer keygen`; an edge (SOCKS5, `via` the gateway, warm connections)
-//!   and a gateway (peer listener) pin each other's fingerprint; bulk bytes both ways arrive
-//!   intact, a half-close travels end to end, and a reset from the server reaches the client
-//!   as a reset;
+//!   and a gateway (peer listener) pin each other's fingerprint; `$MIDWAY_TEST_BYTES` (1 GiB
+//!   in CI, else 32 MiB) both ways arrive intact, a half-close travels end to end, and a reset
+//!   from the server reaches the client as a reset;
 //! - an edge whose key the gateway does not list is refused at the handshake (the gateway
 //!   logs and counts it), its client gets a SOCKS5 failure, and the destination is never
 //!   contacted; a plain-TCP client of the TLS peer listener is refused the same way.
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use midway_testkit::data::{receive_all, send_pattern};
 use midway_testkit::host::{Running, TempDir};
-use peer_rig::{destination, keygen, socks5, start, BULK_BYTES, LIMIT};
+use peer_rig::{bulk, destination, keygen, socks5, start, LIMIT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -71,18 +71,20 @@ async fn pinned_tls_carries_bulk_half_close_and_reset_and_refuses_unknown_keys()
     let (mut edge_midway, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
     let (target, accepted, received) = destination().await;
 
-    tokio::time::timeout(LIMIT, async {
+    // $MIDWAY_TEST_BYTES each way (1 GiB in CI): minutes at most on a loaded 2-core machine.
+    tokio::time::timeout(LIMIT * 8, async {
         // Bulk both ways, the client's FIN first; the destination's bytes arrive intact after.
         let (stream, code) = socks5(edge_addr, target).await;
         assert_eq!(code, 0, "SOCKS5 reply through the TLS peer");
         let (mut read, mut write) = stream.into_split();
-        let sent = tokio::spawn(async move { send_pattern(&mut write, BULK_BYTES, 3).await });
+        let sent = tokio::spawn(async move { send_pattern(&mut write, bulk(), 3).await });
         let (bytes, digest) = receive_all(&mut read).await.unwrap();
         let expected = {
-            let mut sink = Vec::new();
-            send_pattern(&mut sink, BULK_BYTES, 7).await.unwrap()
+            send_pattern(&mut tokio::io::sink(), bulk(), 7)
+                .await
+                .unwrap()
         };
-        assert_eq!(bytes, BULK_BYTES);
+        assert_eq!(bytes, bulk());
         assert_eq!(digest, expected, "bytes from the destination");
         let sent = sent.await.unwrap().unwrap();
         // The client's FIN went first; the destination has read to it.
@@ -94,7 +96,7 @@ async fn pinned_tls_carries_bulk_half_close_and_reset_and_refuses_unknown_keys()
         }
         assert_eq!(
             received.lock().unwrap().first(),
-            Some(&(BULK_BYTES, sent)),
+            Some(&(bulk(), sent)),
             "bytes from the client"
         );
 

@@ -139,7 +139,7 @@ impl PeerTunnel {
                     if retry.take().is_some() {
                         tracing::info!(peer = %peer, "QUIC tunnel to peer up again");
                     } else {
-                        tracing::debug!(peer = %peer, remote = %connection.remote_address(), "QUIC tunnel to peer up");
+                        tracing::info!(peer = %peer, remote = %connection.remote_address(), "QUIC tunnel to peer up");
                     }
                     self.state.send_replace(State::Up);
                     let up_since = Instant::now();

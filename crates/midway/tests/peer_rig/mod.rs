@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use midway_testkit::data::{receive_all, send_pattern};
+use midway_testkit::data::{bulk_bytes, receive_all, send_pattern};
 use midway_testkit::host::{listening_addr, spawn_midway, Place, Running};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,7 +21,9 @@ pub(crate) const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 pub(crate) const KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 /// Bytes each way in the bulk check: enough for many TLS records and full socket buffers.
-pub(crate) const BULK_BYTES: u64 = 32 << 20;
+pub(crate) fn bulk() -> u64 {
+    bulk_bytes(32 << 20) as u64
+}
 
 /// Runs `midway peer keygen --out DIR` and returns the fingerprint it printed.
 pub(crate) fn keygen(dir: &Path) -> String {
@@ -56,6 +58,16 @@ pub(crate) fn keygen(dir: &Path) -> String {
 }
 
 pub(crate) fn start(dir: &Path, name: &str, body: &str) -> (Running, SocketAddr) {
+    start_in(Place::Here, dir, name, body)
+}
+
+/// [`start`] in `place` (a namespace).
+pub(crate) fn start_in(
+    place: Place<'_>,
+    dir: &Path,
+    name: &str,
+    body: &str,
+) -> (Running, SocketAddr) {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
@@ -67,7 +79,7 @@ pub(crate) fn start(dir: &Path, name: &str, body: &str) -> (Running, SocketAddr)
         ),
     )
     .unwrap();
-    let (mut child, _lines) = spawn_midway(MIDWAY, Place::Here, &path, &[]);
+    let (mut child, _lines) = spawn_midway(MIDWAY, place, &path, &[]);
     let addr = listening_addr(&mut child, LIMIT);
     (child, addr)
 }
@@ -92,7 +104,7 @@ pub(crate) async fn socks5(proxy: SocketAddr, target: SocketAddr) -> (TcpStream,
     }
 }
 
-/// A destination that counts its connections: each sends BULK_BYTES back while reading what
+/// A destination that counts its connections: each sends [`bulk`] bytes back while reading what
 /// it gets to EOF; a connection whose first byte is `R` is reset instead.
 /// What the destination received on each connection it read to the end: (bytes, SHA-256).
 pub(crate) type Received = Arc<Mutex<Vec<(u64, [u8; 32])>>>;
@@ -118,10 +130,8 @@ pub(crate) async fn destination() -> (SocketAddr, Arc<AtomicUsize>, Received) {
                     return;
                 }
                 let (mut read, mut write) = peek.split();
-                let (got, _) = tokio::join!(
-                    receive_all(&mut read),
-                    send_pattern(&mut write, BULK_BYTES, 7)
-                );
+                let (got, _) =
+                    tokio::join!(receive_all(&mut read), send_pattern(&mut write, bulk(), 7));
                 record.lock().unwrap().push(got.unwrap());
             });
         }
