@@ -237,3 +237,38 @@ async fn a_closed_connection_is_replaced_on_the_next_open() {
     assert_eq!(back, b"x");
     assert_eq!(tunnel.stats().connections, 2);
 }
+
+/// A tunnel that lives long opens many more streams than its stream limit over its life: quinn
+/// gives credit back as streams close, so stream ids never run out.
+#[tokio::test]
+async fn streams_far_past_the_stream_limit_over_one_tunnel() {
+    let (edge, gw) = (identity("edge"), identity("gateway"));
+    let settings = TunnelSettings {
+        max_streams: 8,
+        ..TunnelSettings::default()
+    };
+    let tls = midway_tls::server_config(&gw.identity().unwrap(), vec![edge.fingerprint]).unwrap();
+    let endpoint = server_endpoint(
+        bind_udp("127.0.0.1:0".parse().unwrap(), false).unwrap(),
+        server_config(tls, &settings).unwrap(),
+    )
+    .unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    tokio::spawn(accept_all(endpoint, Arc::new(echo)));
+    let tunnel = tunnel(&edge, &gw, addr);
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for i in 0..2_000u32 {
+            let mut stream = tunnel.open().await.unwrap();
+            stream.write_all(&i.to_be_bytes()).await.unwrap();
+            stream.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            stream.read_to_end(&mut back).await.unwrap();
+            assert_eq!(back, i.to_be_bytes());
+        }
+    })
+    .await
+    .unwrap();
+    let stats = tunnel.stats();
+    assert_eq!(stats.connections, 1);
+    assert_eq!(stats.streams_open, 0);
+}

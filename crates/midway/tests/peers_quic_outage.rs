@@ -6,6 +6,8 @@
 //!
 //! - a 3 s blackout in the middle of a transfer (shorter than the tunnel's 10 s idle timeout)
 //!   costs time but resets nothing: every byte arrives, on the same tunnel;
+//! - a blackout longer than the idle timeout closes the tunnel and resets its connection on
+//!   both sides (never a clean end after a truncated stream);
 //! - with UDP dropped from the start, the first connection goes over TLS within the QUIC
 //!   handshake timeout plus a second; once UDP passes again the edge sets the tunnel up and new
 //!   connections use it.
@@ -31,12 +33,12 @@ const PACED_BYTES: usize = 8 << 20;
 const PACED_CHUNK: usize = 64 << 10;
 const PACED_EVERY: Duration = Duration::from_millis(40);
 
-fn gateway(ns: &Netns, dir: &Path, edge_pin: &str) -> Running {
+fn gateway(ns: &Netns, dir: &Path, edge_pin: &str, idle: &str) -> Running {
     let body = format!(
         "[tls]\ncert = \"{0}/gw/peer.crt\"\nkey = \"{0}/gw/peer.key\"\n\n\
          [[listeners]]\nname = \"tunnels\"\nmode = \"peer\"\nlisten = \"{GATEWAY}\"\n\
          keys = [\"k\"]\ntransport = \"quic\"\npeer_fingerprints = [\"{edge_pin}\"]\n\
-         [listeners.quic]\nidle_timeout = \"10s\"\n\n\
+         [listeners.quic]\nidle_timeout = \"{idle}\"\n\n\
          [[listeners]]\nname = \"tls-fallback\"\nmode = \"peer\"\nlisten = \"{GATEWAY}\"\n\
          keys = [\"k\"]\ntransport = \"tls\"\npeer_fingerprints = [\"{edge_pin}\"]\n",
         dir.display()
@@ -50,12 +52,12 @@ fn gateway(ns: &Netns, dir: &Path, edge_pin: &str) -> Running {
     gateway
 }
 
-fn edge(ns: &Netns, dir: &Path, gw_pin: &str) -> (Running, SocketAddr) {
+fn edge(ns: &Netns, dir: &Path, gw_pin: &str, idle: &str) -> (Running, SocketAddr) {
     let body = format!(
         "[tls]\ncert = \"{0}/edge/peer.crt\"\nkey = \"{0}/edge/peer.key\"\n\n\
          [[peers]]\nname = \"gw\"\naddress = \"{GATEWAY}\"\nkey = \"k\"\ntransport = \"quic\"\n\
          fingerprint = \"{gw_pin}\"\n\
-         [peers.quic]\nidle_timeout = \"10s\"\nhandshake_timeout = \"1s\"\n\n\
+         [peers.quic]\nidle_timeout = \"{idle}\"\nhandshake_timeout = \"1s\"\n\n\
          [[listeners]]\nname = \"socks\"\nmode = \"socks5\"\nlisten = \"127.0.0.1:1080\"\n\
          via = [\"gw\"]\n",
         dir.display()
@@ -144,8 +146,8 @@ fn a_blackout_shorter_than_the_idle_timeout_resets_nothing() {
     let dir = dir.path();
     let gw_pin = keygen(&dir.join("gw"));
     let edge_pin = keygen(&dir.join("edge"));
-    let mut gateway = gateway(&ns, dir, &edge_pin);
-    let (mut edge, edge_addr) = edge(&ns, dir, &gw_pin);
+    let mut gateway = gateway(&ns, dir, &edge_pin, "10s");
+    let (mut edge, edge_addr) = edge(&ns, dir, &gw_pin, "10s");
     edge.wait_for_line(LIMIT, "the tunnel up", |line| {
         line.contains("QUIC tunnel to peer up")
     })
@@ -195,8 +197,8 @@ fn with_udp_dropped_connections_go_over_tls_until_the_tunnel_is_up() {
     let gw_pin = keygen(&dir.join("gw"));
     let edge_pin = keygen(&dir.join("edge"));
     go_dark(&ns);
-    let _gateway = gateway(&ns, dir, &edge_pin);
-    let (mut edge, edge_addr) = edge(&ns, dir, &gw_pin);
+    let _gateway = gateway(&ns, dir, &edge_pin, "10s");
+    let (mut edge, edge_addr) = edge(&ns, dir, &gw_pin, "10s");
     let target: SocketAddr = DESTINATION.parse().unwrap();
 
     let took = in_ns(&ns, || async {
@@ -238,4 +240,52 @@ fn with_udp_dropped_connections_go_over_tls_until_the_tunnel_is_up() {
         line.contains("\"remote_transport\":\"quic\"")
     })
     .unwrap();
+}
+
+#[test]
+fn a_blackout_longer_than_the_idle_timeout_resets_the_connection() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a network namespace");
+        return;
+    }
+    let ns = Netns::unique("mwquic-long");
+    let dir = TempDir::new("quic-long");
+    let dir = dir.path();
+    let gw_pin = keygen(&dir.join("gw"));
+    let edge_pin = keygen(&dir.join("edge"));
+    let mut gateway = gateway(&ns, dir, &edge_pin, "2s");
+    let (mut edge, edge_addr) = edge(&ns, dir, &gw_pin, "2s");
+    edge.wait_for_line(LIMIT, "the tunnel up", |line| {
+        line.contains("QUIC tunnel to peer up")
+    })
+    .unwrap();
+    let target: SocketAddr = DESTINATION.parse().unwrap();
+
+    let outcome = in_ns(&ns, || async {
+        paced_destination().await;
+        let (mut stream, code) = socks5(edge_addr, target).await;
+        assert_eq!(code, 0);
+        send_pattern(&mut stream, 1000, 5).await.unwrap();
+        let receiving = tokio::spawn(async move { receive_all(&mut stream).await });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        go_dark(&ns);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        light(&ns);
+        receiving.await.unwrap()
+    });
+    assert!(
+        matches!(&outcome, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the client saw {outcome:?}, not a reset"
+    );
+    edge.wait_for_line(LIMIT, "the tunnel's close", |line| {
+        line.contains("QUIC tunnel to peer closed")
+    })
+    .unwrap();
+    // The gateway reset its side too: its relay ended with the stream lost, not a FIN.
+    gateway
+        .wait_for_line(LIMIT, "the gateway's end of the connection", |line| {
+            line.contains("\"local_transport\":\"quic\"")
+                && !line.contains("\"server_to_client_end\":\"Fin\"")
+        })
+        .unwrap();
 }
