@@ -35,7 +35,7 @@ use std::time::Duration;
 
 pub use error::{RelayError, Side};
 pub use resources::{clean_spool_dir, RelayResources, SPOOL_FILE_PREFIX};
-pub use stream::{relay_peer_stream, PeerSide, PeerStream};
+pub use stream::{relay_peer_stream, relay_peer_streams, PeerSide, PeerStream};
 
 /// Which relay model a listener uses.
 #[derive(Debug, Clone)]

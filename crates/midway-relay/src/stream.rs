@@ -163,13 +163,7 @@ pub async fn relay_peer_stream<S: PeerStream>(
     // The direction futures are gone, and their buffers with them.
     ctx.held(C2S, 0);
     ctx.held(S2C, 0);
-    let unfinished = match &stop {
-        Stop::BothDone => DirectionEnd::Fin,
-        Stop::Cancelled => DirectionEnd::Cancelled,
-        Stop::Idle => DirectionEnd::IdleTimeout,
-        Stop::Failed(e) if is_reset(e) => DirectionEnd::ResetByPeer,
-        Stop::Failed(_) => DirectionEnd::Error,
-    };
+    let unfinished = stop.unfinished_end();
     let report = RelayReport {
         client_to_server_bytes: ctx.client_to_server.load(Ordering::Relaxed),
         server_to_client_bytes: ctx.server_to_client.load(Ordering::Relaxed),
@@ -193,13 +187,102 @@ pub async fn relay_peer_stream<S: PeerStream>(
         peer.abort();
     }
     drop(tcp); // with SO_LINGER {on, 0} still armed unless both ends finished: a RST
-    match stop {
-        Stop::Failed(e) if !is_reset(&e) => {
-            tracing::debug!(?report, "peer stream relay aborted by an I/O error");
-            Err(e)
-        }
-        _ => Ok(report),
+    stop.into_result(report)
+}
+
+/// Relays between two peer streams (the middle midway of a chain whose segments on both sides
+/// are encrypted: TLS or QUIC), with [`relay_peer_stream`]'s close rule: a clean end read on one
+/// side is carried across as the other's clean end (FIN, close_notify); anything else aborts
+/// both ([`PeerStream::abort`]); an idle timeout and cancellation abort both. Both directions
+/// allocate their buffers at once (a peer stream gives no readiness signal).
+/// `options.on_close` is called with both sockets when both streams have one.
+pub async fn relay_peer_streams<C: PeerStream, S: PeerStream>(
+    client: C,
+    server: S,
+    buffer_bytes: usize,
+    options: RelayOptions,
+    cancel: CancellationToken,
+) -> Result<RelayReport, RelayError> {
+    use Direction::{ClientToServer as C2S, ServerToClient as S2C};
+    if buffer_bytes < MIN_BUFFER_BYTES {
+        client.abort();
+        server.abort();
+        return Err(RelayError::InvalidConfig(
+            "relay buffer_bytes must be at least 4096",
+        ));
     }
+    let ctx = Ctx {
+        buffer_bytes,
+        traffic: Traffic::new(&options.counters),
+    };
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut server_read, mut server_write) = tokio::io::split(server);
+    let mut c2s_end: Option<DirectionEnd> = None;
+    let mut s2c_end: Option<DirectionEnd> = None;
+    let stop = {
+        let c2s = copy(
+            Route {
+                direction: C2S,
+                src: (&mut client_read, Side::Client),
+                dst: (&mut server_write, Side::Server),
+            },
+            &options.client_prefix,
+            &ctx,
+        );
+        let s2c = copy(
+            Route {
+                direction: S2C,
+                src: (&mut server_read, Side::Server),
+                dst: (&mut client_write, Side::Client),
+            },
+            &[],
+            &ctx,
+        );
+        let idle = ctx.idle_expired(options.idle_timeout);
+        tokio::pin!(c2s, s2c, idle);
+        loop {
+            tokio::select! {
+                result = &mut c2s, if c2s_end.is_none() => match result {
+                    Ok(()) => c2s_end = Some(DirectionEnd::Fin),
+                    Err(e) => break Stop::Failed(e),
+                },
+                result = &mut s2c, if s2c_end.is_none() => match result {
+                    Ok(()) => s2c_end = Some(DirectionEnd::Fin),
+                    Err(e) => break Stop::Failed(e),
+                },
+                () = cancel.cancelled() => break Stop::Cancelled,
+                () = &mut idle => break Stop::Idle,
+            }
+            if c2s_end.is_some() && s2c_end.is_some() {
+                break Stop::BothDone;
+            }
+        }
+    };
+    ctx.held(C2S, 0);
+    ctx.held(S2C, 0);
+    let unfinished = stop.unfinished_end();
+    let report = RelayReport {
+        client_to_server_bytes: ctx.client_to_server.load(Ordering::Relaxed),
+        server_to_client_bytes: ctx.server_to_client.load(Ordering::Relaxed),
+        client_to_server_end: c2s_end.unwrap_or(unfinished),
+        server_to_client_end: s2c_end.unwrap_or(unfinished),
+        peak_spool_bytes: 0,
+        remote_finished_at: None,
+    };
+    let client = client_read.unsplit(client_write);
+    let server = server_read.unsplit(server_write);
+    if let (Some(on_close), Some(a), Some(b)) =
+        (&options.on_close, client.socket(), server.socket())
+    {
+        on_close(a, b);
+    }
+    if matches!(stop, Stop::BothDone) {
+        drop((client, server));
+    } else {
+        client.abort();
+        server.abort();
+    }
+    stop.into_result(report)
 }
 
 /// How the select loop stopped.
@@ -209,6 +292,30 @@ enum Stop {
     Idle,
     /// Always a [`RelayError::Io`].
     Failed(RelayError),
+}
+
+impl Stop {
+    /// How a direction that had not ended when the relay stopped ended.
+    fn unfinished_end(&self) -> DirectionEnd {
+        match self {
+            Stop::BothDone => DirectionEnd::Fin,
+            Stop::Cancelled => DirectionEnd::Cancelled,
+            Stop::Idle => DirectionEnd::IdleTimeout,
+            Stop::Failed(e) if is_reset(e) => DirectionEnd::ResetByPeer,
+            Stop::Failed(_) => DirectionEnd::Error,
+        }
+    }
+
+    /// The relay's result: the report, or the I/O error that was not the far end's doing.
+    fn into_result(self, report: RelayReport) -> Result<RelayReport, RelayError> {
+        match self {
+            Stop::Failed(e) if !is_reset(&e) => {
+                tracing::debug!(?report, "peer stream relay aborted by an I/O error");
+                Err(e)
+            }
+            _ => Ok(report),
+        }
+    }
 }
 
 /// The far end broke the connection: a reset, the broken pipe that follows one, or a peer

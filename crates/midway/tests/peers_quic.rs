@@ -193,3 +193,83 @@ async fn an_edge_whose_gateway_answers_no_quic_falls_back_to_tls() {
         })
         .unwrap();
 }
+
+/// The middle midway of an encrypted chain relays one peer stream into another: edge -QUIC->
+/// middle -TLS-> gateway, bytes intact both ways and a reset carried end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_midway_relays_quic_in_to_tls_out() {
+    let dir = TempDir::new("peers-quic-chain");
+    let dir = dir.path();
+    let gw_pin = keygen(&dir.join("gw"));
+    let middle_pin = keygen(&dir.join("middle"));
+    let edge_pin = keygen(&dir.join("edge"));
+    let (_gateway, gateway_addr) = start(
+        dir,
+        "gateway",
+        &format!(
+            "[tls]\ncert = \"{0}/gw/peer.crt\"\nkey = \"{0}/gw/peer.key\"\n\n\
+             [[listeners]]\nname = \"from-middle\"\nmode = \"peer\"\nlisten = \"127.0.0.1:0\"\n\
+             keys = [\"k\"]\ntransport = \"tls\"\npeer_fingerprints = [\"{middle_pin}\"]\n",
+            dir.display()
+        ),
+    );
+    let (mut middle, middle_addr) = start(
+        dir,
+        "middle",
+        &format!(
+            "[tls]\ncert = \"{0}/middle/peer.crt\"\nkey = \"{0}/middle/peer.key\"\n\n\
+             [[peers]]\nname = \"gw\"\naddress = \"{gateway_addr}\"\nkey = \"k\"\n\
+             transport = \"tls\"\nfingerprint = \"{gw_pin}\"\n\n\
+             [[listeners]]\nname = \"from-edge\"\nmode = \"peer\"\nlisten = \"127.0.0.1:0\"\n\
+             keys = [\"k\"]\ntransport = \"quic\"\npeer_fingerprints = [\"{edge_pin}\"]\n\
+             via = [\"gw\"]\n",
+            dir.display()
+        ),
+    );
+    let (_edge, edge_addr) = edge(dir, "edge", "edge", middle_addr, &middle_pin);
+    let (target, accepted, received) = destination().await;
+
+    tokio::time::timeout(LIMIT * 8, async {
+        let (stream, code) = socks5(edge_addr, target).await;
+        assert_eq!(code, 0, "SOCKS5 reply through the chain");
+        let (mut read, mut write) = stream.into_split();
+        let sent = tokio::spawn(async move { send_pattern(&mut write, bulk(), 3).await });
+        let (bytes, digest) = receive_all(&mut read).await.unwrap();
+        let expected = send_pattern(&mut tokio::io::sink(), bulk(), 7)
+            .await
+            .unwrap();
+        assert_eq!(bytes, bulk());
+        assert_eq!(digest, expected, "bytes from the destination");
+        let sent = sent.await.unwrap().unwrap();
+        for _ in 0..100 {
+            if !received.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(received.lock().unwrap().first(), Some(&(bulk(), sent)));
+
+        let (mut stream, code) = socks5(edge_addr, target).await;
+        assert_eq!(code, 0);
+        stream.write_all(b"R").await.unwrap();
+        let mut buf = [0u8; 16];
+        let outcome = stream.read(&mut buf).await;
+        assert!(
+            matches!(&outcome, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "client saw {outcome:?} after the destination's reset"
+        );
+    })
+    .await
+    .unwrap();
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    middle
+        .wait_for_line(
+            LIMIT,
+            "the middle's log of both encrypted segments",
+            |line| {
+                line.contains("\"local_transport\":\"quic\"")
+                    && line.contains("\"remote_transport\":\"tls\"")
+            },
+        )
+        .unwrap();
+}

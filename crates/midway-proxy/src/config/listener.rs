@@ -75,21 +75,6 @@ pub(super) fn validate_listener(
         }
     };
     let via = via(&section, speaks_http, file.via.take(), names)?;
-    let encrypted_in = matches!(
-        &intercept,
-        Intercept::Peer { transport, .. } if !matches!(transport, super::ListenerTransport::Tcp)
-    );
-    let encrypted_out = via
-        .iter()
-        .any(|&index| !matches!(names.peers[index].transport, super::PeerTransport::Tcp));
-    if encrypted_in && encrypted_out {
-        return Err(section.invalid(
-            "via",
-            "an encrypted peer listener (transport \"tls\" or \"quic\") cannot send its \
-             connections on through an encrypted peer yet (the middle midway of an encrypted \
-             chain); use \"tcp\" on one of the two segments",
-        ));
-    }
     let http = if speaks_http {
         Some(http_config(
             v,

@@ -302,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tls_listener_cannot_relay_on_through_a_tls_peer_yet() {
+    fn an_encrypted_listener_may_relay_on_through_an_encrypted_peer() {
         let dir = tempfile::tempdir().unwrap();
         let identity =
             midway_tls::generate_identity("test", std::time::Duration::from_secs(3600)).unwrap();
@@ -319,7 +319,15 @@ mod tests {
                 identity.fingerprint
             ),
         );
-        let message = problem(&text);
-        assert!(message.contains("listeners[1].via"), "{message}");
+        // The middle midway of an encrypted chain: TLS in, QUIC or TLS out.
+        for out in ["tls", "quic"] {
+            let loaded = parse_config(
+                &text.replacen("transport = \"tls\"", &format!("transport = \"{out}\""), 1),
+                "<test>",
+            )
+            .unwrap();
+            assert_eq!(loaded.peers[0].transport.name(), out);
+            assert_eq!(loaded.listeners[1].via, [0]);
+        }
     }
 }

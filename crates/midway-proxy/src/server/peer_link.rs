@@ -95,47 +95,18 @@ pub(super) async fn accept_tls(
     Ok(PeerLink::Tls(Box::new(TlsStream::Server(stream))))
 }
 
-/// A TLS peer stream as the relay takes it: aborting resets the TCP connection underneath, so
-/// the other midway sees a reset and not a clean end (a TLS close_notify is only ever sent by
-/// a clean half-close).
-pub(super) struct TlsPeer(pub(super) Box<TlsStream<TcpStream>>);
-
-impl midway_relay::PeerStream for TlsPeer {
+/// A segment as midway-relay's stream relay takes it: aborting resets it (a TCP reset under
+/// TLS, so the other midway sees a reset and not a clean end: a TLS close_notify is only ever
+/// sent by a clean half-close; RESET_STREAM and STOP_SENDING on a QUIC stream), and the TCP
+/// socket underneath, where there is one, gets its final tcp_info read at close.
+impl midway_relay::PeerStream for PeerLink {
     fn abort(self) {
-        let _ = socket2::SockRef::from(self.0.get_ref().0).set_linger(Some(Duration::ZERO));
+        self.reset();
     }
 
     fn socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
-        Some(self.0.get_ref().0.as_fd())
-    }
-}
-
-impl AsyncRead for TlsPeer {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsPeer {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0).poll_shutdown(cx)
+        self.tcp().map(|tcp| tcp.as_fd())
     }
 }
 

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
-use super::peer_link::{PeerLink, TlsPeer};
+use super::peer_link::PeerLink;
 use super::shared::Shared;
 use super::socket_id::SocketId;
 use crate::config::ListenerConfig;
@@ -171,7 +171,8 @@ pub(super) async fn relay(
 
 /// Two plain sockets: midway-relay's splice or spool relay with the listener's model. A TLS or
 /// QUIC peer segment: the stream relay (copies through the library, so no splice, and no
-/// spool: the listener's buffer size per direction).
+/// spool: the listener's buffer size per direction), against a plain socket or, in the middle
+/// midway of an encrypted chain, against another peer stream.
 async fn relay_segments(
     client: PeerLink,
     server: PeerLink,
@@ -196,29 +197,7 @@ async fn relay_segments(
             )
             .await
         }
-        (PeerLink::Tcp(client), PeerLink::Tls(server)) => {
-            midway_relay::relay_peer_stream(
-                client,
-                TlsPeer(server),
-                PeerSide::Server,
-                buffer_bytes,
-                options,
-                cancel,
-            )
-            .await
-        }
-        (PeerLink::Tls(client), PeerLink::Tcp(server)) => {
-            midway_relay::relay_peer_stream(
-                server,
-                TlsPeer(client),
-                PeerSide::Client,
-                buffer_bytes,
-                options,
-                cancel,
-            )
-            .await
-        }
-        (PeerLink::Tcp(client), PeerLink::Quic(server)) => {
+        (PeerLink::Tcp(client), server) => {
             midway_relay::relay_peer_stream(
                 client,
                 server,
@@ -229,7 +208,7 @@ async fn relay_segments(
             )
             .await
         }
-        (PeerLink::Quic(client), PeerLink::Tcp(server)) => {
+        (client, PeerLink::Tcp(server)) => {
             midway_relay::relay_peer_stream(
                 server,
                 client,
@@ -240,14 +219,9 @@ async fn relay_segments(
             )
             .await
         }
-        // Configuration refuses an encrypted peer listener whose connections go on through an
-        // encrypted peer (a middle midway of an encrypted chain): not relayed yet.
+        // The middle midway of an encrypted chain.
         (client, server) => {
-            client.reset();
-            server.reset();
-            Err(midway_relay::RelayError::InvalidConfig(
-                "an encrypted transport on both segments of one connection is not relayed yet",
-            ))
+            midway_relay::relay_peer_streams(client, server, buffer_bytes, options, cancel).await
         }
     }
 }
