@@ -39,7 +39,10 @@ mod topology;
 pub use cleanup::{clean_leftovers, install_cleanup_on_signal, require_root, PID_DIR};
 pub use error::LabNetError;
 pub use hosts::{hosts_file_text, is_valid_host_name, BadHostName};
-pub use midway_linkemu::{DirectionConfig, DirectionStats, LossModel, QueueLimit};
+pub use midway_linkemu::{
+    DirectionConfig, DirectionStats, LossModel, Outage, OutageSchedule, PeriodicOutage, QueueLimit,
+    UdpAction, UdpImpairment,
+};
 pub use spec::{
     host_netns_name, link_netns_name, validate, HostSpec, LinkSpec, StackProfile, TopologySpec,
     MAX_TAG,

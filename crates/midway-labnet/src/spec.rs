@@ -556,6 +556,55 @@ mod tests {
     }
 
     #[test]
+    fn bad_outages_and_udp_impairments_name_the_link_direction() {
+        use midway_linkemu::{
+            ConfigError, OutageError, OutageSchedule, PeriodicOutage, UdpAction, UdpError,
+            UdpImpairment,
+        };
+        use std::time::Duration;
+        let mut spec = chain();
+        spec.links[1].b_to_a.outages = OutageSchedule {
+            periodic: Some(PeriodicOutage {
+                period: Duration::from_millis(100),
+                duration: Duration::from_millis(100),
+                offset: Duration::ZERO,
+            }),
+            once: Vec::new(),
+        };
+        match validate(&spec) {
+            Err(LabNetError::InvalidLinkConfig {
+                index: 1,
+                a,
+                b,
+                source: ConfigError::Outages(OutageError::LongerThanPeriod { .. }),
+            }) => assert_eq!((a.as_str(), b.as_str()), ("server", "proxy")),
+            other => panic!("unexpected: {other:?}"),
+        }
+        let mut spec = chain();
+        spec.links[0].a_to_b.udp = Some(UdpImpairment {
+            port: None,
+            action: UdpAction::RateLimit {
+                rate_bps: 0,
+                burst_bytes: 10_000,
+            },
+        });
+        assert!(matches!(
+            validate(&spec),
+            Err(LabNetError::InvalidLinkConfig {
+                index: 0,
+                source: ConfigError::Udp(UdpError::ZeroRate),
+                ..
+            })
+        ));
+        // Valid ones pass.
+        spec.links[0].a_to_b.udp = Some(UdpImpairment {
+            port: Some(443),
+            action: UdpAction::Drop,
+        });
+        assert!(validate(&spec).is_ok());
+    }
+
+    #[test]
     fn tags_round_trip_through_names() {
         assert_eq!(
             tag_of_netns_name(&host_netns_name("ab12", "my-host")),

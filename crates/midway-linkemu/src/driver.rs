@@ -41,7 +41,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::classify::{frame_kind, FrameKind};
+use crate::classify::{frame_class, FrameKind};
 use crate::engine::{Direction, DirectionStats, DropReason, Verdict, LATE_SEND_THRESHOLD_NS};
 use crate::{ConfigError, DirectionConfig};
 
@@ -221,6 +221,8 @@ pub fn spawn_link_with_options(
             source,
         })?;
     let (seed_a_to_b, seed_b_to_a) = direction_seeds(seed);
+    // One time origin for both directions, so outage schedules line up.
+    let origin = Instant::now();
     let mut handle = LinkHandle {
         stop: Arc::new(AtomicBool::new(false)),
         threads: Vec::new(),
@@ -242,6 +244,7 @@ pub fn spawn_link_with_options(
             stop: handle.stop.clone(),
             stats,
             options,
+            origin,
         };
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -303,6 +306,8 @@ struct DirectionPlan {
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<DirectionStats>>,
     options: DriverOptions,
+    /// Time zero of the engine (shared by the link's two directions).
+    origin: Instant,
 }
 
 struct Sockets {
@@ -584,7 +589,7 @@ impl DriverCounters {
 
 fn forward(plan: &DirectionPlan, sockets: &Sockets) {
     let clock = ClockMap {
-        origin: Instant::now(),
+        origin: plan.origin,
     };
     let now_ns = || clock.now_ns();
     let mut engine = Direction::new(plan.config.clone(), plan.seed);
@@ -659,8 +664,9 @@ fn forward(plan: &DirectionPlan, sockets: &Sockets) {
                             .unwrap_or(read_ns);
                         counters.record_receive(read_ns - arrival_ns);
                         let frame = &buffer[..len];
-                        let kind = frame_kind(frame);
-                        match engine.arrive(arrival_ns, len, kind == FrameKind::PureAck) {
+                        let class = frame_class(frame);
+                        let kind = class.kind;
+                        match engine.arrive_frame(arrival_ns, len, class) {
                             Verdict::Accepted { id, .. } => {
                                 held.push_back((id, frame.to_vec()));
                                 held_bytes += len;

@@ -4,6 +4,8 @@
 //! a clock and draws randomness only from ChaCha streams seeded by [`Direction::new`].
 //!
 //! Model, per arriving frame of `L` bytes at time `now`:
+//! 0. During a scheduled outage every frame is dropped (`outage`); then a UDP frame may be
+//!    dropped by the UDP impairment (`udp`). Neither takes queue space or draws randomness.
 //! 1. Loss is decided first, from the loss model of the frame's class (data or pure ACK); a
 //!    Gilbert-Elliott chain advances once per frame of its class. A lost frame takes no queue space
 //!    and no link time (as with netem, which also decides loss on enqueue).
@@ -22,7 +24,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::classify::{FrameClass, FrameKind};
 use crate::trace::{CapacityTrace, TRACE_OPPORTUNITY_BYTES};
+use crate::udp::UdpPolicer;
 use crate::{DirectionConfig, LossModel, QueueLimit};
 
 const NANOS_PER_SECOND: u128 = 1_000_000_000;
@@ -55,6 +59,10 @@ pub(crate) enum DropReason {
     Loss,
     /// The drop-tail queue was full.
     QueueFull,
+    /// The direction was in a scheduled outage.
+    Outage,
+    /// Dropped by the UDP impairment.
+    Udp,
 }
 
 /// Counters of one direction. The engine fills the frame and byte counters; the driver adds the
@@ -85,6 +93,18 @@ pub struct DirectionStats {
     /// Driver: of the frames the full queue dropped, how many were SYNs or SYN-ACKs.
     #[serde(default)]
     pub dropped_queue_handshake_frames: u64,
+    /// Frames dropped because they arrived during a scheduled outage.
+    #[serde(default)]
+    pub outage_drops: u64,
+    /// Bytes of the frames dropped during outages.
+    #[serde(default)]
+    pub outage_drop_bytes: u64,
+    /// UDP frames dropped by the UDP impairment (blocked, or over its rate limit).
+    #[serde(default)]
+    pub udp_drops: u64,
+    /// Bytes of the UDP frames the UDP impairment dropped.
+    #[serde(default)]
+    pub udp_drop_bytes: u64,
     /// Largest queue (waiting for or in serialisation) seen just after accepting a frame.
     pub max_queue_frames: u64,
     /// Largest queue in bytes (waiting for or in serialisation) seen just after accepting a frame.
@@ -155,6 +175,7 @@ pub(crate) struct Direction {
     jitter_rng: ChaCha8Rng,
     data_loss_state: LossState,
     ack_loss_state: LossState,
+    udp_policer: Option<UdpPolicer>,
     /// Frames waiting for or in serialisation, in order.
     backlog: VecDeque<Backlogged>,
     backlog_bytes: u64,
@@ -177,6 +198,7 @@ impl Direction {
             rng
         };
         Direction {
+            udp_policer: config.udp.map(UdpPolicer::new),
             config,
             data_rng: stream(STREAM_DATA_LOSS),
             ack_rng: stream(STREAM_ACK_LOSS),
@@ -203,11 +225,42 @@ impl Direction {
         &self.config
     }
 
-    /// A frame arrives at `now_ns`; decides loss, queueing and its departure time.
+    /// A TCP (or other non-UDP) frame arrives at `now_ns`; see [`Direction::arrive_frame`].
+    #[cfg(test)]
     pub(crate) fn arrive(&mut self, now_ns: u64, len_bytes: usize, pure_ack: bool) -> Verdict {
+        let kind = if pure_ack {
+            FrameKind::PureAck
+        } else {
+            FrameKind::Other
+        };
+        self.arrive_frame(now_ns, len_bytes, FrameClass { kind, udp: None })
+    }
+
+    /// A frame of class `class` arrives at `now_ns`; decides outage, UDP impairment, loss,
+    /// queueing and its departure time.
+    pub(crate) fn arrive_frame(
+        &mut self,
+        now_ns: u64,
+        len_bytes: usize,
+        class: FrameClass,
+    ) -> Verdict {
         let len = len_bytes as u64;
+        let pure_ack = class.kind == FrameKind::PureAck;
         self.stats.arrived_frames += 1;
         self.stats.arrived_bytes += len;
+
+        if self.config.outages.is_down(now_ns) {
+            self.stats.outage_drops += 1;
+            self.stats.outage_drop_bytes += len;
+            return Verdict::Dropped(DropReason::Outage);
+        }
+        if let Some(policer) = &mut self.udp_policer {
+            if policer.drops(now_ns, len, class.udp) {
+                self.stats.udp_drops += 1;
+                self.stats.udp_drop_bytes += len;
+                return Verdict::Dropped(DropReason::Udp);
+            }
+        }
 
         if self.decide_loss(pure_ack) {
             self.stats.dropped_loss_frames += 1;

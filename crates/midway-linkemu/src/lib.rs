@@ -2,7 +2,8 @@
 //!
 //! The lab needs links with a one-way delay, a serialisation rate, a drop-tail queue (a cable
 //! modem's 10 KB buffer), loss (Bernoulli or Gilbert-Elliott bursts, chosen separately for data and
-//! for pure TCP ACKs), jitter that never reorders, and mahimahi capacity traces.
+//! for pure TCP ACKs), jitter that never reorders, mahimahi capacity traces, scheduled blackouts
+//! ([`OutageSchedule`]) and an ISP that blocks or throttles UDP but not TCP ([`UdpImpairment`]).
 //!
 //! Why our own and not an existing tool or crate: the lab kernel has no `netem` qdisc (see
 //! `LINUX-TCP-KNOBS.md`), so delay cannot come from the kernel; mahimahi is a C++ program built on
@@ -15,8 +16,8 @@
 //! - `driver`: a thin layer with one thread per direction that moves Ethernet frames between two
 //!   veth ends of the link's own network namespace with `AF_PACKET` raw sockets.
 //!
-//! `classify` tells pure TCP ACKs from everything else, and `trace` parses mahimahi traces
-//! ([`CapacityTrace`]).
+//! `classify` tells pure TCP ACKs and UDP from everything else, `trace` parses mahimahi traces
+//! ([`CapacityTrace`]), `outage` decides when a direction is down and `udp` polices UDP.
 //!
 //! Accuracy measured through the driver (veth pairs, offloads off, 2 cores shared with other
 //! builds at load 3-8): goodput of a bulk TCP transfer within 0.1 % of the configured rate at 20
@@ -41,11 +42,15 @@ use serde::{Deserialize, Serialize};
 mod classify;
 mod driver;
 mod engine;
+mod outage;
 mod trace;
+mod udp;
 
 pub use driver::{spawn_link, spawn_link_with_options, DriverError, DriverOptions, LinkHandle};
 pub use engine::DirectionStats;
+pub use outage::{Outage, OutageError, OutageSchedule, PeriodicOutage};
 pub use trace::{CapacityTrace, TraceError};
+pub use udp::{UdpAction, UdpError, UdpImpairment, DEFAULT_UDP_BURST_BYTES, MIN_UDP_BURST_BYTES};
 
 /// Longest one-way delay or jitter accepted; longer values are almost certainly a unit mistake.
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -68,6 +73,13 @@ pub struct DirectionConfig {
     pub jitter: Option<Duration>,
     /// A mahimahi capacity trace; replaces `rate_bps` when set.
     pub trace: Option<CapacityTrace>,
+    /// Scheduled blackouts: every frame arriving during one is dropped (default: none). Absent
+    /// from older serialized configs, and left out when empty.
+    #[serde(default, skip_serializing_if = "OutageSchedule::is_empty")]
+    pub outages: OutageSchedule,
+    /// Drop or rate-limit UDP only, leaving TCP alone; `None` (default) = UDP like any traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpImpairment>,
 }
 
 impl Default for DirectionConfig {
@@ -81,6 +93,8 @@ impl Default for DirectionConfig {
             ack_loss: LossModel::None,
             jitter: None,
             trace: None,
+            outages: OutageSchedule::default(),
+            udp: None,
         }
     }
 }
@@ -150,6 +164,12 @@ pub enum ConfigError {
     /// The capacity trace is invalid.
     #[error("invalid capacity trace")]
     Trace(#[source] TraceError),
+    /// The outage schedule is invalid.
+    #[error("invalid outage schedule")]
+    Outages(#[source] OutageError),
+    /// The UDP impairment is invalid.
+    #[error("invalid UDP impairment")]
+    Udp(#[source] UdpError),
 }
 
 impl DirectionConfig {
@@ -182,6 +202,10 @@ impl DirectionConfig {
         self.ack_loss.validate(false)?;
         if let Some(trace) = &self.trace {
             trace.validate().map_err(ConfigError::Trace)?;
+        }
+        self.outages.validate().map_err(ConfigError::Outages)?;
+        if let Some(udp) = &self.udp {
+            udp.validate().map_err(ConfigError::Udp)?;
         }
         Ok(())
     }
@@ -325,9 +349,100 @@ mod tests {
             },
             jitter: Some(Duration::from_micros(500)),
             trace: Some(CapacityTrace::parse("1\n2\n").unwrap()),
+            outages: OutageSchedule {
+                periodic: Some(PeriodicOutage {
+                    period: Duration::from_secs(15),
+                    duration: Duration::from_millis(200),
+                    offset: Duration::from_secs(1),
+                }),
+                once: vec![Outage {
+                    start: Duration::from_secs(20),
+                    duration: Duration::from_secs(5),
+                }],
+            },
+            udp: Some(UdpImpairment {
+                port: Some(443),
+                action: UdpAction::RateLimit {
+                    rate_bps: 1_000_000,
+                    burst_bytes: 20_000,
+                },
+            }),
         };
         let json = serde_json::to_string(&config).unwrap();
         let back: DirectionConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(back, config);
+    }
+
+    /// A config serialized before outages and UDP impairments existed.
+    const OLD_CONFIG_JSON: &str = r#"{"delay":{"secs":0,"nanos":10000000},"rate_bps":20000000,
+        "queue":{"bytes":10000},"data_loss":{"bernoulli":{"p":0.01}},"ack_loss":"none",
+        "jitter":null,"trace":null}"#;
+
+    #[test]
+    fn old_configs_still_parse_and_new_fields_default_to_off() {
+        let old: DirectionConfig = serde_json::from_str(OLD_CONFIG_JSON).unwrap();
+        assert!(old.outages.is_empty());
+        assert_eq!(old.udp, None);
+        assert_eq!(old.validate(), Ok(()));
+        // Unset, the new fields are not written, so older readers keep reading new output.
+        let json = serde_json::to_string(&old).unwrap();
+        assert!(!json.contains("outages") && !json.contains("udp"), "{json}");
+        // Old stats (without the new counters) parse too.
+        let old_stats = serde_json::to_string(&DirectionStats::default())
+            .unwrap()
+            .replace(",\"outage_drops\":0,\"outage_drop_bytes\":0", "")
+            .replace(",\"udp_drops\":0,\"udp_drop_bytes\":0", "");
+        assert!(!old_stats.contains("outage") && !old_stats.contains("udp"));
+        let stats: DirectionStats = serde_json::from_str(&old_stats).unwrap();
+        assert_eq!(stats, DirectionStats::default());
+    }
+
+    #[test]
+    fn new_fields_parse_with_defaults_and_reject_nonsense() {
+        let parse = |extra: &str| {
+            let json =
+                OLD_CONFIG_JSON.replace("\"trace\":null", &format!("\"trace\":null,{extra}"));
+            serde_json::from_str::<DirectionConfig>(&json)
+        };
+        let config = parse(
+            r#""outages":{"periodic":{"period":{"secs":15,"nanos":0},
+                "duration":{"secs":0,"nanos":200000000}}},
+               "udp":{"action":{"rate_limit":{"rate_bps":1000000}}}"#,
+        )
+        .unwrap();
+        let periodic = config.outages.periodic.unwrap();
+        assert_eq!(periodic.offset, Duration::ZERO);
+        assert!(config.outages.once.is_empty());
+        assert_eq!(
+            config.udp,
+            Some(UdpImpairment {
+                port: None,
+                action: UdpAction::RateLimit {
+                    rate_bps: 1_000_000,
+                    burst_bytes: DEFAULT_UDP_BURST_BYTES
+                }
+            })
+        );
+        assert_eq!(config.validate(), Ok(()));
+        let drop = parse(r#""udp":{"action":"drop","port":443}"#).unwrap();
+        assert_eq!(drop.udp.map(|u| u.action), Some(UdpAction::Drop));
+        // Unknown keys stay errors, inside the new tables too.
+        assert!(parse(r#""udp":{"action":"drop","ports":443}"#).is_err());
+        assert!(parse(r#""outages":{"every":1}"#).is_err());
+        // Parsed but invalid: validation names the problem.
+        let too_long = parse(
+            r#""outages":{"periodic":{"period":{"secs":1,"nanos":0},
+                "duration":{"secs":2,"nanos":0}}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            too_long.validate(),
+            Err(ConfigError::Outages(OutageError::LongerThanPeriod { .. }))
+        ));
+        let zero_rate = parse(r#""udp":{"action":{"rate_limit":{"rate_bps":0}}}"#).unwrap();
+        assert_eq!(
+            zero_rate.validate(),
+            Err(ConfigError::Udp(UdpError::ZeroRate))
+        );
     }
 }

@@ -15,7 +15,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use midway_linkemu::{
-    spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel, QueueLimit,
+    spawn_link, DirectionConfig, DirectionStats, DriverError, LossModel, QueueLimit, UdpAction,
+    UdpImpairment,
 };
 use midway_sys::command::{spawn_in_namespace, Program};
 use midway_sys::netlink::{AddressSpec, Netlink, VethEnd};
@@ -368,6 +369,80 @@ fn bernoulli_loss_through_the_link_matches_the_stats() {
     // ARP, may also have been lost, hence >=).
     assert!(received + burst.dropped_loss_frames as usize >= DATAGRAMS);
     assert!(received < DATAGRAMS);
+}
+
+/// Sends `count` 100-byte datagrams from namespace index `from` to `to_address` in namespace
+/// index `to`; returns how many arrived (the receiver gives up after 300 ms of silence).
+fn udp_burst(
+    topology: &Topology,
+    from: usize,
+    to: usize,
+    to_address: [u8; 4],
+    count: usize,
+) -> usize {
+    let (port_tx, port_rx) = mpsc::channel();
+    let receiver = in_netns(&topology.names[to], move || {
+        let socket = UdpSocket::bind(SocketAddr::from((to_address, 0))).expect("bind");
+        port_tx.send(socket.local_addr().unwrap().port()).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut buffer = [0u8; 2048];
+        let mut received = 0usize;
+        while received < count && socket.recv(&mut buffer).is_ok() {
+            received += 1;
+        }
+        received
+    });
+    let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let sender = in_netns(&topology.names[from], move || {
+        let socket = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        for _ in 0..count {
+            socket
+                .send_to(&[7u8; 100], SocketAddr::from((to_address, port)))
+                .expect("send");
+        }
+    });
+    sender.join().expect("sender");
+    receiver.join().expect("receiver")
+}
+
+#[test]
+fn udp_is_blocked_while_tcp_passes() {
+    const DATAGRAMS: usize = 50;
+    let topology = Topology::new();
+    let a_to_b = DirectionConfig {
+        delay: Duration::from_millis(1),
+        udp: Some(UdpImpairment {
+            port: None,
+            action: UdpAction::Drop,
+        }),
+        ..Default::default()
+    };
+    let b_to_a = DirectionConfig {
+        delay: Duration::from_millis(1),
+        ..Default::default()
+    };
+    let link = spawn_link(&topology.path(1), "la", "lb", a_to_b, b_to_a, 11).expect("spawn link");
+    // Resolve ARP (not UDP, so it passes) before the datagrams.
+    assert_eq!(ping(topology.a(), 1).0, 1, "no ping reply through the link");
+    assert_eq!(udp_burst(&topology, 0, 2, [10, 99, 0, 2], DATAGRAMS), 0);
+    // The other direction carries UDP.
+    assert_eq!(
+        udp_burst(&topology, 2, 0, [10, 99, 0, 1], DATAGRAMS),
+        DATAGRAMS
+    );
+    // TCP goes through the blocked direction.
+    let total = 256 << 10;
+    let (received, _, _) = bulk_transfer(&topology, total, 0);
+    assert_eq!(received, total);
+    let (a_to_b, b_to_a) = link.stop();
+    assert_clean(&a_to_b);
+    assert_clean(&b_to_a);
+    assert!(a_to_b.udp_drops >= DATAGRAMS as u64, "{a_to_b:?}");
+    assert_eq!(b_to_a.udp_drops, 0, "{b_to_a:?}");
+    assert_eq!(a_to_b.dropped_loss_frames + a_to_b.dropped_queue_frames, 0);
+    assert_eq!(a_to_b.outage_drops, 0);
 }
 
 #[test]

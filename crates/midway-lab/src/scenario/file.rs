@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use super::impairments::{OutagesFile, UdpFile};
 use crate::units::{ByteSize, HumanDuration, LossSpec, MaxAge, QueueSpec, Rate};
 
 /// A scenario file as written. See `scenarios/hfc-demo.toml` for a commented example.
@@ -92,6 +93,14 @@ pub struct DirectionFile {
     /// A mahimahi capacity trace (path relative to the scenario file); replaces `rate`.
     #[serde(default)]
     pub trace: Option<PathBuf>,
+    /// Scheduled blackouts (every frame dropped): `periodic = { period, duration, offset }`
+    /// and/or `once = [{ start, duration }]`, times from the link's start; absent = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outages: Option<OutagesFile>,
+    /// UDP only, TCP untouched: `{ action = "drop" }` or `{ action = "rate_limit", rate =
+    /// "1Mbit", burst = "15KB" }`, optionally for one `port`; absent = UDP like any traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpFile>,
 }
 
 /// The `[roles]` table: which hosts run the client, the proxy and the server.

@@ -9,7 +9,8 @@
 //! The overrides of a point are applied to the parsed TOML tree, and the result goes through the
 //! same stages again, so a swept value is exactly as well checked as a value written in the file.
 //!
-//! The module's files follow those stages: `file` (what a scenario TOML contains), `validate` and
+//! The module's files follow those stages: `file` (what a scenario TOML contains; a link
+//! direction's `outages` and `udp` keys are in `impairments`), `validate` and
 //! `validate_workload` (the checks), `model` (the validated form and its conversion to the
 //! emulator's), `overrides` (sweep and `set` paths applied to the TOML tree).
 
@@ -17,6 +18,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 mod file;
+mod impairments;
 mod model;
 mod overrides;
 mod validate;

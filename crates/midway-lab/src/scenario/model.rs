@@ -345,6 +345,12 @@ impl Scenario {
                 if d.jitter.0 > std::time::Duration::ZERO {
                     params.insert(key("jitter_ms"), json!(d.jitter.as_millis_f64()));
                 }
+                if let Some(outages) = &d.outages {
+                    params.insert(key("outages"), json!(outages.to_string()));
+                }
+                if let Some(udp) = &d.udp {
+                    params.insert(key("udp"), json!(udp.to_string()));
+                }
             }
         }
         for host in &self.hosts {
@@ -529,6 +535,12 @@ pub(crate) fn direction_config(
         ack_loss: loss_model(&direction.ack_loss),
         jitter: (direction.jitter.0 > std::time::Duration::ZERO).then_some(direction.jitter.0),
         trace,
+        outages: direction
+            .outages
+            .as_ref()
+            .map(|outages| outages.to_emulator())
+            .unwrap_or_default(),
+        udp: direction.udp.as_ref().map(|udp| udp.to_emulator()),
     };
     config.validate().map_err(|source| ConvertError::Config {
         link: link.to_string(),

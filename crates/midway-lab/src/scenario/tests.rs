@@ -570,3 +570,82 @@ fn an_experiments_own_limit_is_read_and_zero_is_refused() {
     .to_string();
     assert!(error.contains("max_jobs must be at least 1"), "{error}");
 }
+
+/// The README's outage and UDP example, on the internet link of a minimal scenario; `sweep` is
+/// added to its experiment.
+fn impairment_scenario(sweep: &str) -> Result<LoadedScenario, ScenarioError> {
+    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/README.md");
+    let readme = std::fs::read_to_string(readme_path).unwrap();
+    let section = &readme[readme
+        .find("### Link outages and UDP impairment")
+        .expect("the outage section")..];
+    let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + section[start..].find("```").expect("closed block");
+    let text = format!(
+        "name = \"impaired\"\ndescription = \"d\"\nsource = \"s\"\n[hosts.client]\n\
+         [hosts.server]\n[roles]\nclient = \"client\"\nproxy = \"server\"\n\
+         server = \"server\"\n[links.internet]\na = \"client\"\nb = \"server\"\n{}\
+         [workload]\nkind = \"bulk\"\nbytes = \"300KB\"\n[cases.direct]\nkind = \"direct\"\n\
+         [[experiments]]\nname = \"e\"\ncases = [\"direct\"]\n{sweep}",
+        &section[start..end]
+    );
+    LoadedScenario::from_text(Path::new("impaired.toml"), text)
+}
+
+#[test]
+fn outages_and_udp_impairments_reach_the_emulator_and_the_records() {
+    let loaded = impairment_scenario("").unwrap_or_else(|e| panic!("{e}"));
+    let spec = loaded.base.topology_spec(Path::new(".")).unwrap();
+    let a_to_b = &spec.links[0].a_to_b;
+    let periodic = a_to_b.outages.periodic.unwrap();
+    assert_eq!(
+        (periodic.period, periodic.duration, periodic.offset),
+        (
+            std::time::Duration::from_secs(15),
+            std::time::Duration::from_millis(200),
+            std::time::Duration::from_secs(5)
+        )
+    );
+    assert_eq!(a_to_b.outages.once.len(), 1);
+    assert_eq!(
+        a_to_b.udp,
+        Some(midway_linkemu::UdpImpairment {
+            port: Some(443),
+            action: midway_linkemu::UdpAction::RateLimit {
+                rate_bps: 1_000_000,
+                burst_bytes: 15_000
+            }
+        })
+    );
+    // The other direction stays a perfect link.
+    assert_eq!(
+        spec.links[0].b_to_a,
+        midway_linkemu::DirectionConfig::default()
+    );
+    let params = loaded.base.flat_params();
+    assert_eq!(
+        params["internet.a_to_b.outages"],
+        "200ms every 15000ms from 5000ms; 5000ms at 20000ms"
+    );
+    assert_eq!(params["internet.a_to_b.udp"], "1Mbit burst 15000B port 443");
+    assert!(!params.contains_key("internet.b_to_a.udp"));
+}
+
+#[test]
+fn a_swept_outage_is_checked_like_one_written_in_the_file() {
+    let sweep =
+        "[experiments.sweep]\nparam = \"links.internet.a_to_b.outages.periodic.duration\"\n\
+                 label = \"outage\"\nvalues = [\"100ms\", \"20s\"]\n";
+    let error = impairment_scenario(sweep).err().unwrap().to_string();
+    assert!(error.contains("not shorter than its period"), "{error}");
+    let sweep = "[experiments.sweep]\nparam = \"links.internet.a_to_b.udp.rate\"\n\
+                 label = \"udp rate\"\nvalues = [\"500kbit\", \"2Mbit\"]\n";
+    let loaded = impairment_scenario(sweep).unwrap_or_else(|e| panic!("{e}"));
+    let experiment = &loaded.file.experiments[0];
+    let overrides = loaded.sweep_overrides(experiment.sweep.as_ref().unwrap(), 1);
+    let point = loaded.point_scenario(&overrides).unwrap();
+    assert_eq!(
+        point.flat_params()["internet.a_to_b.udp"],
+        "2Mbit burst 15000B port 443"
+    );
+}
