@@ -11,11 +11,15 @@ use std::time::Duration;
 use midway_config::haproxy::{HaproxyConfig, ListenSection};
 use midway_config::squid::SquidConfig;
 use midway_config::{
-    overlay, ConfigBuilder, FilePeer, ListenerBuilder, ModeName, OverlayConflict, RelayName,
+    overlay, ConfigBuilder, ListenerBuilder, ModeName, OverlayConflict, RelayName,
 };
 
+mod chain;
+
+pub(crate) use chain::{chain_configs, random_key_hex, ChainIdentity};
+
 use crate::scenario::{
-    Case, CaseKind, ChainCase, Intercept, MidwayCase, RelayKind, SquidCase, UpstreamPersistence,
+    Case, CaseKind, Intercept, MidwayCase, RelayKind, SquidCase, UpstreamPersistence,
 };
 
 /// Port the proxy listens on inside the proxy host (each topology is its own namespace set, so a
@@ -77,6 +81,8 @@ pub(crate) enum ConfigGenError {
     MergeConflict { key: String },
     #[error("cannot write the generated config as TOML")]
     Serialize(#[source] toml::ser::Error),
+    #[error("case `quic`: {0}")]
+    Quic(String),
 }
 
 impl From<OverlayConflict> for ConfigGenError {
@@ -157,115 +163,15 @@ pub(crate) fn midway_config(
 }
 
 /// Adds a case's `[profiles.NAME]` tables as written (the proxy checks them when it reads them).
-fn add_profiles(config: &mut toml::Table, profiles: &toml::Table) -> Result<(), ConfigGenError> {
+pub(crate) fn add_profiles(
+    config: &mut toml::Table,
+    profiles: &toml::Table,
+) -> Result<(), ConfigGenError> {
     if !profiles.is_empty() {
         let profiles = toml::Table::from_iter([("profiles".to_owned(), profiles.clone().into())]);
         overlay(config, &profiles, "")?;
     }
     Ok(())
-}
-
-/// Idle connections each midway of a chain keeps open to the next, so a client's connection
-/// pays no handshake and no slow start on the peer segment (issue 16: the warm pool).
-pub(crate) const CHAIN_WARM_CONNECTIONS: usize = 4;
-/// Bytes of a chain's pre-shared keys (midway asks for at least 16).
-pub(crate) const CHAIN_KEY_BYTES: usize = 32;
-
-/// Name of the pre-shared key between the chain's midways on `from` and `to`.
-pub(crate) fn chain_key_name(from: &str, to: &str) -> String {
-    format!("lab-{from}-{to}")
-}
-
-/// A fresh random pre-shared key as hexadecimal text, one per pair of neighbouring midways of a
-/// run (never written anywhere but the point's configs).
-pub(crate) fn random_key_hex() -> String {
-    let bytes: [u8; CHAIN_KEY_BYTES] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The configs of a chain's midways, in the order of `chain.hosts`. `placements[i]` is host i's
-/// place on the path (its address and interface toward the client side); `keys[i]` the hex key
-/// shared by hosts i and i + 1.
-///
-/// The first midway intercepts the client's connections transparently (as a transparent `midway`
-/// case) and sends them through the next; every other one has a peer listener that accepts the
-/// previous midway's connections with their key and either sends them on through the next or,
-/// the last one, connects to the server. The peer segment's profile is set at both of its ends:
-/// as the sending midway's `[[peers]]` profile and as the accepting midway's local profile (the
-/// accepting end sends the server's data back, so its congestion control is the one that moves
-/// a download).
-pub(crate) fn chain_configs(
-    chain: &ChainCase,
-    placements: &[Placement],
-    keys: &[String],
-) -> Result<Vec<String>, ConfigGenError> {
-    let hosts = &chain.hosts;
-    assert_eq!(placements.len(), hosts.len(), "one placement per midway");
-    assert_eq!(keys.len() + 1, hosts.len(), "one key per peer segment");
-    let listen = format!("0.0.0.0:{PROXY_PORT}");
-    let mut configs = Vec::with_capacity(hosts.len());
-    for (index, placement) in placements.iter().enumerate() {
-        let first = index == 0;
-        let last = index + 1 == hosts.len();
-        // A peer listener checks the client named in the peer header as well as the connecting
-        // midway, so both prefixes are allowed.
-        let mut allowed = vec![placement.client_prefix.clone()];
-        if !first {
-            allowed.push(placement.route_prefix.clone());
-        }
-        let mut builder = ConfigBuilder::new(allowed)
-            .metrics(metrics_listen())
-            .spool_dir(&placement.spool_dir);
-        let mut listener = if first {
-            let mut listener = ListenerBuilder::transparent(
-                LISTENER_NAME,
-                &listen,
-                [placement.client_iface.clone()],
-                [placement.server.port()],
-            );
-            if let Some(profile) = &chain.local_profile {
-                listener = listener.local_profile(profile);
-            }
-            listener
-        } else {
-            let key_name = chain_key_name(&hosts[index - 1], &hosts[index]);
-            builder = builder.key(&key_name, &keys[index - 1]);
-            let mut listener = ListenerBuilder::peer(LISTENER_NAME, &listen, [key_name]);
-            if let Some(profile) = &chain.peer_profile {
-                listener = listener.local_profile(profile);
-            }
-            listener
-        };
-        if last {
-            if let Some(profile) = &chain.remote_profile {
-                listener = listener.remote_profile(profile);
-            }
-        } else {
-            let next = &hosts[index + 1];
-            let key_name = chain_key_name(&hosts[index], next);
-            builder = builder.key(&key_name, &keys[index]).peer(FilePeer {
-                name: Some(next.clone()),
-                address: Some(
-                    SocketAddr::new(placements[index + 1].proxy_addr, PROXY_PORT).to_string(),
-                ),
-                key: Some(key_name),
-                profile: chain.peer_profile.clone(),
-                destinations: None,
-                warm_connections: Some(CHAIN_WARM_CONNECTIONS),
-                warm_max_idle: None,
-                ..FilePeer::default()
-            });
-            listener = listener.via([next.clone()]);
-        }
-        let mut config = builder
-            .listener(listener.build())
-            .build()
-            .to_table()
-            .map_err(ConfigGenError::Serialize)?;
-        add_profiles(&mut config, &chain.profiles)?;
-        configs.push(toml::to_string(&config).map_err(ConfigGenError::Serialize)?);
-    }
-    Ok(configs)
 }
 
 /// HAProxy in TCP mode, in the foreground (`haproxy -f FILE -db`), forwarding to the server.
@@ -502,150 +408,6 @@ pub(crate) mod tests {
             server: "10.0.2.2:80".parse().unwrap(),
             ..placement()
         }
-    }
-
-    /// Host i's place on a chain client - m0 - m1 - m2 - server: address 10.0.(i+1).2 on its
-    /// link toward the client side.
-    fn chain_placements(hosts: usize) -> Vec<Placement> {
-        (0..hosts)
-            .map(|i| Placement {
-                server: "10.0.9.2:5001".parse().unwrap(),
-                proxy_addr: format!("10.0.{}.2", i + 1).parse().unwrap(),
-                client_prefix: "10.0.1.0/24".into(),
-                route_prefix: format!("10.0.{}.0/24", i + 1),
-                client_iface: format!("e-toward-{i}"),
-                spool_dir: format!("/tmp/spool-{i}").into(),
-            })
-            .collect()
-    }
-
-    fn chain(hosts: &[&str]) -> ChainCase {
-        ChainCase {
-            hosts: hosts.iter().map(|h| h.to_string()).collect(),
-            peer_profile: Some("peer".into()),
-            local_profile: Some("end".into()),
-            remote_profile: Some("end".into()),
-            profiles: toml::from_str(
-                "[peer]\ninherits = \"wan\"\ncongestion_control = \"highspeed\"\n\
-                 [end]\ninherits = \"lan\"\ncongestion_control = \"reno\"",
-            )
-            .unwrap(),
-        }
-    }
-
-    #[test]
-    fn chain_configs_read_back_through_midway_config_with_via_keys_and_peer_listeners() {
-        use midway_config::{FileConfig, ModeName};
-        let keys = ["ab".repeat(32), "cd".repeat(32)];
-        let configs = chain_configs(
-            &chain(&["edge", "middle", "gateway"]),
-            &chain_placements(3),
-            &keys,
-        )
-        .unwrap();
-        assert_eq!(configs.len(), 3);
-        let parsed: Vec<FileConfig> = configs
-            .iter()
-            .map(|text| toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}")))
-            .collect();
-        let (edge, middle, gateway) = (&parsed[0], &parsed[1], &parsed[2]);
-        let secret = |config: &FileConfig, name: &str| {
-            config.keys[name].secret.clone().expect("an inline key")
-        };
-
-        // The edge: transparent on the client's interface and the workload's port, via middle.
-        let listener = &edge.listeners[0];
-        assert_eq!(listener.mode, Some(ModeName::Transparent));
-        let nftables = listener.nftables.as_ref().unwrap();
-        assert_eq!(nftables.interfaces, ["e-toward-0"]);
-        assert_eq!(nftables.ports, [5001]);
-        assert_eq!(listener.via.as_deref(), Some(&["middle".to_string()][..]));
-        assert_eq!(listener.local_profile.as_deref(), Some("end"));
-        assert_eq!(listener.remote_profile, None);
-        assert_eq!(edge.peers.len(), 1);
-        let peer = &edge.peers[0];
-        assert_eq!(peer.name.as_deref(), Some("middle"));
-        assert_eq!(peer.address.as_deref(), Some("10.0.2.2:8080"));
-        assert_eq!(peer.key.as_deref(), Some("lab-edge-middle"));
-        assert_eq!(peer.profile.as_deref(), Some("peer"));
-        assert_eq!(peer.warm_connections, Some(CHAIN_WARM_CONNECTIONS));
-        assert_eq!(secret(edge, "lab-edge-middle"), keys[0]);
-        assert_eq!(edge.keys.len(), 1);
-        assert_eq!(
-            edge.proxy.allowed_clients.as_deref(),
-            Some(&["10.0.1.0/24".to_string()][..])
-        );
-        assert_eq!(
-            edge.profiles["peer"].congestion_control.as_deref(),
-            Some("highspeed")
-        );
-
-        // The middle: a peer listener taking the edge's key, sending on to the gateway.
-        let listener = &middle.listeners[0];
-        assert_eq!(listener.mode, Some(ModeName::Peer));
-        assert_eq!(
-            listener.keys.as_deref(),
-            Some(&["lab-edge-middle".to_string()][..])
-        );
-        assert_eq!(listener.via.as_deref(), Some(&["gateway".to_string()][..]));
-        assert_eq!(listener.local_profile.as_deref(), Some("peer"));
-        assert!(listener.nftables.is_none());
-        assert_eq!(secret(middle, "lab-edge-middle"), keys[0]);
-        assert_eq!(secret(middle, "lab-middle-gateway"), keys[1]);
-        assert_eq!(middle.peers[0].address.as_deref(), Some("10.0.3.2:8080"));
-        assert_eq!(
-            middle.proxy.allowed_clients.as_deref(),
-            Some(&["10.0.1.0/24".to_string(), "10.0.2.0/24".to_string()][..])
-        );
-
-        // The gateway: a peer listener connecting to the server, no peers of its own.
-        let listener = &gateway.listeners[0];
-        assert_eq!(listener.mode, Some(ModeName::Peer));
-        assert_eq!(
-            listener.keys.as_deref(),
-            Some(&["lab-middle-gateway".to_string()][..])
-        );
-        assert_eq!(listener.via, None);
-        assert_eq!(listener.remote_profile.as_deref(), Some("end"));
-        assert!(gateway.peers.is_empty());
-        assert_eq!(gateway.keys.len(), 1);
-        assert_eq!(secret(gateway, "lab-middle-gateway"), keys[1]);
-        for config in &parsed {
-            assert_eq!(config.listeners.len(), 1);
-            assert!(config.metrics.is_some());
-        }
-        // midway's own parser takes the edge's config as it is today.
-        midway_proxy::config::parse_config(&configs[0], "generated").unwrap();
-    }
-
-    #[test]
-    fn every_chain_config_is_accepted_by_midway() {
-        let configs = chain_configs(
-            &chain(&["edge", "middle", "gateway"]),
-            &chain_placements(3),
-            &["ab".repeat(32), "cd".repeat(32)],
-        )
-        .unwrap();
-        for text in &configs {
-            midway_proxy::config::parse_config(text, "generated")
-                .unwrap_or_else(|e| panic!("{e}\n{text}"));
-        }
-    }
-
-    #[test]
-    fn chain_keys_are_fresh_hex_of_the_length_midway_wants() {
-        let (a, b) = (random_key_hex(), random_key_hex());
-        assert_eq!(a.len(), 2 * CHAIN_KEY_BYTES);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
-        assert_ne!(a, b);
-        // A two-midway chain has one peer segment, so one key, in both configs.
-        let configs = chain_configs(
-            &chain(&["edge", "gateway"]),
-            &chain_placements(2),
-            std::slice::from_ref(&a),
-        )
-        .unwrap();
-        assert!(configs.iter().all(|text| text.contains(&a)));
     }
 
     #[test]

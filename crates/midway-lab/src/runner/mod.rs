@@ -496,6 +496,10 @@ fn add_link_drops(scenario: &Scenario, topology: &Topology, measurement: &mut Me
                     stats.dropped_queue_handshake_frames,
                 ),
                 ("max_queue_frames", stats.max_queue_frames),
+                // The scheduled blackouts' and the UDP impairment's drops, apart from `drops`
+                // (loss and queue).
+                ("outage_drops", stats.outage_drops),
+                ("udp_drops", stats.udp_drops),
             ] {
                 measurement
                     .extra

@@ -139,7 +139,8 @@ fn proxy_commands(
             let keys: Vec<String> = (1..chain.hosts.len())
                 .map(|_| cases::random_key_hex())
                 .collect();
-            let configs = cases::chain_configs(chain, placements, &keys)?;
+            let identities = chain_identities(chain, point_dir)?;
+            let configs = cases::chain_configs(chain, placements, &keys, &identities)?;
             let mut launches = Vec::with_capacity(configs.len());
             for (index, ((host, placement), config)) in
                 chain.hosts.iter().zip(placements).zip(configs).enumerate()
@@ -455,4 +456,31 @@ fn scrape_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
         );
     }
     Ok(body.to_string())
+}
+
+/// For an encrypted chain (`tls`, `quic`), a fresh key pair per midway, written into the point's
+/// folder (`tls-HOST/peer.crt`, `peer.key`); none for `tcp`.
+fn chain_identities(
+    chain: &crate::scenario::ChainCase,
+    point_dir: &Path,
+) -> anyhow::Result<Vec<cases::ChainIdentity>> {
+    if chain.transport == midway_config::TransportName::Tcp {
+        return Ok(Vec::new());
+    }
+    chain
+        .hosts
+        .iter()
+        .map(|host| {
+            let dir = point_dir.join(format!("tls-{host}"));
+            let identity = midway_tls::generate_identity(host, Duration::from_secs(7 * 86_400))
+                .with_context(|| format!("key pair for {host}"))?;
+            midway_tls::write_identity(&dir, &identity)
+                .with_context(|| format!("cannot write {}", dir.display()))?;
+            Ok(cases::ChainIdentity {
+                cert: dir.join(midway_tls::CERT_FILE),
+                key: dir.join(midway_tls::KEY_FILE),
+                fingerprint: identity.fingerprint.to_string(),
+            })
+        })
+        .collect()
 }

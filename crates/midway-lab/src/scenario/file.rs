@@ -422,6 +422,13 @@ pub struct CaseFile {
     /// chain: profile of the segments between midways.
     #[serde(default)]
     pub peer_profile: Option<Spanned<String>>,
+    /// chain: how the segments between midways are carried: `tcp` (default), `tls` or `quic`
+    /// (a fresh key pair per midway and run).
+    #[serde(default)]
+    pub transport: Option<Spanned<midway_config::TransportName>>,
+    /// chain with `transport = "quic"`: the tunnels' settings, as midway's `[peers.quic]`.
+    #[serde(default)]
+    pub quic: Option<toml::Table>,
     /// midway: `forward` (default) or `transparent`.
     #[serde(default)]
     pub intercept: Option<Spanned<Intercept>>,

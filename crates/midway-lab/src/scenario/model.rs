@@ -258,6 +258,10 @@ pub struct ChainCase {
     pub remote_profile: Option<String>,
     /// `[profiles.NAME]` tables added to every generated config.
     pub profiles: toml::Table,
+    /// How the peer segments are carried: `tcp` (default), `tls` or `quic`.
+    pub transport: midway_config::TransportName,
+    /// `quic`: the tunnels' settings (midway's `[peers.quic]` keys), for both ends.
+    pub quic: toml::Table,
 }
 
 impl Scenario {

@@ -137,6 +137,8 @@ fn validate_case(
         let chain_only = [
             ("hosts", case.hosts.as_ref().map(|h| h.span())),
             ("peer_profile", case.peer_profile.as_ref().map(|p| p.span())),
+            ("transport", case.transport.as_ref().map(|t| t.span())),
+            ("quic", case.quic.as_ref().map(|_| case.kind.span())),
         ];
         if let Some((field, Some(span))) = chain_only.iter().find(|(_, s)| s.is_some()) {
             return Err((
@@ -314,12 +316,31 @@ fn chain_case(
         previous_position = Some(position);
         names.push(resolved);
     }
+    let transport = case
+        .transport
+        .as_ref()
+        .map_or(midway_config::TransportName::Tcp, |t| *t.get_ref());
+    let quic = case.quic.clone().unwrap_or_default();
+    if !quic.is_empty() {
+        if transport != midway_config::TransportName::Quic {
+            return Err((
+                case.kind.span(),
+                format!("case `{name}`: `quic` goes only with transport = \"quic\""),
+            ));
+        }
+        // Checked here, with the message midway's config would give, not at the first run.
+        quic.clone()
+            .try_into::<midway_config::FileQuic>()
+            .map_err(|e| (case.kind.span(), format!("case `{name}`: `quic`: {e}")))?;
+    }
     Ok(ChainCase {
         hosts: names,
         peer_profile: case.peer_profile.as_ref().map(|p| p.get_ref().clone()),
         local_profile: case.local_profile.as_ref().map(|p| p.get_ref().clone()),
         remote_profile: case.remote_profile.as_ref().map(|p| p.get_ref().clone()),
         profiles: case.profiles.clone().unwrap_or_default(),
+        transport,
+        quic,
     })
 }
 
