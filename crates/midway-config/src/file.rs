@@ -136,7 +136,8 @@ pub struct FileQuic {
     /// The path's round trip, for the default windows (humantime text; default 600ms).
     #[serde(default, with = "humantime_serde")]
     pub path_rtt: Option<Duration>,
-    /// Bytes one stream may have in flight toward this midway (default: the path's BDP).
+    /// Bytes one stream may have in flight toward this midway (default: four times the path's
+    /// bandwidth-delay product).
     pub stream_window: Option<u64>,
     /// Bytes all streams together may have in flight toward this midway (default: twice the
     /// stream window).

@@ -86,7 +86,7 @@ fn quic_examples_load_with_a_key_pair() {
         panic!("{:?}", edge.peers[0].transport)
     };
     assert!(*fallback);
-    assert_eq!(settings.stream_window, 1_500_000, "20 Mbit/s x 600 ms");
+    assert_eq!(settings.stream_window, 6_000_000, "4 x 20 Mbit/s x 600 ms");
     assert_eq!(
         settings.handshake_timeout,
         std::time::Duration::from_secs(5)
