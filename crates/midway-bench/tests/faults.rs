@@ -1,6 +1,7 @@
-//! The fault campaign's quick form (about 2,000 transfers, issue 17) end to end through the
-//! `midway-faults` command: it must run every path and process fault and find no transfer that
-//! ended cleanly but truncated or corrupted. The full campaign (100,000 transfers) is the
+//! The fault campaign's quick form (2,000 transfers through one midway and 900 through an edge
+//! and a gateway, issue 17) end to end through the `midway-faults` command: it must run every
+//! path (each peer transport included) and process fault and find no transfer that ended
+//! cleanly but truncated or corrupted. The full campaign (100,000 and 30,000 transfers) is the
 //! command itself (README).
 //!
 //! Ignored by default because it needs root and the release build of `midway`; `scripts/test`
@@ -35,6 +36,9 @@ fn the_quick_campaign_finds_no_truncated_or_corrupted_transfer() {
         "transparent, buffer",
         "transparent, spool",
         "http CONNECT",
+        "edge+gateway, tcp",
+        "edge+gateway, tls",
+        "edge+gateway, quic",
     ] {
         let row = rows
             .iter()
@@ -42,6 +46,23 @@ fn the_quick_campaign_finds_no_truncated_or_corrupted_transfer() {
             .unwrap_or_else(|| panic!("no row for {path}: {stdout}"));
         let intact: u64 = row.split('|').nth(3).unwrap().trim().parse().unwrap();
         assert!(intact > 0, "no intact transfer through {path}: {stdout}");
+    }
+    // Both midways' faults: reloads, upgrades, kill -9 and their link's outages.
+    for prefix in ["process faults:", "gateway midway"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line {prefix:?}: {stdout}"));
+        let counts: Vec<u64> = line
+            .replace("kill -9", "kill")
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        assert_eq!(counts.len(), 4, "{line}");
+        assert!(
+            counts.iter().all(|&n| n > 0),
+            "a fault never happened: {line}"
+        );
     }
     assert!(
         stdout.contains("| **all** |") && stdout.contains("| **0** |"),

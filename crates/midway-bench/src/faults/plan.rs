@@ -1,16 +1,21 @@
 //! What the campaign runs: the paths through midway, midway's config with one listener per
 //! path, and each transfer's plan (sizes, seed, who resets where), drawn from the campaign's
 //! seed alone, and the byte streams the ends check.
+//!
+//! The two-midway paths ([`PEER_PATHS`]: an edge and a gateway, see [`super::peers`]) draw
+//! their transfers from a stream of their own, interleaved with the single-midway paths'
+//! ([`slot_id`]): a seed draws the same single-midway transfers whether or not they run.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use midway_config::{ConfigBuilder, ListenerBuilder, ModeName, RelayName};
+use midway_config::{ConfigBuilder, ListenerBuilder, ModeName, RelayName, TransportName};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
+use super::peers::{self, PeerKeys};
 use super::{CampaignOptions, IDLE_TIMEOUT, SERVER_PORT};
 use crate::netns::{CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 
@@ -21,14 +26,20 @@ pub(super) const TRANSPARENT_SPOOL_PORT: u16 = 5302;
 /// Length of a transfer's header.
 pub(super) const HEADER_LEN: usize = 48;
 const MAGIC: u32 = 0x4d57_4643; // "MWFC"
+/// Salt of the two-midway paths' draws.
+const PEER_SALT: u64 = 0x7065_6572; // "peer"
 
-/// How a client reaches the server through midway: an intercept mode and a relay model.
+/// How a client reaches the server through midway: an intercept mode and a relay model, or an
+/// edge and a gateway midway and the transport between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Route {
     Forward(RelayName),
     Socks5(RelayName),
     Transparent(RelayName),
     HttpConnect,
+    /// A forward listener of the router's midway (the edge, buffer relay) `via` the gateway
+    /// midway in the server host, over this transport.
+    Edge(TransportName),
 }
 
 pub(super) const PATHS: [Route; 7] = [
@@ -39,6 +50,13 @@ pub(super) const PATHS: [Route; 7] = [
     Route::Transparent(RelayName::Buffer),
     Route::Transparent(RelayName::Spool),
     Route::HttpConnect,
+];
+
+/// The two-midway paths, one per peer transport.
+pub(super) const PEER_PATHS: [Route; 3] = [
+    Route::Edge(TransportName::Tcp),
+    Route::Edge(TransportName::Tls),
+    Route::Edge(TransportName::Quic),
 ];
 
 fn relay_name(relay: RelayName) -> &'static str {
@@ -55,7 +73,13 @@ impl Route {
             Route::Socks5(r) => format!("socks5, {}", relay_name(r)),
             Route::Transparent(r) => format!("transparent, {}", relay_name(r)),
             Route::HttpConnect => "http CONNECT".into(),
+            Route::Edge(t) => format!("edge+gateway, {}", peers::transport_name(t)),
         }
+    }
+
+    /// The name of the router midway's listener for this path.
+    pub(super) fn listener_name(self) -> String {
+        self.label().replace([',', ' ', '+'], "-")
     }
 
     /// The port midway listens on for this path (transparent: the server port intercepted).
@@ -68,12 +92,20 @@ impl Route {
             Route::Transparent(RelayName::Buffer) => 7105,
             Route::Transparent(RelayName::Spool) => 7106,
             Route::HttpConnect => 7107,
+            Route::Edge(TransportName::Tcp) => 7108,
+            Route::Edge(TransportName::Tls) => 7109,
+            Route::Edge(TransportName::Quic) => 7110,
         }
     }
 }
 
-/// midway's config for the campaign: one listener per path.
-pub(super) fn midway_config(client_iface: &str, spool: &Path) -> anyhow::Result<String> {
+/// The router midway's config for the campaign: one listener per path (for the two-midway
+/// paths, the edge's).
+pub(super) fn midway_config(
+    client_iface: &str,
+    spool: &Path,
+    keys: &PeerKeys,
+) -> anyhow::Result<String> {
     let listen = |port: u16| SocketAddr::from((ROUTER_CLIENT_SIDE, port));
     let server = SocketAddr::from((SERVER_ADDR, SERVER_PORT));
     let mut config = ConfigBuilder::new([CLIENT_PREFIX])
@@ -81,7 +113,7 @@ pub(super) fn midway_config(client_iface: &str, spool: &Path) -> anyhow::Result<
         .timeouts(Duration::from_secs(5), IDLE_TIMEOUT, Duration::from_secs(2))
         .spool_dir(spool);
     for path in PATHS {
-        let name = path.label().replace([',', ' '], "-");
+        let name = path.listener_name();
         let listener = match path {
             Route::Forward(relay) => {
                 ListenerBuilder::forward(name, listen(path.port()), server).relay(relay)
@@ -103,11 +135,11 @@ pub(super) fn midway_config(client_iface: &str, spool: &Path) -> anyhow::Result<
                 .relay(relay)
             }
             Route::HttpConnect => ListenerBuilder::new(ModeName::Http, name, listen(path.port())),
+            Route::Edge(_) => anyhow::bail!("{} is not a single-midway path", path.label()),
         };
         config = config.listener(listener.build());
     }
-    let mut text = config
-        .build()
+    let mut text = peers::add_edge(config, keys, listen)?
         .to_toml()
         .context("cannot write midway's config")?;
     // CONNECT to a port other than 443 is the campaign's server; the HTTP engine allows what
@@ -237,10 +269,30 @@ pub(super) enum ClientBehaviour {
     StallAt(u64),
 }
 
-/// Transfer `id`'s path, plan and client behaviour, from the campaign's seed alone.
+/// The transfer the campaign's `slot`-th start runs: the single-midway transfers (ids below
+/// `options.transfers`) and the two-midway ones (the ids after) spread evenly among each other.
+pub(super) fn slot_id(options: &CampaignOptions, slot: u64) -> u64 {
+    let (single, peer) = (options.transfers, options.peer_transfers);
+    let total = u128::from(single + peer);
+    // Two-midway transfers among the first `s` slots.
+    let peer_before = |s: u64| (u128::from(s) * u128::from(peer) / total.max(1)) as u64;
+    if peer_before(slot + 1) > peer_before(slot) {
+        single + peer_before(slot)
+    } else {
+        slot - peer_before(slot)
+    }
+}
+
+/// Transfer `id`'s path, plan and client behaviour, from the campaign's seed alone: ids below
+/// `options.transfers` through [`PATHS`], the others through [`PEER_PATHS`] from a stream of
+/// their own.
 pub(super) fn draw(options: &CampaignOptions, id: u64) -> (Route, Plan, ClientBehaviour) {
-    let mut rng = Rng::new(options.seed ^ id.wrapping_mul(0x2545_f491_4f6c_dd1d));
-    let path = PATHS[rng.below(PATHS.len() as u64) as usize];
+    let (seed, index, paths): (u64, u64, &[Route]) = match id.checked_sub(options.transfers) {
+        None => (options.seed, id, &PATHS),
+        Some(k) => (options.seed ^ PEER_SALT, k, &PEER_PATHS),
+    };
+    let mut rng = Rng::new(seed ^ index.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let path = paths[rng.below(paths.len() as u64) as usize];
     let up = rng.size(options.max_up);
     let down = rng.size(options.max_down);
     let seed = rng.next();
@@ -322,6 +374,43 @@ mod tests {
             (b.0, b.1.down, b.1.seed, b.2)
         );
         assert!((0..200).all(|id| draw(&options, id).1.down <= options.max_down));
+    }
+
+    #[test]
+    fn slots_run_every_transfer_once_with_the_two_midway_ones_spread_out() {
+        for (single, peer) in [(2000, 600), (7, 3), (10, 0), (0, 5), (1, 1)] {
+            let options = CampaignOptions {
+                transfers: single,
+                peer_transfers: peer,
+                ..CampaignOptions::quick(PathBuf::from("midway"))
+            };
+            let ids: Vec<u64> = (0..single + peer).map(|s| slot_id(&options, s)).collect();
+            let mut sorted = ids.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..single + peer).collect::<Vec<_>>());
+            // Each kind in its own order.
+            assert!(ids.iter().filter(|&&id| id < single).is_sorted());
+            assert!(ids.iter().filter(|&&id| id >= single).is_sorted());
+            if single > 0 && peer > 0 {
+                // The first tenth of the slots holds about a tenth of the two-midway transfers.
+                let tenth = (single + peer) / 10;
+                let early = ids[..tenth as usize].iter().filter(|&&id| id >= single);
+                assert!(early.count() as u64 <= peer / 10 + 1);
+            }
+        }
+        let options = CampaignOptions::quick(PathBuf::from("midway"));
+        let total = options.transfers + options.peer_transfers;
+        let paths: Vec<Route> = (0..total)
+            .map(|s| draw(&options, slot_id(&options, s)).0)
+            .collect();
+        assert!(!paths.is_empty());
+        for path in PATHS.iter().chain(&PEER_PATHS) {
+            assert!(paths.contains(path), "{} gets no transfer", path.label());
+        }
+        assert_eq!(
+            paths.iter().filter(|p| PEER_PATHS.contains(p)).count() as u64,
+            options.peer_transfers
+        );
     }
 
     /// Draws, fault choices and bytes of the generator the campaign had before it used

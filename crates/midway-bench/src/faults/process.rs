@@ -1,7 +1,12 @@
-//! What goes wrong outside the transfers: the link (random loss and outages, through an
-//! nftables table in the router's own namespace) and the midway process (SIGHUP reloads, binary
-//! upgrades with `--take-over`, `kill -9` and a restart), at random moments from the campaign's
-//! seed. midway is started, waited for and stopped through `midway-launch`.
+//! What goes wrong outside the transfers: the links (random loss and outages, through an
+//! nftables table in the router's own namespace) and the midway processes (SIGHUP reloads,
+//! binary upgrades with `--take-over`, `kill -9` and a restart), at random moments from the
+//! campaign's seed. midway is started, waited for and stopped through `midway-launch`.
+//!
+//! Two schedules run side by side: the router midway's (every path's first midway, the edge of
+//! the two-midway paths) with outages of the client link, and the gateway midway's with
+//! outages of the peer segment only (the edge-gateway traffic on the router-server link, by
+//! the gateway's ports, so the single-midway paths' server segment stays as it was).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -9,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use midway_launch::{Launch, Running};
 
+use super::peers::GATEWAY_FIRST_PORT;
 use super::plan::Rng;
 use super::CampaignOptions;
 use crate::netns::{BenchNet, Host};
@@ -18,19 +24,34 @@ const START_LIMIT: Duration = Duration::from_secs(30);
 /// How long a stopped midway gets to drain before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
+/// The set of the client link's outages (its element: the router's client-side interface).
+const CLIENT_OUTAGE_SET: &str = "outage";
+/// The set of the peer segment's outages (its element: the router's server-side interface).
+const PEER_OUTAGE_SET: &str = "peer_outage";
+
 /// The nftables table of the campaign's link faults, in the router's namespace only: random
-/// loss of packets on the client-side interface and an outage set.
-fn link_faults_table(iface: &str, loss_per_mille: u32) -> String {
+/// loss of packets on the client-side interface and an outage set; the same for the peer
+/// segment, the packets on the server-side interface (`peer_iface`) to and from the gateway's
+/// peer ports (TCP and UDP).
+fn link_faults_table(client_iface: &str, peer_iface: &str, loss_per_mille: u32) -> String {
+    let ports = format!("{}-{}", GATEWAY_FIRST_PORT, GATEWAY_FIRST_PORT + 2);
     format!(
         "table inet mwfaults {{\n\
-         \x20 set outage {{ type ifname; }}\n\
+         \x20 set {CLIENT_OUTAGE_SET} {{ type ifname; }}\n\
+         \x20 set {PEER_OUTAGE_SET} {{ type ifname; }}\n\
          \x20 chain in {{ type filter hook prerouting priority -350; policy accept;\n\
-         \x20   iifname @outage drop\n\
-         \x20   iifname \"{iface}\" numgen random mod 1000 < {loss_per_mille} drop\n\
+         \x20   iifname @{CLIENT_OUTAGE_SET} drop\n\
+         \x20   iifname \"{client_iface}\" numgen random mod 1000 < {loss_per_mille} drop\n\
+         \x20   iifname @{PEER_OUTAGE_SET} meta l4proto {{ tcp, udp }} th sport {ports} drop\n\
+         \x20   iifname \"{peer_iface}\" meta l4proto {{ tcp, udp }} th sport {ports} \
+                 numgen random mod 1000 < {loss_per_mille} drop\n\
          \x20 }}\n\
          \x20 chain out {{ type filter hook postrouting priority 350; policy accept;\n\
-         \x20   oifname @outage drop\n\
-         \x20   oifname \"{iface}\" numgen random mod 1000 < {loss_per_mille} drop\n\
+         \x20   oifname @{CLIENT_OUTAGE_SET} drop\n\
+         \x20   oifname \"{client_iface}\" numgen random mod 1000 < {loss_per_mille} drop\n\
+         \x20   oifname @{PEER_OUTAGE_SET} meta l4proto {{ tcp, udp }} th dport {ports} drop\n\
+         \x20   oifname \"{peer_iface}\" meta l4proto {{ tcp, udp }} th dport {ports} \
+                 numgen random mod 1000 < {loss_per_mille} drop\n\
          \x20 }}\n\
          }}\n"
     )
@@ -39,21 +60,24 @@ fn link_faults_table(iface: &str, loss_per_mille: u32) -> String {
 /// Installs the link-fault table in the router.
 pub(super) fn install_link_faults(
     net: &BenchNet,
-    iface: &str,
+    client_iface: &str,
+    peer_iface: &str,
     loss_per_mille: u32,
 ) -> anyhow::Result<()> {
     net.run_with_stdin(
         Host::Router,
         "nft",
         &["-f", "-"],
-        &link_faults_table(iface, loss_per_mille),
+        &link_faults_table(client_iface, peer_iface, loss_per_mille),
     )
     .context("cannot install the link-fault table")?;
     Ok(())
 }
 
-/// The running midway processes, newest last (an upgrade leaves the old one draining).
+/// One midway's running processes, newest last (an upgrade leaves the old one draining).
 pub(super) struct Midways {
+    name: &'static str,
+    host: Host,
     binary: PathBuf,
     config: PathBuf,
     logs: PathBuf,
@@ -62,9 +86,18 @@ pub(super) struct Midways {
 }
 
 impl Midways {
-    /// None running yet: `binary` on `config`, logging into `logs` (one file per start).
-    pub(super) fn new(binary: PathBuf, config: PathBuf, logs: PathBuf) -> Midways {
+    /// None running yet: `binary` on `config` in `host`, logging into `logs` (one file per
+    /// start, `NAME-N.log`).
+    pub(super) fn new(
+        name: &'static str,
+        host: Host,
+        binary: PathBuf,
+        config: PathBuf,
+        logs: PathBuf,
+    ) -> Midways {
         Midways {
+            name,
+            host,
             binary,
             config,
             logs,
@@ -84,18 +117,21 @@ impl Midways {
         self.started += 1;
         let mut launch = Launch::midway(&self.binary, &self.config)
             .json_log()
-            .log_file(self.logs.join(format!("midway-{}.log", self.started)))
+            .log_file(
+                self.logs
+                    .join(format!("{}-{}.log", self.name, self.started)),
+            )
             .stop_grace(STOP_GRACE);
         if take_over {
             launch = launch.take_over();
         }
-        let mut midway = launch.spawn(net.place(Host::Router))?;
+        let mut midway = launch.spawn(net.place(self.host))?;
         let ready = if take_over {
             midway.wait_took_over(START_LIMIT)
         } else {
             midway.wait_ready(START_LIMIT)
         };
-        ready.context("midway did not get ready")?;
+        ready.with_context(|| format!("the {} midway did not get ready", self.name))?;
         self.running.push(midway);
         Ok(())
     }
@@ -119,7 +155,7 @@ impl Midways {
     }
 }
 
-/// How many of each fault the campaign made.
+/// How many of each fault a schedule made.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct FaultCounts {
     /// SIGHUP reloads.
@@ -128,38 +164,68 @@ pub(super) struct FaultCounts {
     pub(super) upgrades: u64,
     /// `kill -9` and restart.
     pub(super) kills: u64,
-    /// Outages of the client-side link.
+    /// Outages of the schedule's link.
     pub(super) outages: u64,
 }
 
-/// The schedule of process and link faults: at random intervals around
-/// [`CampaignOptions::process_fault_every`], the four kinds in turn from a random first one, so
-/// even a short campaign has each.
+/// The schedule of process and link faults of one midway: at random intervals around its
+/// mean, the four kinds in turn from a random first one, so even a short campaign has each.
 pub(super) struct FaultSchedule {
     rng: Rng,
     every: Duration,
     next_fault: Instant,
     first_kind: u64,
     done: u64,
-    client_iface: String,
+    outage_set: &'static str,
+    outage_iface: String,
     config: PathBuf,
     /// What it did so far.
     pub(super) counts: FaultCounts,
 }
 
 impl FaultSchedule {
-    /// The schedule of a campaign whose midway reads `config` and whose router faces the
-    /// client on `client_iface`.
+    /// The router midway's schedule (every [`CampaignOptions::process_fault_every`]): its
+    /// config is `config`, its link outages those of the client link (the router's
+    /// `client_iface`).
     pub(super) fn new(options: &CampaignOptions, client_iface: String, config: PathBuf) -> Self {
-        let mut rng = Rng::new(options.seed ^ 0xfa17);
+        FaultSchedule::with(
+            Rng::new(options.seed ^ 0xfa17),
+            options.process_fault_every,
+            CLIENT_OUTAGE_SET,
+            client_iface,
+            config,
+        )
+    }
+
+    /// The gateway midway's schedule (as frequent as the router's, from a generator of its own): its
+    /// config is `config`, its link outages those of the peer segment (the router's
+    /// `peer_iface`, by the gateway's ports).
+    pub(super) fn gateway(options: &CampaignOptions, peer_iface: String, config: PathBuf) -> Self {
+        FaultSchedule::with(
+            Rng::new(options.seed ^ 0x9a7e_fa17),
+            options.process_fault_every,
+            PEER_OUTAGE_SET,
+            peer_iface,
+            config,
+        )
+    }
+
+    fn with(
+        mut rng: Rng,
+        every: Duration,
+        outage_set: &'static str,
+        outage_iface: String,
+        config: PathBuf,
+    ) -> FaultSchedule {
         let first_kind = rng.below(4);
         FaultSchedule {
             rng,
-            every: options.process_fault_every,
-            next_fault: Instant::now() + options.process_fault_every,
+            every,
+            next_fault: Instant::now() + every,
             first_kind,
             done: 0,
-            client_iface,
+            outage_set,
+            outage_iface,
             config,
             counts: FaultCounts::default(),
         }
@@ -197,17 +263,18 @@ impl FaultSchedule {
                 self.counts.kills += 1;
             }
             _ => {
-                let set = format!("{{ \"{}\" }}", self.client_iface);
+                let set = format!("{{ \"{}\" }}", self.outage_iface);
+                let outage = self.outage_set;
                 net.run(
                     Host::Router,
                     "nft",
-                    &["add", "element", "inet", "mwfaults", "outage", &set],
+                    &["add", "element", "inet", "mwfaults", outage, &set],
                 )?;
                 std::thread::sleep(Duration::from_millis(100 + self.rng.below(700)));
                 net.run(
                     Host::Router,
                     "nft",
-                    &["delete", "element", "inet", "mwfaults", "outage", &set],
+                    &["delete", "element", "inet", "mwfaults", outage, &set],
                 )?;
                 self.counts.outages += 1;
             }

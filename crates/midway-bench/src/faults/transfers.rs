@@ -5,12 +5,12 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use midway_config::RelayName;
 
 use super::plan::{
-    draw, ByteStream, ClientBehaviour, Plan, Route, HEADER_LEN, TRANSPARENT_SPLICE_PORT,
+    draw, slot_id, ByteStream, ClientBehaviour, Plan, Route, HEADER_LEN, TRANSPARENT_SPLICE_PORT,
     TRANSPARENT_SPOOL_PORT,
 };
 use super::tally::{ClientRecord, EndResult};
@@ -148,7 +148,9 @@ fn serve_transfer(
     }
 }
 
-/// Connects to the server through `path`; `None` if midway (or the network) refused.
+/// Connects to the server through `path`; `None` if midway (or the network) refused. A
+/// two-midway path starts at the edge's forward listener, like a forward path: the edge and
+/// the gateway find the server.
 fn connect(path: Route) -> Option<TcpStream> {
     let router = |port| SocketAddr::from((ROUTER_CLIENT_SIDE, port));
     let target = SocketAddrV4::new(SERVER_ADDR, SERVER_PORT);
@@ -196,27 +198,39 @@ fn connect(path: Route) -> Option<TcpStream> {
     }
 }
 
-/// The client's side of one transfer.
+/// The client's side of one transfer: how it ended, and the client's port (to find the
+/// transfer in midway's logs) if it connected.
 fn client_transfer(
     path: Route,
     plan: Plan,
     behaviour: ClientBehaviour,
     checked: &AtomicU64,
-) -> EndResult {
+) -> (EndResult, Option<u16>) {
     let Some(mut stream) = connect(path) else {
-        return EndResult::NotConnected;
+        return (EndResult::NotConnected, None);
     };
+    let port = stream.local_addr().ok().map(|a| a.port());
+    (client_steps(&mut stream, plan, behaviour, checked), port)
+}
+
+/// The client's steps once connected: the header, the upload, the half-close, the download.
+fn client_steps(
+    stream: &mut TcpStream,
+    plan: Plan,
+    behaviour: ClientBehaviour,
+    checked: &AtomicU64,
+) -> EndResult {
     if stream.write_all(&plan.encode()).is_err() {
         return EndResult::Broken;
     }
-    if let Err(result) = write_stream(&mut stream, plan.up, ByteStream::new(plan.seed ^ UP), None) {
+    if let Err(result) = write_stream(stream, plan.up, ByteStream::new(plan.seed ^ UP), None) {
         return result;
     }
     if stream.shutdown(Shutdown::Write).is_err() {
         return EndResult::Broken;
     }
     read_checked(
-        &mut stream,
+        stream,
         plan.down,
         ByteStream::new(plan.seed ^ DOWN),
         behaviour,
@@ -279,9 +293,9 @@ impl Servers {
     }
 }
 
-/// Starts `options.concurrency` client threads in the client host, which take transfer ids in
-/// turn until all are done and send each finished transfer to the returned receiver (closed
-/// when the last thread ends).
+/// Starts `options.concurrency` client threads in the client host, which take transfers in
+/// turn ([`slot_id`]) until all are done and send each finished transfer to the returned
+/// receiver (closed when the last thread ends).
 pub(super) fn start_clients(
     net: &BenchNet,
     options: &CampaignOptions,
@@ -298,13 +312,23 @@ pub(super) fn start_clients(
             options.clone(),
         );
         clients.push(net.in_host(Host::Client, move || loop {
-            let id = next.fetch_add(1, Ordering::Relaxed);
-            if id >= options.transfers {
+            let slot = next.fetch_add(1, Ordering::Relaxed);
+            if slot >= options.total_transfers() {
                 return Ok(());
             }
+            let id = slot_id(&options, slot);
             let (path, plan, behaviour) = draw(&options, id);
-            let result = client_transfer(path, plan, behaviour, &checked);
-            let _ = tx.send((id, path, plan, behaviour, result));
+            let start = Instant::now();
+            let (result, port) = client_transfer(path, plan, behaviour, &checked);
+            let _ = tx.send(ClientRecord {
+                id,
+                path,
+                plan,
+                behaviour,
+                result,
+                port,
+                took: start.elapsed(),
+            });
         }));
     }
     (clients, results_rx)
