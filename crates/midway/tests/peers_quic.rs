@@ -20,10 +20,10 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use midway_testkit::data::{receive_all, send_pattern};
+use midway_testkit::data::receive_all;
 use midway_testkit::host::{Running, TempDir};
-use peer_rig::{bulk, destination, keygen, socks5, start, LIMIT};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use peer_rig::{bulk, bulk_then_reset, destination, keygen, socks5, start, LIMIT};
+use tokio::io::AsyncWriteExt;
 
 fn gateway(dir: &Path, transport: &str, allowed: &[&str]) -> (Running, SocketAddr) {
     let allowed: Vec<String> = allowed.iter().map(|f| format!("{f:?}")).collect();
@@ -73,47 +73,7 @@ async fn quic_tunnel_carries_bulk_half_close_and_reset_and_refuses_unknown_keys(
     let (mut edge_midway, edge_addr) = edge(dir, "edge", "edge", gateway_addr, &gw_pin);
     let (target, accepted, received) = destination().await;
 
-    // $MIDWAY_TEST_BYTES each way (1 GiB in CI): minutes at most on a loaded 2-core machine.
-    tokio::time::timeout(LIMIT * 8, async {
-        // Bulk both ways, the client's FIN first; the destination's bytes arrive intact after.
-        let (stream, code) = socks5(edge_addr, target).await;
-        assert_eq!(code, 0, "SOCKS5 reply through the QUIC tunnel");
-        let (mut read, mut write) = stream.into_split();
-        let sent = tokio::spawn(async move { send_pattern(&mut write, bulk(), 3).await });
-        let (bytes, digest) = receive_all(&mut read).await.unwrap();
-        let expected = {
-            send_pattern(&mut tokio::io::sink(), bulk(), 7)
-                .await
-                .unwrap()
-        };
-        assert_eq!(bytes, bulk());
-        assert_eq!(digest, expected, "bytes from the destination");
-        let sent = sent.await.unwrap().unwrap();
-        for _ in 0..100 {
-            if !received.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(
-            received.lock().unwrap().first(),
-            Some(&(bulk(), sent)),
-            "bytes from the client"
-        );
-
-        // A reset by the destination reaches the client as a reset, not a clean end.
-        let (mut stream, code) = socks5(edge_addr, target).await;
-        assert_eq!(code, 0);
-        stream.write_all(b"R").await.unwrap();
-        let mut buf = [0u8; 16];
-        let outcome = stream.read(&mut buf).await;
-        assert!(
-            matches!(&outcome, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-            "client saw {outcome:?} after the destination's reset"
-        );
-    })
-    .await
-    .unwrap();
+    bulk_then_reset(edge_addr, target, &received).await;
     let before = accepted.load(Ordering::SeqCst);
     assert_eq!(before, 2);
     edge_midway
@@ -229,38 +189,7 @@ async fn a_middle_midway_relays_quic_in_to_tls_out() {
     let (_edge, edge_addr) = edge(dir, "edge", "edge", middle_addr, &middle_pin);
     let (target, accepted, received) = destination().await;
 
-    tokio::time::timeout(LIMIT * 8, async {
-        let (stream, code) = socks5(edge_addr, target).await;
-        assert_eq!(code, 0, "SOCKS5 reply through the chain");
-        let (mut read, mut write) = stream.into_split();
-        let sent = tokio::spawn(async move { send_pattern(&mut write, bulk(), 3).await });
-        let (bytes, digest) = receive_all(&mut read).await.unwrap();
-        let expected = send_pattern(&mut tokio::io::sink(), bulk(), 7)
-            .await
-            .unwrap();
-        assert_eq!(bytes, bulk());
-        assert_eq!(digest, expected, "bytes from the destination");
-        let sent = sent.await.unwrap().unwrap();
-        for _ in 0..100 {
-            if !received.lock().unwrap().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(received.lock().unwrap().first(), Some(&(bulk(), sent)));
-
-        let (mut stream, code) = socks5(edge_addr, target).await;
-        assert_eq!(code, 0);
-        stream.write_all(b"R").await.unwrap();
-        let mut buf = [0u8; 16];
-        let outcome = stream.read(&mut buf).await;
-        assert!(
-            matches!(&outcome, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-            "client saw {outcome:?} after the destination's reset"
-        );
-    })
-    .await
-    .unwrap();
+    bulk_then_reset(edge_addr, target, &received).await;
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
     middle
         .wait_for_line(

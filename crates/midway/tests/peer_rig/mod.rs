@@ -138,3 +138,47 @@ pub(crate) async fn destination() -> (SocketAddr, Arc<AtomicUsize>, Received) {
     });
     (addr, accepted, received)
 }
+
+/// Through the SOCKS5 listener at `proxy` to [`destination`]'s `target`: [`bulk`] bytes both
+/// ways, the client's FIN first, each direction's bytes checked; then a connection the
+/// destination resets must reach the client as a reset, not a clean end. Bounded by `LIMIT * 8`
+/// (`$MIDWAY_TEST_BYTES` is 1 GiB in CI: minutes at most on a loaded 2-core machine).
+pub(crate) async fn bulk_then_reset(proxy: SocketAddr, target: SocketAddr, received: &Received) {
+    tokio::time::timeout(LIMIT * 8, async {
+        let (stream, code) = socks5(proxy, target).await;
+        assert_eq!(code, 0, "SOCKS5 reply through the peers");
+        let (mut read, mut write) = stream.into_split();
+        let sent = tokio::spawn(async move { send_pattern(&mut write, bulk(), 3).await });
+        let (bytes, digest) = receive_all(&mut read).await.unwrap();
+        let expected = send_pattern(&mut tokio::io::sink(), bulk(), 7)
+            .await
+            .unwrap();
+        assert_eq!(bytes, bulk());
+        assert_eq!(digest, expected, "bytes from the destination");
+        let sent = sent.await.unwrap().unwrap();
+        // The client's FIN went first; the destination has read to it.
+        for _ in 0..100 {
+            if !received.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            received.lock().unwrap().first(),
+            Some(&(bulk(), sent)),
+            "bytes from the client"
+        );
+
+        let (mut stream, code) = socks5(proxy, target).await;
+        assert_eq!(code, 0);
+        stream.write_all(b"R").await.unwrap();
+        let mut buf = [0u8; 16];
+        let outcome = stream.read(&mut buf).await;
+        assert!(
+            matches!(&outcome, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "client saw {outcome:?} after the destination's reset"
+        );
+    })
+    .await
+    .unwrap();
+}
