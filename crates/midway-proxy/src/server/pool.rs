@@ -112,22 +112,7 @@ impl WarmPool {
         fresh_only: bool,
     ) -> Result<(PeerLink, PoolOrigin), SetupError> {
         if let Some(tunnel) = &self.tunnel {
-            return match tunnel.open().await {
-                Ok(stream) => {
-                    self.metrics.peer_connection(&self.config.name, "tunnel");
-                    Ok((PeerLink::Quic(stream), PoolOrigin::Tunnel))
-                }
-                Err(NoStream::Fallback) => {
-                    let link = self.connect().await?;
-                    self.metrics.peer_connection(&self.config.name, "fallback");
-                    Ok((link, PoolOrigin::Fresh))
-                }
-                Err(NoStream::Failed(source)) => Err(SetupError::PeerQuic {
-                    peer: self.config.name.clone(),
-                    reason: source.reason(),
-                    source: Box::new(source),
-                }),
-            };
+            return self.take_from_tunnel(tunnel).await;
         }
         if !fresh_only {
             let taken = {
@@ -154,6 +139,72 @@ impl WarmPool {
         let stream = self.connect().await?;
         self.metrics.peer_connection(&self.config.name, "fresh");
         Ok((stream, PoolOrigin::Fresh))
+    }
+
+    /// A QUIC peer's connection: a stream of its tunnel, or TLS to the same address while the
+    /// tunnel is down, or whichever is ready first while it is being set up (see
+    /// [`PeerTunnel::fallback_head_start`]).
+    async fn take_from_tunnel(
+        &self,
+        tunnel: &PeerTunnel,
+    ) -> Result<(PeerLink, PoolOrigin), SetupError> {
+        let name = &self.config.name;
+        let quic = tunnel.open();
+        let outcome = match tunnel.fallback_head_start() {
+            None => quic.await.map(PeerLink::Quic),
+            Some(head_start) => {
+                let tls = async {
+                    tokio::time::sleep(head_start).await;
+                    self.connect().await
+                };
+                tokio::pin!(quic, tls);
+                let mut tls_failed = None;
+                loop {
+                    tokio::select! {
+                        // QUIC first when both are ready.
+                        biased;
+                        result = &mut quic => break match result {
+                            Err(NoStream::Fallback) => match tls_failed.take() {
+                                Some(err) => return Err(err),
+                                None => {
+                                    let link = (&mut tls).await?;
+                                    tunnel.count_fallback();
+                                    self.metrics.peer_connection(name, "fallback");
+                                    return Ok((link, PoolOrigin::Fresh));
+                                }
+                            },
+                            other => other.map(PeerLink::Quic),
+                        },
+                        result = &mut tls, if tls_failed.is_none() => match result {
+                            Ok(link) => {
+                                tunnel.count_fallback();
+                                self.metrics.peer_connection(name, "fallback");
+                                return Ok((link, PoolOrigin::Fresh));
+                            }
+                            // QUIC may still come up.
+                            Err(err) => tls_failed = Some(err),
+                        },
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok(stream) => {
+                self.metrics.peer_connection(name, "tunnel");
+                Ok((stream, PoolOrigin::Tunnel))
+            }
+            Err(NoStream::Fallback) => {
+                let link = self.connect().await?;
+                tunnel.count_fallback();
+                self.metrics.peer_connection(name, "fallback");
+                Ok((link, PoolOrigin::Fresh))
+            }
+            Err(NoStream::Failed(source)) => Err(SetupError::PeerQuic {
+                peer: name.clone(),
+                reason: source.reason(),
+                source: Box::new(source),
+            }),
+        }
     }
 
     /// A new connection with the peer's profile, before connect and once established, as

@@ -5,7 +5,8 @@
 //! The tunnel's state decides where a new connection goes:
 //! - `Up`: a stream on the tunnel.
 //! - `Connecting` (at start, and after the tunnel closed): wait for the handshake, at most its
-//!   timeout.
+//!   timeout, racing a TLS connection started after a head start (`pool.rs`); the first one
+//!   ready carries the connection.
 //! - `Down` (a handshake failed: UDP dropped or throttled, nothing listening, a timeout): over
 //!   TLS to the same address at once (`fallback = "tls"`, the default; refused with
 //!   `fallback = "none"`). Encryption is never given up. The upkeep task keeps trying QUIC with
@@ -111,15 +112,31 @@ impl PeerTunnel {
             }
         }
         if self.fallback {
-            self.metrics
-                .tunnel
-                .fallbacks
-                .get_or_create(&self.labels)
-                .inc();
             Err(NoStream::Fallback)
         } else {
             Err(NoStream::Failed(QuicError::Down))
         }
+    }
+
+    /// While the tunnel is being set up, how long a new connection gives QUIC before it also
+    /// starts its TLS fallback, the two racing (RFC 8305's happy eyeballs, for transports): a
+    /// quarter of the handshake timeout, at most a second. QUIC's handshake takes about one
+    /// round trip and TLS over TCP at least two, so where UDP passes the tunnel usually wins;
+    /// where it does not, the first connections are through within this head start plus a TLS
+    /// connection, not after the whole handshake timeout. `None`: no race (the tunnel is up,
+    /// or down, or the peer has `fallback = "none"`).
+    pub(super) fn fallback_head_start(&self) -> Option<Duration> {
+        (self.fallback && *self.state.borrow() == State::Connecting)
+            .then(|| (self.handshake_timeout / 4).min(Duration::from_secs(1)))
+    }
+
+    /// Counts a connection sent over TLS because the tunnel was not (yet) usable.
+    pub(super) fn count_fallback(&self) {
+        self.metrics
+            .tunnel
+            .fallbacks
+            .get_or_create(&self.labels)
+            .inc();
     }
 
     /// Keeps the tunnel up until `shutdown`: sets it up, waits for it to close, sets it up
