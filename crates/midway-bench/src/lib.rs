@@ -20,6 +20,12 @@
 //! seconds per GB and the highest peak of TCP memory (see the `summary` module).
 //!
 //! It prints figures; it asserts nothing. Every number comes from this run.
+//!
+//! `midway-bench tunnel` ([`run_tunnel`]) is a second benchmark: the peer segment between two
+//! midways (an edge and a gateway, each in a namespace of its own) over each peer transport
+//! (`tcp`, `tls`, `quic`), with its throughput at several stream counts, both midways' CPU
+//! seconds per GB split into user and system time, and the ratio of their CPU-s/GB to the `tcp`
+//! transport's (see the `tunnel` module).
 
 #![forbid(unsafe_code)]
 
@@ -28,6 +34,7 @@ pub mod faults;
 mod netns;
 mod report;
 mod summary;
+mod tunnel;
 mod workloads;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -43,6 +50,10 @@ use configs::{haproxy_config, midway_config};
 use netns::{BenchNet, Host, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 pub use report::{render_markdown, render_throughput_table, write_json};
 pub use summary::{Spread, ThroughputSummary};
+pub use tunnel::{
+    render_tunnel_markdown, run_tunnel, write_tunnel_json, MidwayCpu, Transport, TunnelOptions,
+    TunnelReport, TunnelRun, TunnelSummary,
+};
 
 /// iperf3 runs at most 128 streams per process, so larger counts are spread over several
 /// client/server pairs on consecutive ports.
@@ -489,41 +500,11 @@ fn measure_throughput(
     streams: usize,
     seconds: u32,
 ) -> anyhow::Result<ThroughputRun> {
-    let processes = streams
-        .div_ceil(IPERF_MAX_STREAMS_PER_PROCESS)
-        .clamp(1, IPERF_PROCESSES);
     let cpu_before = proxy.map(|p| procfs::cpu_seconds(p.pid)).transpose()?;
     let sampler = workloads::TcpMemorySampler::start(Duration::from_millis(250));
     let machine_before = procfs::machine_busy_seconds()?;
     let started = Instant::now();
-    let mut children = Vec::new();
-    for i in 0..processes {
-        let share = streams / processes + usize::from(i < streams % processes);
-        let port = (IPERF_BASE_PORT + i as u16).to_string();
-        let args = [
-            "-c".to_string(),
-            case.connect_addr().to_string(),
-            "-p".into(),
-            port,
-            "-P".into(),
-            share.to_string(),
-            "-t".into(),
-            seconds.to_string(),
-            "-J".into(),
-        ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let child = net.start_piped(Host::Client, "iperf3", &args)?;
-        children.push(child);
-    }
-    let mut bits_per_second = 0.0;
-    let mut bytes = 0;
-    for child in children {
-        let output = child.wait_with_output()?;
-        let (bps, b) = workloads::parse_iperf_json(&output.stdout)
-            .with_context(|| String::from_utf8_lossy(&output.stderr).into_owned())?;
-        bits_per_second += bps;
-        bytes += b;
-    }
+    let (bits_per_second, bytes) = iperf_load(net, case.connect_addr(), streams, seconds)?;
     let machine_cpu = procfs::machine_busy_seconds()? - machine_before;
     let peak_tcp_bytes = sampler.stop();
     let cpu = match (proxy, cpu_before) {
@@ -550,6 +531,56 @@ fn measure_throughput(
         tcp_memory_pressure_bytes: pressure_bytes,
         error: None,
     })
+}
+
+/// Runs iperf3 clients in the client host towards `addr` (ports from [`IPERF_BASE_PORT`]) with
+/// `streams` parallel streams in all for `seconds`, spread over as many processes as
+/// [`IPERF_MAX_STREAMS_PER_PROCESS`] needs; the throughput of all streams together as the
+/// servers received it (bit/s) and the bytes they received.
+fn iperf_load(
+    net: &BenchNet,
+    addr: Ipv4Addr,
+    streams: usize,
+    seconds: u32,
+) -> anyhow::Result<(f64, u64)> {
+    let processes = streams
+        .div_ceil(IPERF_MAX_STREAMS_PER_PROCESS)
+        .clamp(1, IPERF_PROCESSES);
+    let mut children = Vec::new();
+    for i in 0..processes {
+        let share = streams / processes + usize::from(i < streams % processes);
+        let port = (IPERF_BASE_PORT + i as u16).to_string();
+        let args = [
+            "-c".to_string(),
+            addr.to_string(),
+            "-p".into(),
+            port,
+            "-P".into(),
+            share.to_string(),
+            "-t".into(),
+            seconds.to_string(),
+            "-J".into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = net.start_piped(Host::Client, "iperf3", &args)?;
+        children.push(child);
+    }
+    let mut bits_per_second = 0.0;
+    let mut bytes = 0;
+    for child in children {
+        let output = child.wait_with_output()?;
+        let (bps, b) = workloads::parse_iperf_json(&output.stdout).with_context(|| {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            format!(
+                "iperf3 client to {addr} ({}): {}",
+                output.status,
+                stderr.trim()
+            )
+        })?;
+        bits_per_second += bps;
+        bytes += b;
+    }
+    Ok((bits_per_second, bytes))
 }
 
 fn measure_idle(

@@ -1,19 +1,24 @@
-//! `midway-bench`: prints what midway costs on a gateway, beside routing alone and HAProxy.
+//! `midway-bench`: prints what midway costs on a gateway, beside routing alone and HAProxy;
+//! `midway-bench tunnel`: what each peer transport (tcp, tls, quic) costs between two midways.
 //! See the library's documentation for what is measured and how.
 
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 
-use clap::Parser;
-use midway_bench::{BenchOptions, Case};
+use clap::{Parser, Subcommand};
+use midway_bench::{BenchOptions, Case, Transport, TunnelOptions};
 
 #[derive(Parser)]
 #[command(
     name = "midway-bench",
-    about = "Throughput, CPU per GB, connection rate and idle memory of midway vs HAProxy (root)"
+    about = "Throughput, CPU per GB, connection rate and idle memory of midway vs HAProxy (root)",
+    args_conflicts_with_subcommands = true
 )]
 struct Args {
+    /// Without a command: the gateway benchmark (the options below).
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The midway binary to benchmark.
     #[arg(long, default_value = "target/release/midway")]
     midway: PathBuf,
@@ -95,8 +100,86 @@ struct Args {
     out: PathBuf,
 }
 
+#[derive(Subcommand)]
+enum Command {
+    /// Throughput and CPU per GB of the peer segment over each transport (tcp, tls, quic).
+    ///
+    /// client -> edge midway -> gateway midway -> server, each in its own namespace, joined by
+    /// plain veths; iperf3 through the edge's forward listeners, `via` the gateway. Per
+    /// transport and stream count: throughput, both midways' CPU seconds per GB (user and
+    /// system), and the ratio of their CPU-s/GB to the tcp transport's in the same round.
+    /// Writes tunnel.json and tunnel.md to --out. Needs root.
+    Tunnel(TunnelArgs),
+}
+
+#[derive(clap::Args)]
+struct TunnelArgs {
+    /// The midway binary (both the edge and the gateway).
+    #[arg(long, default_value = "target/release/midway")]
+    midway: PathBuf,
+    /// Parallel iperf3 stream counts, one run each per transport and round.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
+    streams: Vec<usize>,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 10)]
+    seconds: u32,
+    /// Repeat every run this many rounds (each round runs every transport in turn) and report
+    /// medians with min-max, and the median per-round CPU ratio to tcp.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// Peer transports to measure, in this order within a round (keep tcp for the ratios).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tcp,tls,quic"
+    )]
+    transports: Vec<Transport>,
+    /// Nice value of both midways (as the gateway benchmark's --proxy-nice).
+    #[arg(long, default_value_t = -10, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    proxy_nice: i32,
+    /// `worker_threads` of each midway. Unset: one per CPU.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    proxy_threads: Option<u16>,
+    /// TCP profile of every TCP segment (client to edge, the tcp and tls peer segments, gateway
+    /// to server).
+    #[arg(long, default_value = "lan")]
+    midway_profile: String,
+    /// Folder for keys, generated configs, logs, tunnel.json and tunnel.md.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+}
+
+fn tunnel(args: TunnelArgs) -> anyhow::Result<()> {
+    let midway_bin = std::fs::canonicalize(&args.midway)
+        .map_err(|e| anyhow::anyhow!("midway binary {}: {e}", args.midway.display()))?;
+    let options = TunnelOptions {
+        midway_bin,
+        streams: args.streams,
+        seconds: args.seconds,
+        rounds: args.rounds,
+        transports: args.transports,
+        work_dir: args.out.clone(),
+        proxy_nice: args.proxy_nice,
+        proxy_threads: args.proxy_threads,
+        midway_profile: args.midway_profile,
+    };
+    let report = midway_bench::run_tunnel(&options)?;
+    let markdown = midway_bench::render_tunnel_markdown(&report);
+    println!("{markdown}");
+    let json = args.out.join("tunnel.json");
+    midway_bench::write_tunnel_json(&report, &json)?;
+    std::fs::write(args.out.join("tunnel.md"), markdown)?;
+    eprintln!("figures also in {}", json.display());
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(Command::Tunnel(tunnel_args)) = args.command.take() {
+        return tunnel(tunnel_args);
+    }
     // Only the midway cases need the binary: `--cases direct,haproxy` runs without one.
     let runs_midway = args
         .cases

@@ -4,6 +4,10 @@
 //! the benchmark measures what the proxy itself costs, so the only thing between the hosts is the
 //! kernel's veth, with its offloads left on as an operator's gateway would have them. Naming,
 //! addressing, the children's process groups and the cleanup on signals are the lab's.
+//!
+//! The tunnel benchmark ([`BenchNet::build_tunnel`]) adds a fourth host, the gateway, between the
+//! router (there the edge midway) and the server, so that each midway has a namespace of its own
+//! and the peer segment crosses a veth of its own.
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
@@ -19,12 +23,15 @@ use midway_sys::command::Program;
 use midway_sys::netlink::{Family, Metric, MetricValue, Netlink, RouteMetric, TABLE_MAIN};
 use midway_sys::sysctl;
 
-/// Which of the three hosts.
+/// Which of the hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Host {
     Client,
+    /// The gateway of [`BenchNet::build`]; the edge midway's host in [`BenchNet::build_tunnel`].
     Router,
     Server,
+    /// Only in [`BenchNet::build_tunnel`]: the gateway midway's host, between router and server.
+    Gateway,
 }
 
 impl Host {
@@ -34,6 +41,7 @@ impl Host {
             Host::Client => "client",
             Host::Router => "router",
             Host::Server => "server",
+            Host::Gateway => "gateway",
         }
     }
 }
@@ -46,6 +54,12 @@ pub(crate) const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 pub(crate) const ROUTER_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
 pub(crate) const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 pub(crate) const CLIENT_PREFIX: &str = "10.0.1.0/24";
+/// In [`BenchNet::build_tunnel`], link 2 joins gateway and server (so the server keeps
+/// [`SERVER_ADDR`]) and link 3 router and gateway.
+pub(crate) const GATEWAY_SERVER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
+pub(crate) const ROUTER_GATEWAY_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 3, 1);
+pub(crate) const GATEWAY_ROUTER_SIDE: Ipv4Addr = Ipv4Addr::new(10, 0, 3, 2);
+pub(crate) const ROUTER_GATEWAY_PREFIX: &str = "10.0.3.0/24";
 
 /// SIGINT or SIGTERM stop every child and remove every namespace (midway-labnet's cleanup),
 /// then exit with 130.
@@ -86,7 +100,49 @@ impl<T> InHost<T> {
 }
 
 impl BenchNet {
+    /// Client, router and server in a chain.
     pub(crate) fn build() -> anyhow::Result<BenchNet> {
+        BenchNet::build_from(
+            &[Host::Client, Host::Router, Host::Server],
+            &[(Host::Client, Host::Router), (Host::Router, Host::Server)],
+            &[
+                (Host::Client, Host::Router, CLIENT_ADDR),
+                (Host::Router, Host::Client, ROUTER_CLIENT_SIDE),
+                (Host::Router, Host::Server, ROUTER_SERVER_SIDE),
+                (Host::Server, Host::Router, SERVER_ADDR),
+            ],
+        )
+    }
+
+    /// Client, router (the edge midway), gateway and server in a chain, each joined to the
+    /// next by a plain veth; the links are listed so that client, router's client side and
+    /// server keep the addresses of [`BenchNet::build`].
+    pub(crate) fn build_tunnel() -> anyhow::Result<BenchNet> {
+        BenchNet::build_from(
+            &[Host::Client, Host::Router, Host::Gateway, Host::Server],
+            &[
+                (Host::Client, Host::Router),
+                (Host::Gateway, Host::Server),
+                (Host::Router, Host::Gateway),
+            ],
+            &[
+                (Host::Client, Host::Router, CLIENT_ADDR),
+                (Host::Router, Host::Client, ROUTER_CLIENT_SIDE),
+                (Host::Router, Host::Gateway, ROUTER_GATEWAY_SIDE),
+                (Host::Gateway, Host::Router, GATEWAY_ROUTER_SIDE),
+                (Host::Gateway, Host::Server, GATEWAY_SERVER_SIDE),
+                (Host::Server, Host::Gateway, SERVER_ADDR),
+            ],
+        )
+    }
+
+    /// The hosts joined by `links` (in that order, which fixes the subnets), checked against
+    /// the addresses the bench expects (host, neighbour, address).
+    fn build_from(
+        hosts: &[Host],
+        links: &[(Host, Host)],
+        expected: &[(Host, Host, Ipv4Addr)],
+    ) -> anyhow::Result<BenchNet> {
         let host = |name: &str| HostSpec {
             name: name.into(),
             stack: StackProfile::Modern,
@@ -98,8 +154,11 @@ impl BenchNet {
             b_to_a: DirectionConfig::default(),
         };
         let spec = TopologySpec {
-            hosts: vec![host("client"), host("router"), host("server")],
-            links: vec![link("client", "router"), link("router", "server")],
+            hosts: hosts.iter().map(|h| host(h.name())).collect(),
+            links: links
+                .iter()
+                .map(|(a, b)| link(a.name(), b.name()))
+                .collect(),
         };
         let topology =
             Topology::build_with(&spec, &midway_labnet::fresh_tag(), 0, LinkMode::Plain)?;
@@ -107,19 +166,17 @@ impl BenchNet {
             topology,
             children: Vec::new(),
         };
-        for (host, neighbour, expected) in [
-            (Host::Client, Host::Router, CLIENT_ADDR),
-            (Host::Router, Host::Client, ROUTER_CLIENT_SIDE),
-            (Host::Router, Host::Server, ROUTER_SERVER_SIDE),
-            (Host::Server, Host::Router, SERVER_ADDR),
-        ] {
+        for &(host, neighbour, expected) in expected {
             let addr = net.topology.try_addr(host.name(), neighbour.name())?;
             if addr != IpAddr::V4(expected) {
                 bail!("the lab gave {host:?} {addr} towards {neighbour:?}, the bench expects {expected}");
             }
         }
         // Thousands of short connections per second would run out of ephemeral ports otherwise.
-        for host in [Host::Client, Host::Router] {
+        for host in [Host::Client, Host::Router, Host::Gateway] {
+            if !hosts.contains(&host) {
+                continue;
+            }
             net.write_sysctl(host, "net.ipv4.ip_local_port_range", "1024 65000")?;
             net.write_sysctl(host, "net.ipv4.tcp_tw_reuse", "1")?;
         }
