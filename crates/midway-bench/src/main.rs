@@ -142,6 +142,9 @@ struct TunnelArgs {
     /// `worker_threads` of each midway. Unset: one per CPU.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     proxy_threads: Option<u16>,
+    /// QUIC connections the edge keeps to the gateway (`[peers.quic] connections`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    quic_connections: u32,
     /// TCP profile of every TCP segment (client to edge, the tcp and tls peer segments, gateway
     /// to server).
     #[arg(long, default_value = "lan")]
@@ -163,6 +166,7 @@ fn tunnel(args: TunnelArgs) -> anyhow::Result<()> {
         work_dir: args.out.clone(),
         proxy_nice: args.proxy_nice,
         proxy_threads: args.proxy_threads,
+        quic_connections: args.quic_connections,
         midway_profile: args.midway_profile,
     };
     let report = midway_bench::run_tunnel(&options)?;

@@ -161,6 +161,10 @@ pub struct FileQuic {
     /// Edge only: `"tls"` (default) sends new connections over TLS to the same peer address
     /// while the tunnel cannot be set up; `"none"` refuses them instead.
     pub fallback: Option<String>,
+    /// Edge only: QUIC connections the tunnel keeps to the peer (default 1); new streams go to
+    /// the one with the fewest open. More than one only where one connection's packet
+    /// processing, which runs on one thread, is the limit.
+    pub connections: Option<u32>,
 }
 
 /// `[proxy]`

@@ -181,6 +181,11 @@ impl Tunnel {
         Ok(endpoint)
     }
 
+    /// Streams (proxied connections) open now, on this tunnel's connections old and new.
+    pub fn streams_open(&self) -> u64 {
+        self.streams_open.load(Ordering::Relaxed)
+    }
+
     /// Now's figures.
     pub fn stats(&self) -> TunnelStats {
         let mut stats = TunnelStats {

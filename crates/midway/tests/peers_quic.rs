@@ -11,7 +11,9 @@
 //!   and counted), its client gets a SOCKS5 failure, the destination is never contacted;
 //! - an edge whose gateway answers no QUIC (only TLS over TCP at that port) falls back to TLS:
 //!   the first connection succeeds within the QUIC handshake timeout plus a second, and the
-//!   fallback is counted.
+//!   fallback is counted;
+//! - a tunnel of two QUIC connections (`connections = 2`) spreads connections held at once
+//!   over both.
 
 mod peer_rig;
 
@@ -47,6 +49,18 @@ fn edge(
     gateway: SocketAddr,
     pin: &str,
 ) -> (Running, SocketAddr) {
+    edge_with(dir, name, identity, gateway, pin, "")
+}
+
+/// [`edge`] with more `[peers.quic]` lines.
+fn edge_with(
+    dir: &Path,
+    name: &str,
+    identity: &str,
+    gateway: SocketAddr,
+    pin: &str,
+    quic_lines: &str,
+) -> (Running, SocketAddr) {
     start(
         dir,
         name,
@@ -54,7 +68,7 @@ fn edge(
             "[tls]\ncert = \"{0}/{identity}/peer.crt\"\nkey = \"{0}/{identity}/peer.key\"\n\n\
              [[peers]]\nname = \"gw\"\naddress = \"{gateway}\"\nkey = \"k\"\ntransport = \"quic\"\n\
              fingerprint = \"{pin}\"\n\n\
-             [peers.quic]\ncongestion_control = \"cubic\"\nhandshake_timeout = \"1s\"\n\n\
+             [peers.quic]\ncongestion_control = \"cubic\"\nhandshake_timeout = \"1s\"\n{quic_lines}\n\
              [[listeners]]\nname = \"socks\"\nmode = \"socks5\"\nlisten = \"127.0.0.1:0\"\n\
              via = [\"gw\"]\n",
             dir.display()
@@ -201,4 +215,70 @@ async fn a_middle_midway_relays_quic_in_to_tls_out() {
             },
         )
         .unwrap();
+}
+
+/// `connections = 2`: the edge keeps two QUIC connections to the gateway and four connections
+/// held at once go two to each (a new stream takes the connection with the fewest open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_of_two_connections_spreads_streams_over_both() {
+    let dir = TempDir::new("peers-quic-lanes");
+    let dir = dir.path();
+    let gw_pin = keygen(&dir.join("gw"));
+    let edge_pin = keygen(&dir.join("edge"));
+    let (mut gateway, gateway_addr) = gateway(dir, "quic", &[&edge_pin]);
+    let (mut edge_midway, edge_addr) = edge_with(
+        dir,
+        "edge",
+        "edge",
+        gateway_addr,
+        &gw_pin,
+        "connections = 2\n",
+    );
+    for lane in 0..2 {
+        edge_midway
+            .wait_for_line(LIMIT, "a lane of the tunnel up", |line| {
+                line.contains("QUIC tunnel to peer up")
+                    && line.contains(&format!("\"lane\":{lane}"))
+            })
+            .unwrap();
+    }
+    let (target, accepted, _received) = destination().await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let (stream, code) = tokio::time::timeout(LIMIT, socks5(edge_addr, target))
+            .await
+            .unwrap();
+        assert_eq!(code, 0);
+        held.push(stream);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    // Reset by the client: each connection's end is logged by the gateway with the QUIC
+    // connection (the edge's UDP address) it came over.
+    for stream in held {
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    }
+    // The log is searched from its start at every poll: lines are keyed by their text.
+    let mut ends = std::collections::HashMap::<String, String>::new();
+    gateway
+        .wait_for_line(LIMIT, "four connections' ends over two lanes", |line| {
+            if !line.contains("\"local_transport\":\"quic\"") {
+                return false;
+            }
+            let Some(client) = line.split("\"client\":\"").nth(1) else {
+                return false;
+            };
+            let client = client.split('"').next().unwrap_or_default().to_string();
+            ends.insert(line.to_string(), client);
+            ends.len() == 4
+        })
+        .unwrap();
+    let mut per_lane = std::collections::HashMap::<&str, usize>::new();
+    for client in ends.values() {
+        *per_lane.entry(client).or_default() += 1;
+    }
+    let mut counts: Vec<usize> = per_lane.values().copied().collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [2, 2], "{per_lane:?}");
 }

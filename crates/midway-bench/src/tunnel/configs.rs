@@ -148,6 +148,7 @@ pub(crate) fn edge_config(
     ids: &Identities,
     profile: &str,
     threads: Option<u16>,
+    quic_connections: u32,
 ) -> anyhow::Result<String> {
     let mut config =
         base(&[CLIENT_PREFIX], threads, &ids.secret_hex, &ids.edge_spool).peer(FilePeer {
@@ -160,6 +161,7 @@ pub(crate) fn edge_config(
             quic: (transport == Transport::Quic).then(|| FileQuic {
                 handshake_timeout: Some(QUIC_HANDSHAKE_TIMEOUT),
                 fallback: Some("none".into()),
+                connections: Some(quic_connections),
                 ..FileQuic::default()
             }),
             ..FilePeer::default()
@@ -260,7 +262,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ids = real_ids(dir.path());
         for transport in [Transport::Tcp, Transport::Tls, Transport::Quic] {
-            let edge = edge_config(transport, &ids, "lan", Some(1)).unwrap();
+            let edge = edge_config(transport, &ids, "lan", Some(1), 1).unwrap();
             let parsed = midway_proxy::parse_config(&edge, "edge")
                 .unwrap_or_else(|e| panic!("{transport:?}: {e}\n{edge}"));
             assert_eq!(parsed.listeners.len(), all_ports().len(), "{transport:?}");
@@ -274,12 +276,12 @@ mod tests {
 
     #[test]
     fn encrypted_transports_pin_each_others_keys_and_quic_never_falls_back() {
-        let tcp = edge_config(Transport::Tcp, &ids(), "lan", None).unwrap();
+        let tcp = edge_config(Transport::Tcp, &ids(), "lan", None, 1).unwrap();
         assert!(
             !tcp.contains("fingerprint") && !tcp.contains("[tls]"),
             "{tcp}"
         );
-        let quic = edge_config(Transport::Quic, &ids(), "lan", None).unwrap();
+        let quic = edge_config(Transport::Quic, &ids(), "lan", None, 1).unwrap();
         assert!(quic.contains(&ids().gateway_fingerprint), "{quic}");
         assert!(quic.contains("fallback = \"none\""), "{quic}");
         assert!(quic.contains("/keys/edge/peer.key"), "{quic}");

@@ -86,6 +86,8 @@ pub struct TunnelOptions {
     pub proxy_nice: i32,
     /// `worker_threads` of each midway; `None`: one per CPU.
     pub proxy_threads: Option<u16>,
+    /// QUIC connections the edge keeps to the gateway.
+    pub quic_connections: u32,
     /// TCP profile of every TCP segment (client to edge, the peer segment over `tcp` and `tls`,
     /// gateway to server).
     pub midway_profile: String,
@@ -148,6 +150,8 @@ pub struct TunnelReport {
     pub proxy_nice: i32,
     /// `worker_threads` of each midway, when set.
     pub proxy_threads: Option<u16>,
+    /// QUIC connections the edge keeps to the gateway.
+    pub quic_connections: u32,
     /// TCP profile of every TCP segment.
     pub midway_profile: String,
     /// Per transport and stream count, over all rounds.
@@ -185,6 +189,7 @@ pub fn run_tunnel(options: &TunnelOptions) -> anyhow::Result<TunnelReport> {
         rounds: options.rounds,
         proxy_nice: options.proxy_nice,
         proxy_threads: options.proxy_threads,
+        quic_connections: options.quic_connections,
         midway_profile: options.midway_profile.clone(),
         summary: Vec::new(),
         runs: Vec::new(),
@@ -290,7 +295,13 @@ fn start_pair(
         &options
             .work_dir
             .join(format!("tunnel-{}-edge.toml", transport.name())),
-        &configs::edge_config(transport, ids, profile, options.proxy_threads)?,
+        &configs::edge_config(
+            transport,
+            ids,
+            profile,
+            options.proxy_threads,
+            options.quic_connections,
+        )?,
         options,
     )?;
     let mut pair = Pair { edge, gateway };

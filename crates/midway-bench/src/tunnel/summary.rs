@@ -153,6 +153,13 @@ pub fn render_tunnel_markdown(report: &TunnelReport) -> String {
     if let Some(threads) = report.proxy_threads {
         let _ = write!(out, ", {threads} worker thread(s) per midway");
     }
+    if report.quic_connections > 1 {
+        let _ = write!(
+            out,
+            ", {} QUIC connections in the tunnel",
+            report.quic_connections
+        );
+    }
     let _ = writeln!(
         out,
         ". Throughput as median (min-max) over the rounds; CPU-s/GB are medians of CPU seconds \
@@ -325,6 +332,7 @@ mod tests {
             rounds: 2,
             proxy_nice: -10,
             proxy_threads: None,
+            quic_connections: 1,
             midway_profile: "lan".into(),
             summary: summarize(&runs),
             runs,

@@ -12,19 +12,34 @@ use midway_quic::settings::{
 use super::validate::Section;
 use super::{ConfigError, FileQuic};
 
-/// The tunnel settings and (edge only) whether to fall back to TLS while the tunnel cannot be
-/// set up. A listener (`edge = false`) refuses the edge-only keys.
+/// Most QUIC connections one edge keeps to one peer (`connections`): more threads than a
+/// gateway box has cores gain nothing, and each connection is a congestion controller of its own
+/// on the shared path.
+pub(super) const MAX_TUNNEL_CONNECTIONS: u32 = 16;
+
+/// What only the connecting side (an edge's `[peers.quic]`) decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct EdgeTunnel {
+    /// While the tunnel cannot be set up, new connections go over TLS to the same address.
+    pub fallback: bool,
+    /// QUIC connections kept to the peer.
+    pub connections: usize,
+}
+
+/// The tunnel settings and (edge only) how the edge uses the tunnel. A listener
+/// (`edge = false`) refuses the edge-only keys.
 pub(super) fn tunnel_settings(
     section: &Section<'_>,
     file: Option<FileQuic>,
     edge: bool,
-) -> Result<(TunnelSettings, bool), ConfigError> {
+) -> Result<(TunnelSettings, EdgeTunnel), ConfigError> {
     let file = file.unwrap_or_default();
     let key = |field: &str| format!("quic.{field}");
     if !edge {
         for (field, set) in [
             ("handshake_timeout", file.handshake_timeout.is_some()),
             ("fallback", file.fallback.is_some()),
+            ("connections", file.connections.is_some()),
         ] {
             if set {
                 return Err(section.invalid(
@@ -115,7 +130,18 @@ pub(super) fn tunnel_settings(
             ))
         }
     };
-    Ok((settings, fallback))
+    let connections = file.connections.unwrap_or(1);
+    if !(1..=MAX_TUNNEL_CONNECTIONS).contains(&connections) {
+        return Err(section.invalid(
+            &key("connections"),
+            format!("{connections}: use 1 to {MAX_TUNNEL_CONNECTIONS}"),
+        ));
+    }
+    let uses = EdgeTunnel {
+        fallback,
+        connections: connections as usize,
+    };
+    Ok((settings, uses))
 }
 
 fn window_in_range(section: &Section<'_>, key: &str, window: u64) -> Result<u64, ConfigError> {

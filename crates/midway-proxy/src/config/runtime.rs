@@ -166,6 +166,8 @@ pub enum PeerTransport {
         settings: Box<midway_quic::TunnelSettings>,
         /// While the tunnel cannot be set up, new connections go over TLS to the same address.
         fallback: bool,
+        /// QUIC connections the tunnel keeps to the peer (at least 1).
+        connections: usize,
     },
 }
 

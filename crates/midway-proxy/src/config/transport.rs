@@ -73,7 +73,7 @@ pub(super) fn peer_transport(
     if transport == TransportName::Tls {
         return Ok(PeerTransport::Tls { client, pinned });
     }
-    let (settings, fallback) = super::quic::tunnel_settings(section, quic, true)?;
+    let (settings, edge) = super::quic::tunnel_settings(section, quic, true)?;
     let tunnel = midway_quic::client_config(client.clone(), &settings)
         .map_err(|err| section.invalid("transport", err.to_string()))?;
     Ok(PeerTransport::Quic {
@@ -81,7 +81,8 @@ pub(super) fn peer_transport(
         tunnel: Box::new(tunnel),
         pinned,
         settings: Box::new(settings),
-        fallback,
+        fallback: edge.fallback,
+        connections: edge.connections,
     })
 }
 
@@ -280,6 +281,26 @@ mod tests {
                 "listeners[1].peer_fingerprints",
                 "never empty",
             ),
+            (
+                config(
+                    dir.path(),
+                    true,
+                    &format!("transport = \"quic\"\n{pin}\n[peers.quic]\nconnections = 0"),
+                    "",
+                ),
+                "peers[0].quic.connections",
+                "use 1 to 16",
+            ),
+            (
+                config(
+                    dir.path(),
+                    true,
+                    "",
+                    &format!("transport = \"quic\"\n{allowed}\n[listeners.quic]\nconnections = 2"),
+                ),
+                "listeners[1].quic.connections",
+                "only an edge",
+            ),
         ];
         for (text, key, words) in cases {
             let message = problem(&text);
@@ -288,6 +309,20 @@ mod tests {
                 "{key}: {message}"
             );
         }
+        let two = parse_config(
+            &config(
+                dir.path(),
+                true,
+                &format!("transport = \"quic\"\n{pin}\n[peers.quic]\nconnections = 2"),
+                "",
+            ),
+            "<test>",
+        )
+        .unwrap();
+        assert!(matches!(
+            two.peers[0].transport,
+            PeerTransport::Quic { connections: 2, .. }
+        ));
         // A missing key file is named.
         let gone = config(dir.path(), true, "", "").replace("peer.key", "missing.key");
         assert!(problem(&gone).contains("missing.key"), "{}", problem(&gone));

@@ -14,11 +14,12 @@ use super::{ListenerLabels, PeerLabels, PeerReasonLabels};
 /// Every QUIC tunnel metric.
 #[derive(Clone, Default)]
 pub(crate) struct TunnelMetrics {
-    /// Edge: 1 while the peer's tunnel is connected.
+    /// Edge: the tunnel's QUIC connections that are up (1 for a connected single-connection
+    /// tunnel).
     pub up: Family<PeerLabels, Gauge>,
-    /// Edge: the tunnel's smoothed RTT, seconds.
+    /// Edge: the tunnel's smoothed RTT, seconds (mean over its connections up).
     pub rtt: Family<PeerLabels, Gauge<f64, AtomicU64>>,
-    /// Edge: the tunnel's congestion window, bytes.
+    /// Edge: the tunnel's congestion window, bytes (summed over its connections up).
     pub cwnd: Family<PeerLabels, Gauge>,
     /// Edge: packets the tunnel sent, and declared lost.
     pub sent_packets: Family<PeerLabels, Counter>,
@@ -40,7 +41,7 @@ impl TunnelMetrics {
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "midway_peer_tunnel_up",
-            "1 while the QUIC tunnel to a peer is connected",
+            "QUIC connections of the tunnel to a peer that are up (0: down)",
             self.up.clone(),
         );
         registry.register(

@@ -14,8 +14,16 @@
 //!
 //! A refused key is not a fallback case (TLS would be refused the same way): the state goes
 //! `Down` all the same, and the fallback's TLS handshake fails and is counted too.
+//!
+//! With `connections = N` the tunnel is N QUIC connections ("lanes"), each kept up by its own
+//! upkeep loop; a new stream goes to the lane with the fewest open streams among those up, and
+//! the tunnel's state is the best of its lanes' (`Up` if one is up). quinn processes each
+//! connection's packets on one task, so one connection tops out at about one core; more lanes
+//! spread that over cores at the price of N congestion controllers on the shared path (N
+//! flows' share of a bottleneck). One is the default; more is the operator's choice where the
+//! tunnel's CPU, not the path, is the limit (docs/results/bench/tunnel.md).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use midway_quic::{QuicError, QuicPeer, Tunnel, TunnelStats};
@@ -54,9 +62,13 @@ pub(super) enum NoStream {
 
 /// One QUIC peer's tunnel and its state.
 pub(super) struct PeerTunnel {
-    tunnel: Tunnel,
+    /// One QUIC connection each (at least one).
+    lanes: Vec<Tunnel>,
+    /// Each lane's state, by index.
+    lane_states: Mutex<Vec<State>>,
     fallback: bool,
     handshake_timeout: Duration,
+    /// The best of the lanes' states.
     state: watch::Sender<State>,
     metrics: Metrics,
     labels: PeerLabels,
@@ -69,6 +81,7 @@ impl PeerTunnel {
             tunnel,
             settings,
             fallback,
+            connections,
             ..
         } = &config.transport
         else {
@@ -78,12 +91,18 @@ impl PeerTunnel {
             peer: config.name.clone(),
         };
         metrics.tunnel.init_peer(&labels);
+        let lanes: Vec<Tunnel> = (0..(*connections).max(1))
+            .map(|_| {
+                Tunnel::new(
+                    config.address.to_string(),
+                    (**tunnel).clone(),
+                    settings.handshake_timeout,
+                )
+            })
+            .collect();
         Some(PeerTunnel {
-            tunnel: Tunnel::new(
-                config.address.to_string(),
-                (**tunnel).clone(),
-                settings.handshake_timeout,
-            ),
+            lane_states: Mutex::new(vec![State::Connecting; lanes.len()]),
+            lanes,
             fallback: *fallback,
             handshake_timeout: settings.handshake_timeout,
             state: watch::Sender::new(State::Connecting),
@@ -103,7 +122,7 @@ impl PeerTunnel {
         .await;
         let now = settled.ok().and_then(Result::ok).map(|s| *s);
         if now == Some(State::Up) {
-            match self.tunnel.open_live().await {
+            match self.least_busy_lane().open_live().await {
                 Ok(stream) => return Ok(stream),
                 // Closed just now: the upkeep task sets it up again; this connection does
                 // not wait for that.
@@ -116,6 +135,34 @@ impl PeerTunnel {
         } else {
             Err(NoStream::Failed(QuicError::Down))
         }
+    }
+
+    /// The lane a new stream goes to: the one up with the fewest open streams (the first lane
+    /// when none is up; opening on it then fails as it would have).
+    fn least_busy_lane(&self) -> &Tunnel {
+        let states = self.lane_states.lock().unwrap_or_else(|p| p.into_inner());
+        self.lanes
+            .iter()
+            .zip(states.iter())
+            .filter(|(_, state)| **state == State::Up)
+            .map(|(lane, _)| lane)
+            .min_by_key(|lane| lane.streams_open())
+            .unwrap_or(&self.lanes[0])
+    }
+
+    /// Sets one lane's state and the tunnel's (the best of its lanes').
+    fn set_state(&self, lane: usize, state: State) {
+        let mut states = self.lane_states.lock().unwrap_or_else(|p| p.into_inner());
+        states[lane] = state;
+        let best = if states.contains(&State::Up) {
+            State::Up
+        } else if states.contains(&State::Connecting) {
+            State::Connecting
+        } else {
+            State::Down
+        };
+        self.state
+            .send_if_modified(|now| std::mem::replace(now, best) != best);
     }
 
     /// While the tunnel is being set up, how long a new connection gives QUIC before it also
@@ -139,43 +186,53 @@ impl PeerTunnel {
             .inc();
     }
 
-    /// Keeps the tunnel up until `shutdown`: sets it up, waits for it to close, sets it up
-    /// again; after a failed handshake retries with a doubling pause, logging once when the
-    /// tunnel goes down and once when it comes back.
+    /// Keeps every lane of the tunnel up until `shutdown`.
     pub(super) async fn maintain(self: Arc<Self>, shutdown: CancellationToken) {
+        let lanes = (0..self.lanes.len()).map(|lane| self.maintain_lane(lane, shutdown.clone()));
+        futures::future::join_all(lanes).await;
+        self.metrics.tunnel.up.get_or_create(&self.labels).set(0);
+        // Streams still relaying keep their connection until they end (quinn closes a
+        // connection when its last handle goes); the grace period bounds that.
+    }
+
+    /// Keeps one lane up until `shutdown`: sets it up, waits for it to close, sets it up
+    /// again; after a failed handshake retries with a doubling pause, logging once when the
+    /// lane goes down and once when it comes back.
+    async fn maintain_lane(&self, lane: usize, shutdown: CancellationToken) {
         let peer = &self.labels.peer;
+        let tunnel = &self.lanes[lane];
         let mut retry: Option<Duration> = None;
         let mut reported = TunnelStats::default();
         loop {
             let connected = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                connected = self.tunnel.connection() => connected,
+                connected = tunnel.connection() => connected,
             };
             let pause = match connected {
                 Ok(connection) => {
                     if retry.take().is_some() {
-                        tracing::info!(peer = %peer, "QUIC tunnel to peer up again");
+                        tracing::info!(peer = %peer, lane, "QUIC tunnel to peer up again");
                     } else {
-                        tracing::info!(peer = %peer, remote = %connection.remote_address(), "QUIC tunnel to peer up");
+                        tracing::info!(peer = %peer, lane, remote = %connection.remote_address(), "QUIC tunnel to peer up");
                     }
-                    self.state.send_replace(State::Up);
+                    self.set_state(lane, State::Up);
                     let up_since = Instant::now();
                     let mut tick = tokio::time::interval(METRICS_INTERVAL);
                     let closed = loop {
                         tokio::select! {
                             _ = shutdown.cancelled() => break None,
                             reason = connection.closed() => break Some(reason),
-                            _ = tick.tick() => self.report(&mut reported),
+                            _ = tick.tick() => self.report(tunnel, &mut reported),
                         }
                     };
-                    self.report(&mut reported);
+                    self.report(tunnel, &mut reported);
                     // Streams still open keep the connection; a new one is counted afresh.
                     reported.sent_packets = 0;
                     reported.lost_packets = 0;
-                    self.metrics.tunnel.up.get_or_create(&self.labels).set(0);
                     let Some(reason) = closed else { break };
-                    tracing::info!(peer = %peer, reason = %reason, "QUIC tunnel to peer closed; setting it up again");
-                    self.state.send_replace(State::Connecting);
+                    tracing::info!(peer = %peer, lane, reason = %reason, "QUIC tunnel to peer closed; setting it up again");
+                    self.set_state(lane, State::Connecting);
+                    self.report_gauges();
                     (up_since.elapsed() < CLOSED_WITHIN).then_some(RETRY_MIN)
                 }
                 Err(err) => {
@@ -184,6 +241,7 @@ impl PeerTunnel {
                         None => {
                             tracing::warn!(
                                 peer = %peer,
+                                lane,
                                 error = %ErrorChain(&err),
                                 reason = err.reason(),
                                 fallback = if self.fallback { "tls" } else { "none" },
@@ -194,7 +252,7 @@ impl PeerTunnel {
                         Some(previous) => (previous * 2).min(RETRY_MAX),
                     };
                     retry = Some(pause);
-                    self.state.send_replace(State::Down);
+                    self.set_state(lane, State::Down);
                     Some(pause)
                 }
             };
@@ -205,25 +263,38 @@ impl PeerTunnel {
                 }
             }
         }
-        self.metrics.tunnel.up.get_or_create(&self.labels).set(0);
-        // Streams still relaying keep their connection until they end (quinn closes a
-        // connection when its last handle goes); the grace period bounds that.
+        self.set_state(lane, State::Down);
     }
 
-    /// Updates the tunnel's metrics; counters get what is new since `reported`.
-    fn report(&self, reported: &mut TunnelStats) {
-        let now = self.tunnel.stats();
+    /// The tunnel's gauges, over all its lanes: connections up, streams open, the mean RTT
+    /// and the summed congestion window of the lanes up.
+    fn report_gauges(&self) {
+        let stats: Vec<TunnelStats> = self.lanes.iter().map(Tunnel::stats).collect();
+        let up: Vec<&TunnelStats> = stats.iter().filter(|s| s.up).collect();
         let m = &self.metrics.tunnel;
         let labels = &self.labels;
-        m.up.get_or_create(labels).set(i64::from(now.up));
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        m.up.get_or_create(labels).set(gauge(up.len() as u64));
         m.streams_open
             .get_or_create(labels)
-            .set(i64::try_from(now.streams_open).unwrap_or(i64::MAX));
-        if now.up {
-            m.rtt.get_or_create(labels).set(now.rtt.as_secs_f64());
+            .set(gauge(stats.iter().map(|s| s.streams_open).sum()));
+        if !up.is_empty() {
+            let rtt = up.iter().map(|s| s.rtt).sum::<Duration>() / up.len() as u32;
+            m.rtt.get_or_create(labels).set(rtt.as_secs_f64());
             m.cwnd
                 .get_or_create(labels)
-                .set(i64::try_from(now.cwnd).unwrap_or(i64::MAX));
+                .set(gauge(up.iter().map(|s| s.cwnd).sum()));
+        }
+    }
+
+    /// Updates the tunnel's metrics: the gauges over all lanes, and the counters by what is
+    /// new on this lane since `reported`.
+    fn report(&self, lane: &Tunnel, reported: &mut TunnelStats) {
+        self.report_gauges();
+        let now = lane.stats();
+        let m = &self.metrics.tunnel;
+        let labels = &self.labels;
+        if now.up {
             m.sent_packets
                 .get_or_create(labels)
                 .inc_by(now.sent_packets.saturating_sub(reported.sent_packets));
