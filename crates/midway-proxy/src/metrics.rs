@@ -97,6 +97,9 @@ pub(crate) struct Metrics {
     /// 1 while new intercepted connections bypass midway because it is at its limit.
     pub bypass_active: Gauge,
     pub bypass_switches: Counter,
+    /// Connections a transparent listener served over `max_connections`: the kernel had queued
+    /// them before the overload bypass took effect.
+    pub overdraft: Family<ListenerLabels, Counter>,
     /// Socket memory guard: the receive-buffer cap in force (0 = none), and cap changes.
     pub socket_buffer_cap: Gauge,
     pub socket_buffer_cap_changes: Counter,
@@ -138,6 +141,7 @@ impl Default for Metrics {
             shutdown_resets: Counter::default(),
             bypass_active: Gauge::default(),
             bypass_switches: Counter::default(),
+            overdraft: Family::default(),
             socket_buffer_cap: Gauge::default(),
             socket_buffer_cap_changes: Counter::default(),
             retransmits: Family::default(),
@@ -213,6 +217,11 @@ impl Metrics {
             "midway_overload_bypass_switches",
             "Times the overload bypass was switched on or off",
             self.bypass_switches.clone(),
+        );
+        registry.register(
+            "midway_overload_overdraft",
+            "Connections a transparent listener served over max_connections because the kernel had queued them before the overload bypass took effect",
+            self.overdraft.clone(),
         );
         registry.register(
             "midway_socket_buffer_cap_bytes",

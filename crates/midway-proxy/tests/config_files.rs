@@ -10,9 +10,28 @@ use midway_testkit::host::repo_root;
 use midway_proxy::config::Intercept;
 use midway_proxy::load_config;
 
+/// The pre-shared key file the two-ended examples name.
+const EXAMPLE_KEY_FILE: &str = "/etc/midway/edge-a.key";
+
+/// Example `name`, with the key file it names (if any) made in `dir` and its path rewritten;
+/// the path of the copy in `dir`.
+fn example_with_key(name: &str, dir: &Path) -> PathBuf {
+    let key = dir.join("edge-a.key");
+    std::fs::write(&key, "00112233445566778899aabbccddeeff00\n").unwrap();
+    let text = std::fs::read_to_string(repo_root().join("examples").join(name)).unwrap();
+    let copy = dir.join(name);
+    std::fs::write(
+        &copy,
+        text.replace(EXAMPLE_KEY_FILE, &key.display().to_string()),
+    )
+    .unwrap();
+    copy
+}
+
 #[test]
 fn examples_load() {
     let dir = repo_root().join("examples");
+    let keys = tempfile::tempdir().unwrap();
     let mut modes = Vec::new();
     for name in [
         "forward.toml",
@@ -22,7 +41,7 @@ fn examples_load() {
         "edge.toml",
         "gateway.toml",
     ] {
-        let config = load_config(&dir.join(name))
+        let config = load_config(&example_with_key(name, keys.path()))
             .unwrap_or_else(|e| panic!("{name}: {}", midway_testkit::chain(&e)));
         assert!(!config.allowed_clients.is_empty());
         modes.extend(config.listeners.iter().map(|l| l.intercept.mode_name()));
@@ -61,6 +80,20 @@ fn examples_load() {
     );
 }
 
+/// The published example key is refused, wherever it is written.
+#[test]
+fn the_published_example_key_is_refused() {
+    let keys = tempfile::tempdir().unwrap();
+    let path = example_with_key("gateway.toml", keys.path());
+    let published = "6d6964776179206578616d706c65206b6579202d206e6f74206120736563726574";
+    std::fs::write(keys.path().join("edge-a.key"), format!("{published}\n")).unwrap();
+    let message = midway_testkit::chain(&load_config(&path).unwrap_err());
+    assert!(
+        message.contains("keys.edge-a.secret_file") && message.contains("example key published"),
+        "{message}"
+    );
+}
+
 /// The QUIC examples name key files under /etc/midway/tls: loaded with a key pair from
 /// `midway_tls` put in their place (the paths rewritten), they give a QUIC peer with the
 /// example's tunnel settings and a QUIC peer listener beside its TLS fallback listener.
@@ -72,9 +105,9 @@ fn quic_examples_load_with_a_key_pair() {
         midway_tls::generate_identity("example", std::time::Duration::from_secs(3600)).unwrap();
     midway_tls::write_identity(keys.path(), &identity).unwrap();
     let load = |name: &str| {
-        let text = std::fs::read_to_string(repo_root().join("examples").join(name)).unwrap();
+        let path = example_with_key(name, keys.path());
+        let text = std::fs::read_to_string(&path).unwrap();
         let text = text.replace("/etc/midway/tls", &keys.path().display().to_string());
-        let path = keys.path().join(name);
         std::fs::write(&path, text).unwrap();
         load_config(&path).unwrap_or_else(|e| panic!("{name}: {}", midway_testkit::chain(&e)))
     };
@@ -110,7 +143,8 @@ fn quic_examples_load_with_a_key_pair() {
 
 #[test]
 fn edge_and_gateway_examples_map_onto_peers() {
-    let edge = load_config(&repo_root().join("examples/edge.toml")).unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let edge = load_config(&example_with_key("edge.toml", keys.path())).unwrap();
     assert_eq!(edge.peers.len(), 1);
     let peer = &edge.peers[0];
     assert_eq!(peer.name, "gateway");
@@ -118,8 +152,8 @@ fn edge_and_gateway_examples_map_onto_peers() {
     assert_eq!(peer.warm_connections, 4);
     assert_eq!(peer.destinations[0].to_string(), "10.2.0.0/16");
     assert_eq!(edge.listeners[0].via, [0]);
-    assert_eq!(edge.keys["edge-a"].bytes().len(), 33);
-    let gateway = load_config(&repo_root().join("examples/gateway.toml")).unwrap();
+    assert_eq!(edge.keys["edge-a"].bytes().len(), 17);
+    let gateway = load_config(&example_with_key("gateway.toml", keys.path())).unwrap();
     assert!(matches!(
         &gateway.listeners[0].intercept,
         Intercept::Peer { keys, spoof_client_address: false, .. } if keys == &["edge-a"]

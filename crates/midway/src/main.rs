@@ -5,6 +5,8 @@
 
 #![forbid(unsafe_code)]
 
+mod service;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -104,14 +106,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs on stderr: colours only on a terminal (never in a file, a pipe, journald or JSON, and
+/// not with `NO_COLOR` set); without midway's own timestamp under systemd, whose journal stamps
+/// every line (`JOURNAL_STREAM` names the stream it gave the service).
 fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = EnvFilter::try_from_env("MIDWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = matches!(format, LogFormat::Text)
+        && std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none();
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    match (format, journald) {
+        (LogFormat::Text, false) => builder.init(),
+        (LogFormat::Text, true) => builder.without_time().init(),
+        (LogFormat::Json, _) => builder.json().init(),
     }
 }
 
@@ -207,17 +219,21 @@ fn serve(
         } else {
             midway_proxy::Proxy::bind(config, &mut registry).await?
         };
+        service::ready(take_over);
+        service::spawn_watchdog();
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signal_token = shutdown.clone();
         tokio::spawn(async move {
             signals.await;
             tracing::info!("termination signal received: stop accepting, draining");
+            service::stopping();
             signal_token.cancel();
         });
         let handle = proxy.handle();
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
                 tracing::info!(file = %path.display(), "SIGHUP: reloading the configuration");
+                service::reloading();
                 match midway_proxy::load_config(&path) {
                     // The proxy logs the outcome, applied or refused.
                     Ok(config) => {
@@ -228,6 +244,7 @@ fn serve(
                         "reload refused: the configuration file does not load; the running configuration stays"
                     ),
                 }
+                service::reloaded();
             }
         });
         let summary = proxy.run(shutdown).await?;

@@ -43,16 +43,17 @@ fn check_config_accepts_every_example_and_names_what_is_wrong() {
         .output()
         .unwrap();
     assert!(keygen.status.success(), "{keygen:?}");
+    // The two-ended examples name their pre-shared key file /etc/midway/edge-a.key.
+    let psk = keys.path().join("edge-a.key");
+    std::fs::write(&psk, "00112233445566778899aabbccddeeff\n").unwrap();
     for example in &examples {
         let text = std::fs::read_to_string(example).unwrap();
-        let checked = if text.contains("/etc/midway/tls") {
-            let copy = keys.path().join(example.file_name().unwrap());
-            let text = text.replace("/etc/midway/tls", &tls_dir.display().to_string());
-            std::fs::write(&copy, text).unwrap();
-            copy
-        } else {
-            example.clone()
-        };
+        let copy = keys.path().join(example.file_name().unwrap());
+        let text = text
+            .replace("/etc/midway/tls", &tls_dir.display().to_string())
+            .replace("/etc/midway/edge-a.key", &psk.display().to_string());
+        std::fs::write(&copy, text).unwrap();
+        let checked = copy;
         let out = Command::new(MIDWAY)
             .arg("check-config")
             .arg(&checked)
@@ -300,5 +301,58 @@ fn worker_threads_sets_the_runtime_size() {
         child.kill().unwrap();
         child.child_mut().wait().unwrap();
         assert_eq!(workers, expected, "with {setting:?}");
+    }
+}
+
+/// Text logs into a file or pipe carry no colour codes (journald and log shippers keep them
+/// as they are); under systemd (`JOURNAL_STREAM` set) they also leave the timestamp to the
+/// journal.
+#[test]
+fn text_logs_have_no_colour_codes_off_a_terminal_and_no_timestamp_under_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("forward.toml"),
+        format!(
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\n\
+             [spool]\ndir = \"{}\"\n\n\
+             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"127.0.0.1:9\"\n",
+            dir.path().join("spool").display()
+        ),
+    )
+    .unwrap();
+    // midway's line once its listeners are bound (midway-launch's READY_LINE).
+    let ready_line = "interception installed";
+    for journald in [false, true] {
+        let log = dir.path().join(format!("journald-{journald}.log"));
+        let mut command = Command::new(MIDWAY);
+        command
+            .args(["proxy", "--config"])
+            .arg(dir.path().join("forward.toml"))
+            .env_remove("NO_COLOR")
+            .env_remove("JOURNAL_STREAM")
+            .stderr(std::fs::File::create(&log).unwrap());
+        if journald {
+            command.env("JOURNAL_STREAM", "8:12345");
+        }
+        let mut child = command.spawn().unwrap();
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        wait_until(
+            LIMIT,
+            || read().contains(ready_line),
+            "midway never said it was ready",
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        wait_exit(&mut child, LIMIT, "midway did not stop");
+        let text = read();
+        assert!(!text.contains('\u{1b}'), "colour codes in {text:?}");
+        let ready = text.lines().find(|l| l.contains(ready_line)).unwrap();
+        // A timestamp starts with the year; a level name does not.
+        let stamped = ready.trim_start().starts_with("20");
+        assert_eq!(stamped, !journald, "{ready:?}");
     }
 }

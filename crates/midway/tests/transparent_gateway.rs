@@ -7,7 +7,11 @@
 //!   (routed unsplit) instead of waiting; below 95 % of the limit they are split again, and a
 //!   connection that started bypassed stays unsplit and intact to its end;
 //! - diverted flows create no connection-tracking entries, while a flow midway does not
-//!   intercept does (so the check can tell).
+//!   intercept does (so the check can tell);
+//! - overload never strands a connection: 60 connections opened in a burst and held against a
+//!   limit of 20 are each served, split or bypassed, within a second (one that completed its
+//!   handshake before the bypass switched on used to wait in the accept queue for a slot that
+//!   never freed).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -58,10 +62,16 @@ fn start_servers(ns: &str) -> mpsc::Receiver<(u16, String)> {
 
 /// A connection from the client namespace to the server on `port`, with one echo checked.
 fn connect(client_ns: &str, port: u16) -> TcpStream {
+    connect_within(client_ns, port, LIMIT)
+}
+
+/// [`connect`], the echo answered within `deadline`.
+fn connect_within(client_ns: &str, port: u16, deadline: Duration) -> TcpStream {
     in_netns(client_ns, move || {
         let mut stream = TcpStream::connect(("10.77.2.2", port)).unwrap();
-        stream.set_read_timeout(Some(LIMIT)).unwrap();
+        stream.set_read_timeout(Some(deadline)).unwrap();
         echo(&mut stream, b"hello");
+        stream.set_read_timeout(Some(LIMIT)).unwrap();
         stream
     })
     .join()
@@ -89,6 +99,29 @@ fn conntrack_entries(ns: &str, src: &str, port: u16) -> usize {
         .lines()
         .filter(|l| l.contains(" tcp ") && l.contains(&src) && l.contains(&port))
         .count()
+}
+
+/// A transparent midway in `router` with `max_connections`, intercepting [`INTERCEPTED_PORT`]
+/// from the client side.
+fn start_transparent(
+    router: &str,
+    dir: &std::path::Path,
+    max_connections: usize,
+) -> (midway_testkit::host::Running, mpsc::Receiver<String>) {
+    let config = dir.join("transparent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"10.77.1.0/24\"]\nmax_connections = {max_connections}\n\
+             [spool]\ndir = \"{}\"\n\n\
+             [[listeners]]\nname = \"tp\"\nmode = \"transparent\"\nlisten = \"0.0.0.0:7000\"\n\
+             [listeners.nftables]\nmanage = true\ntable = \"midway-gw\"\n\
+             interfaces = [\"veth-rc\"]\nports = [{INTERCEPTED_PORT}]\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    start_ready_in(MIDWAY, router, &config, LIMIT)
 }
 
 #[test]
@@ -123,20 +156,7 @@ fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
     ]);
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("transparent.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[proxy]\nallowed_clients = [\"10.77.1.0/24\"]\nmax_connections = {MAX_CONNECTIONS}\n\
-             [spool]\ndir = \"{}\"\n\n\
-             [[listeners]]\nname = \"tp\"\nmode = \"transparent\"\nlisten = \"0.0.0.0:7000\"\n\
-             [listeners.nftables]\nmanage = true\ntable = \"midway-gw\"\n\
-             interfaces = [\"veth-rc\"]\nports = [{INTERCEPTED_PORT}]\n",
-            dir.path().join("spool").display()
-        ),
-    )
-    .unwrap();
-    let (mut midway, log) = start_ready_in(MIDWAY, router, &config, LIMIT);
+    let (mut midway, log) = start_transparent(router, dir.path(), MAX_CONNECTIONS);
 
     // Up to the limit, every connection is split.
     let mut held = Vec::new();
@@ -182,6 +202,58 @@ fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
     bypassed.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty());
     echo(&mut untouched, b"still here");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(midway.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    drop(held);
+    let status = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn overload_serves_every_connection_of_a_burst_within_a_second() {
+    const LIMIT_OF_20: usize = 20;
+    const BURST: usize = 60;
+    let topo = Routed::new();
+    let (client, router, server) = (topo.client.name(), topo.router.name(), topo.server.name());
+    let seen = start_servers(server);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut midway, _log) = start_transparent(router, dir.path(), LIMIT_OF_20);
+
+    // One after the other, as fast as each is answered, every one held: the connections after
+    // the 20th arrive before the overload check's periodic look.
+    let mut held = Vec::new();
+    for n in 0..BURST {
+        let started = std::time::Instant::now();
+        held.push(connect_within(
+            client,
+            INTERCEPTED_PORT,
+            Duration::from_secs(1),
+        ));
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "connection {n} took {took:?}"
+        );
+    }
+    let (mut split, mut unsplit) = (0, 0);
+    for _ in 0..BURST {
+        match seen.recv_timeout(LIMIT).unwrap() {
+            (INTERCEPTED_PORT, addr) if addr == SPLIT => split += 1,
+            (INTERCEPTED_PORT, addr) if addr == UNSPLIT => unsplit += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    // Split: the 20 and what the kernel had queued before the bypass took effect.
+    assert!(split >= LIMIT_OF_20, "{split} split");
+    assert!(unsplit > 0, "none bypassed: {split} split");
+    eprintln!(
+        "{split} split (over the limit: {}), {unsplit} bypassed",
+        split - LIMIT_OF_20
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(midway.id() as i32),

@@ -18,6 +18,10 @@ use super::{
 };
 use crate::peer::header::{valid_key_name, MAX_KEY_NAME_LEN, MIN_KEY_LEN};
 
+/// Keys printed in midway's own files (examples, docs, older releases' examples): public, so a
+/// midway refuses to start with one.
+const PUBLISHED_KEYS: &[&[u8]] = &[b"midway example key - not a secret"];
+
 /// Every `[keys.NAME]`: a name that can travel in a header, and one of `secret` (hex) or
 /// `secret_file` (whose first line is hex) giving at least [`MIN_KEY_LEN`] bytes.
 pub(super) fn keys(
@@ -61,6 +65,14 @@ pub(super) fn keys(
                  `openssl rand -hex 32`",
             )
         })?;
+        if PUBLISHED_KEYS.contains(&bytes.as_slice()) {
+            return Err(v.invalid(
+                &key,
+                "is the example key published with midway: anyone who has read the README could \
+                 sign headers with it and use this midway as a relay; make your own with \
+                 `openssl rand -hex 32` and give both ends the same",
+            ));
+        }
         if bytes.len() < MIN_KEY_LEN {
             return Err(v.invalid(
                 &key,
@@ -77,14 +89,23 @@ pub(super) fn keys(
     Ok(keys)
 }
 
-/// The first line of a key file. The message never quotes the file's content.
 /// The first line of a key file. Only a regular file, and only its first 4 KiB: a typo naming
 /// `/dev/urandom` or a huge file is an error, not a start that eats memory.
 fn read_key_file(path: &Path) -> Result<String, String> {
     use std::io::Read as _;
     const MAX_KEY_FILE_BYTES: u64 = 4096;
     let cannot = |err: &dyn std::fmt::Display| format!("cannot read {}: {err}", path.display());
-    let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
+    let file = std::fs::File::open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "cannot read {0}: {e}; make the key once with `umask 077; openssl rand -hex 32 \
+                 > {0}` and copy the file to the other midway",
+                path.display()
+            )
+        } else {
+            cannot(&e)
+        }
+    })?;
     let metadata = file.metadata().map_err(|e| cannot(&e))?;
     if !metadata.is_file() {
         return Err(format!("{} is not a regular file", path.display()));

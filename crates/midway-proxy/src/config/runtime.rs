@@ -398,8 +398,40 @@ impl TargetAddr {
         if host.is_empty() || host.contains(':') || host.len() > 255 {
             return Err("expected \"host:port\"; write IPv6 addresses as \"[addr]:port\"".into());
         }
+        check_host_name(host)?;
         Ok(TargetAddr::Domain(host.to_string(), port))
     }
+}
+
+/// A host name as DNS has them (RFC 1123 labels; `_` allowed, as some internal names have
+/// it). A name whose last label is all digits is no name at all (RFC 3696, 2): it is an IPv4
+/// address mistyped (`10.2.0.300`), which would otherwise be looked up and fail at every
+/// connection instead of at load.
+fn check_host_name(host: &str) -> Result<(), String> {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let labels: Vec<&str> = name.split('.').collect();
+    if labels
+        .last()
+        .is_some_and(|last| !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(format!(
+            "{host:?} is neither an IPv4 address (four numbers 0-255) nor a host name"
+        ));
+    }
+    for label in labels {
+        let valid = (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !label.starts_with('-')
+            && !label.ends_with('-');
+        if !valid {
+            return Err(format!(
+                "{host:?} is not a host name (letters, digits and '-' between dots)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Display for TargetAddr {

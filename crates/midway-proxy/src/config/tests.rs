@@ -110,6 +110,27 @@ fn target_parsing() {
     assert!(TargetAddr::parse("example.org").is_err());
     assert!(TargetAddr::parse("::1:80").is_err());
     assert!(TargetAddr::parse("host:99999").is_err());
+    // Mistyped addresses are not host names.
+    for bad in [
+        "10.2.0.300:5201",
+        "10.2.0:80",
+        "1.2.3.4.5:80",
+        "bad host:80",
+        "-a.org:80",
+    ] {
+        assert!(TargetAddr::parse(bad).is_err(), "{bad}");
+    }
+    assert!(TargetAddr::parse("10.2.0.300:5201")
+        .unwrap_err()
+        .contains("neither an IPv4 address"));
+    for good in [
+        "localhost:80",
+        "my_host.lan:80",
+        "a-b.example.org.:443",
+        "x1.2b:80",
+    ] {
+        assert!(TargetAddr::parse(good).is_ok(), "{good}");
+    }
 }
 
 #[test]

@@ -1,14 +1,28 @@
 //! The accept loop of one listener and its admission: a slot of the total limit before
 //! `accept`, then the access list and the per-client limit; admitted clients get their own
 //! task and span, everything slow happens there.
+//!
+//! At the total limit an explicit listener (forward, SOCKS5, HTTP, peer) waits for a slot, and
+//! its clients wait in the kernel's accept queue: backpressure, as HAProxy's `maxconn`. A
+//! transparent listener whose nftables rules midway manages fails open instead
+//! (`overload.rs`): new connections are routed unsplit. But the bypass takes effect only for
+//! connections whose SYN arrives after it is switched on; one that completed its handshake
+//! just before already sits in the listener's accept queue, where no slot may free for as long
+//! as the others are held. So such a listener, with no slot free, wakes the bypass's check at
+//! once and serves what the kernel has queued as an overdraft: a slot of its own, at most as
+//! many as its accept queue holds (the kernel's bound on what can be queued), counted in
+//! `midway_overload_overdraft`. Deciding per SYN in the kernel (nftables `ct count`) was the
+//! other way; conntrack keeps a closed connection counted for minutes (TIME_WAIT), and a
+//! transparent gateway's diverted flows are deliberately not tracked at all.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{field, Instrument};
@@ -58,12 +72,22 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
     } = cx;
     let labels = Metrics::listener(&name);
     let mut backoff: Option<Duration> = None;
+    let overdraft = Arc::new(Semaphore::new(
+        midway_sys::tcp_info::accept_queue(listener.as_fd())
+            .map(|queue| queue.limit.max(1) as usize)
+            .unwrap_or(DEFAULT_OVERDRAFT),
+    ));
     loop {
-        let permit = tokio::select! {
+        let slot = take_slot(
+            &shared,
+            &overdraft,
+            fails_open(&generations.borrow(), &name),
+        );
+        let (permit, overdrawn) = tokio::select! {
             _ = shutdown.cancelled() => return,
-            permit = shared.total_limit.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => return, // semaphore closed: never happens, but do not spin
+            slot = slot => match slot {
+                Some(slot) => slot,
+                None => return, // semaphore closed: never happens, but do not spin
             },
         };
         let accepted = tokio::select! {
@@ -131,6 +155,10 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         };
         shared.metrics.accepted.get_or_create(&labels).inc();
         shared.served.fetch_add(1, Ordering::Relaxed);
+        if overdrawn {
+            shared.metrics.overdraft.get_or_create(&labels).inc();
+            tracing::debug!(listener = %name, client = %peer, "served over max_connections: queued before the overload bypass");
+        }
 
         let (local_profile, remote_profile) = state.profiles.for_client(peer.ip());
         let span = tracing::info_span!(
@@ -155,4 +183,38 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         };
         tracker.spawn(conn.serve(stream).instrument(span));
     }
+}
+
+/// Overdraft slots of a transparent listener whose accept queue length cannot be read.
+const DEFAULT_OVERDRAFT: usize = 128;
+
+/// A slot for the next connection: one of the total limit (`false`), or, when none is free and
+/// the listener `fails_open`, one of its `overdraft` (`true`; see the module documentation).
+/// `None` if a semaphore was closed.
+async fn take_slot(
+    shared: &Shared,
+    overdraft: &Arc<Semaphore>,
+    fails_open: bool,
+) -> Option<(OwnedSemaphorePermit, bool)> {
+    if let Ok(permit) = shared.total_limit.clone().try_acquire_owned() {
+        return Some((permit, false));
+    }
+    // At the limit: the bypass's check now, not at its next periodic look.
+    shared.overload_check.notify_one();
+    tokio::select! {
+        biased;
+        permit = shared.total_limit.clone().acquire_owned() => Some((permit.ok()?, false)),
+        permit = overdraft.clone().acquire_owned(), if fails_open => Some((permit.ok()?, true)),
+    }
+}
+
+/// Whether listener `name` fails open at the limit: transparent, with nftables rules midway
+/// manages (and so switches to bypass).
+fn fails_open(generation: &Generation, name: &str) -> bool {
+    generation.listeners.get(name).is_some_and(|state| {
+        matches!(
+            &state.config.intercept,
+            crate::config::Intercept::Transparent { nftables, .. } if nftables.manage
+        )
+    })
 }

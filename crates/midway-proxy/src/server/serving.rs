@@ -117,6 +117,10 @@ impl Serving {
                         overload.observe(shared.intercept_tables(), shared.load()).await;
                         refresh();
                     }
+                    // An accept loop found every slot taken.
+                    _ = shared.overload_check.notified() => {
+                        overload.observe(shared.intercept_tables(), shared.load()).await;
+                    }
                 }
             }
         });

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use midway_relay::RelayResources;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use super::access_links::AccessLinks;
 use super::overload::Load;
@@ -39,6 +39,9 @@ pub(super) struct Shared {
     intercept_tables: Mutex<Arc<[String]>>,
     /// The transparent listeners accepting now: their accept queues count as load.
     transparent_listeners: Mutex<Vec<Arc<TcpListener>>>,
+    /// Wakes the overload bypass's check at once (an accept loop found the total limit used
+    /// up) rather than at its next periodic look.
+    pub(super) overload_check: Notify,
 }
 
 impl Shared {
@@ -60,6 +63,7 @@ impl Shared {
             access_links: AccessLinks::new(&config.access_links),
             intercept_tables: Mutex::new(Arc::from(Vec::new())),
             transparent_listeners: Mutex::default(),
+            overload_check: Notify::new(),
         }
     }
 
