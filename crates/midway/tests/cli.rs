@@ -87,6 +87,12 @@ fn start_forward_proxy(
     proxy_lines: &str,
     target: &str,
 ) -> (Running, mpsc::Receiver<String>) {
+    let config = write_forward_config(dir, proxy_lines, target);
+    spawn_midway(MIDWAY, Place::Here, &config, &[])
+}
+
+/// The forward config [`start_forward_proxy`] runs, written into `dir`; its path.
+fn write_forward_config(dir: &Path, proxy_lines: &str, target: &str) -> std::path::PathBuf {
     let config = dir.join("forward.toml");
     std::fs::write(
         &config,
@@ -99,7 +105,7 @@ fn start_forward_proxy(
         ),
     )
     .unwrap();
-    spawn_midway(MIDWAY, Place::Here, &config, &[])
+    config
 }
 
 #[test]
@@ -310,17 +316,7 @@ fn worker_threads_sets_the_runtime_size() {
 #[test]
 fn text_logs_have_no_colour_codes_off_a_terminal_and_no_timestamp_under_systemd() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("forward.toml"),
-        format!(
-            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\n\
-             [spool]\ndir = \"{}\"\n\n\
-             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
-             target = \"127.0.0.1:9\"\n",
-            dir.path().join("spool").display()
-        ),
-    )
-    .unwrap();
+    let config = write_forward_config(dir.path(), "", "127.0.0.1:9");
     // midway's line once its listeners are bound (midway-launch's READY_LINE).
     let ready_line = "interception installed";
     for journald in [false, true] {
@@ -328,7 +324,7 @@ fn text_logs_have_no_colour_codes_off_a_terminal_and_no_timestamp_under_systemd(
         let mut command = Command::new(MIDWAY);
         command
             .args(["proxy", "--config"])
-            .arg(dir.path().join("forward.toml"))
+            .arg(&config)
             .env_remove("NO_COLOR")
             .env_remove("JOURNAL_STREAM")
             .stderr(std::fs::File::create(&log).unwrap());

@@ -124,6 +124,18 @@ fn start_transparent(
     start_ready_in(MIDWAY, router, &config, LIMIT)
 }
 
+/// SIGTERM to `midway`, the `held` connections closed during its drain; it must exit cleanly.
+fn stop_cleanly(midway: &mut midway_testkit::host::Running, held: Vec<TcpStream>) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(midway.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    drop(held);
+    let status = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
+    assert!(status.success(), "exit status {status}");
+}
+
 #[test]
 fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
     let topo = Routed::new();
@@ -203,14 +215,7 @@ fn at_its_limit_midway_fails_open_and_diverted_flows_are_not_tracked() {
     assert!(rest.is_empty());
     echo(&mut untouched, b"still here");
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(midway.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    drop(held);
-    let status = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
-    assert!(status.success(), "exit status {status}");
+    stop_cleanly(&mut midway, held);
 }
 
 #[test]
@@ -255,12 +260,5 @@ fn overload_serves_every_connection_of_a_burst_within_a_second() {
         split - LIMIT_OF_20
     );
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(midway.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    drop(held);
-    let status = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
-    assert!(status.success(), "exit status {status}");
+    stop_cleanly(&mut midway, held);
 }

@@ -78,11 +78,9 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             .unwrap_or(DEFAULT_OVERDRAFT),
     ));
     loop {
-        let slot = take_slot(
-            &shared,
-            &overdraft,
-            fails_open(&generations.borrow(), &name),
-        );
+        let slot = take_slot(&shared, &overdraft, || {
+            fails_open(&generations.borrow(), &name)
+        });
         let (permit, overdrawn) = tokio::select! {
             _ = shutdown.cancelled() => return,
             slot = slot => match slot {
@@ -189,16 +187,17 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
 const DEFAULT_OVERDRAFT: usize = 128;
 
 /// A slot for the next connection: one of the total limit (`false`), or, when none is free and
-/// the listener `fails_open`, one of its `overdraft` (`true`; see the module documentation).
-/// `None` if a semaphore was closed.
+/// the listener `fails_open` (asked only then, off the common path), one of its `overdraft`
+/// (`true`; see the module documentation). `None` if a semaphore was closed.
 async fn take_slot(
     shared: &Shared,
     overdraft: &Arc<Semaphore>,
-    fails_open: bool,
+    fails_open: impl FnOnce() -> bool,
 ) -> Option<(OwnedSemaphorePermit, bool)> {
     if let Ok(permit) = shared.total_limit.clone().try_acquire_owned() {
         return Some((permit, false));
     }
+    let fails_open = fails_open();
     // At the limit: the bypass's check now, not at its next periodic look.
     shared.overload_check.notify_one();
     tokio::select! {
