@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod manual;
 mod service;
 
 use std::path::PathBuf;
@@ -39,7 +40,8 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the proxy until SIGTERM or SIGINT, then drain and exit. SIGHUP reloads the
-    /// configuration file.
+    /// configuration file; SIGUSR2 starts this binary's file again with `--take-over` (a binary
+    /// upgrade that a service manager follows).
     Proxy {
         /// Configuration file (TOML); see examples/.
         #[arg(long, short)]
@@ -61,6 +63,14 @@ enum Command {
     Peer {
         #[command(subcommand)]
         command: PeerCommand,
+    },
+    /// Write midway's man pages (roff: midway.1 and one per subcommand) into a folder; the
+    /// package installs them.
+    #[command(hide = true)]
+    Manual {
+        /// Folder for the pages (created if missing).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Emulated-network experiments (run as root).
     #[cfg(feature = "lab")]
@@ -152,6 +162,13 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Peer { command } => peer(command),
+        Command::Manual { out } => {
+            use clap::CommandFactory;
+            for page in manual::write_pages(Cli::command(), &out)? {
+                println!("{}", page.display());
+            }
+            Ok(())
+        }
         #[cfg(feature = "lab")]
         Command::Lab { command } => midway_lab::execute(command),
     }
@@ -215,12 +232,13 @@ fn serve(
             .context("cannot install signal handlers")?;
         let mut registry = prometheus_client::registry::Registry::default();
         let proxy = if take_over {
-            midway_proxy::Proxy::take_over(config, &mut registry).await?
+            service::take_over(config, &mut registry).await?
         } else {
             midway_proxy::Proxy::bind(config, &mut registry).await?
         };
         service::ready(take_over);
         service::spawn_watchdog();
+        service::upgrade_on_signal().context("cannot install signal handlers")?;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signal_token = shutdown.clone();
         tokio::spawn(async move {

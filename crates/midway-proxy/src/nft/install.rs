@@ -332,7 +332,13 @@ impl Installed {
     pub(crate) fn remove(&mut self) {
         self.remove_with(|what, err| tracing::warn!(error = %err, "could not remove {what}"));
         if let Some((path, _)) = self.record.take() {
-            if let Err(err) = std::fs::remove_file(&path) {
+            // Absent is fine: a process that took over with nothing installed inherited a
+            // record the old one removed when it let go.
+            let result = std::fs::remove_file(&path);
+            if let Err(err) = result.or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            }) {
                 tracing::warn!(error = %err, path = %path.display(), "could not remove the install record");
             }
         }

@@ -170,12 +170,15 @@ impl Proxy {
     /// A binary upgrade: starts like [`Proxy::bind`], but with the listening sockets, metrics
     /// socket, BPF links and nftables state of the midway running with the same spool directory
     /// (see `handover.rs`), then tells it to stop accepting and drain. If this fails, the
-    /// running midway goes on as before.
+    /// running midway goes on as before. `before_commit` runs once this process is ready to
+    /// serve and the old one (its pid given) has not yet stopped: a service manager learns the
+    /// new main process then, while the old one cannot have exited.
     pub async fn take_over(
         config: RuntimeConfig,
         registry: &mut Registry,
+        before_commit: impl FnOnce(u32),
     ) -> Result<Proxy, ProxyError> {
-        upgrade::take_over(config, registry).await
+        upgrade::take_over(config, registry, before_commit).await
     }
 
     /// Every listener's name and the address it really bound (port 0 resolved).

@@ -22,10 +22,13 @@ use crate::config::RuntimeConfig;
 
 /// Starts like a fresh start, but with the listening sockets, metrics socket, BPF links and
 /// nftables state of the midway running with the same spool directory, then tells it to stop
-/// accepting and drain. If this fails, the running midway goes on as before.
+/// accepting and drain. If this fails, the running midway goes on as before. `before_commit`
+/// (given the old process's pid) runs once this process serves and the old one still does: the
+/// moment a service manager must learn the new main process, before the old one can exit.
 pub(super) async fn take_over(
     config: RuntimeConfig,
     registry: &mut Registry,
+    before_commit: impl FnOnce(u32),
 ) -> Result<Proxy, ProxyError> {
     let dir = config.spool_dir.clone();
     let mut inherited = tokio::task::spawn_blocking(move || handover::request(&dir))
@@ -37,6 +40,7 @@ pub(super) async fn take_over(
         "taking over from the running midway"
     );
     let mut proxy = start(config, registry, Some(&mut inherited)).await?;
+    before_commit(inherited.from_pid);
     tokio::task::spawn_blocking(move || inherited.commit())
         .await
         .map_err(|e| ProxyError::TakeOver(HandoverError::Protocol(e.to_string())))?
