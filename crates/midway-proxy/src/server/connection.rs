@@ -77,11 +77,17 @@ impl Drop for ActiveGuard {
 
 impl Connection {
     /// Serves the connection to its end; every outcome is logged and counted.
+    ///
+    /// The task's future is as large as its largest state, and it lives as long as the
+    /// connection: the states that are large and short (opening a transport, finding the target
+    /// and connecting, with TLS handshakes and peer headers) or belong to another kind of
+    /// listener (the HTTP engine) are boxed, so an idle relayed connection keeps only the
+    /// relay's state (its per-connection memory, `midway-bench --idle`).
     pub(super) async fn serve(self, client: TcpStream) {
         let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
         let started = Instant::now();
         if let Some(http) = self.http.clone() {
-            self.serve_http(client, http, started).await;
+            Box::pin(self.serve_http(client, http, started)).await;
             return;
         }
         let (local, _) = self.profiles();
@@ -90,7 +96,7 @@ impl Connection {
                 tracing::debug!("cancelled during setup");
                 return;
             }
-            opened = self.open(client, local) => opened,
+            opened = Box::pin(self.open(client, local)) => opened,
         };
         let client = match opened {
             Ok(client) => client,
@@ -117,7 +123,7 @@ impl Connection {
                 tracing::debug!("cancelled during setup");
                 return;
             }
-            setup = self.setup(&mut client, remote) => setup,
+            setup = Box::pin(self.setup(&mut client, remote)) => setup,
         };
         let onward = match setup {
             Ok(onward) => onward,

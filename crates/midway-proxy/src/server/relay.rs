@@ -97,9 +97,13 @@ pub(super) async fn relay(
     let congestion_controls = sampler.count_congestion_controls(metrics);
     let mut bytes = ByteReporter::new(name);
 
-    let relay = relay_segments(client, server, listener, shared, options, cancel);
+    // On the heap, once: a future moved into another async block is stored again in each
+    // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
+    // relay's few kilobytes in every connection's task. Boxed, each copy is a pointer.
+    let mut relay = Box::pin(relay_segments(
+        client, server, listener, shared, options, cancel,
+    ));
     let sampled_relay = async {
-        tokio::pin!(relay);
         let mut tick = tokio::time::interval_at(
             tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
             TCP_INFO_SAMPLE_INTERVAL,
@@ -198,30 +202,37 @@ async fn relay_segments(
             .await
         }
         (PeerLink::Tcp(client), server) => {
-            midway_relay::relay_peer_stream(
+            Box::pin(midway_relay::relay_peer_stream(
                 client,
                 server,
                 PeerSide::Server,
                 buffer_bytes,
                 options,
                 cancel,
-            )
+            ))
             .await
         }
         (client, PeerLink::Tcp(server)) => {
-            midway_relay::relay_peer_stream(
+            Box::pin(midway_relay::relay_peer_stream(
                 server,
                 client,
                 PeerSide::Client,
                 buffer_bytes,
                 options,
                 cancel,
-            )
+            ))
             .await
         }
         // The middle midway of an encrypted chain.
         (client, server) => {
-            midway_relay::relay_peer_streams(client, server, buffer_bytes, options, cancel).await
+            Box::pin(midway_relay::relay_peer_streams(
+                client,
+                server,
+                buffer_bytes,
+                options,
+                cancel,
+            ))
+            .await
         }
     }
 }
