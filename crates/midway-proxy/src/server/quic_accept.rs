@@ -148,7 +148,7 @@ async fn accept_streams(
             generation,
             listener_addr: cx.addr,
             peer: from,
-            cancel: cx.connections_cancel.clone(),
+            cancel: cx.connections_cancel.child_token(),
             shutdown: cx.draining.clone(),
             _permits: (permit, None),
         };

@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::congestion::register_congestion_controls;
+use super::control::ControlSocket;
 use super::error::ProxyError;
 use super::generation::Generation;
 use super::handover::{Inherited, UpgradeSocket};
@@ -92,6 +93,12 @@ pub(super) async fn start(
         Interception::Begun(_) => UpgradeSocket::open(&config.spool_dir, false),
         Interception::TakingOver { .. } => None,
     };
+    // A take-over opens its control socket only once the old process has let go (as the
+    // upgrade socket).
+    let control_socket = match (&interception, &config.control) {
+        (Interception::Begun(_), Some(control)) => ControlSocket::open(control, false)?,
+        _ => None,
+    };
     let generation = Generation::build(1, config, &profiles, &shared, None, Some(registry))?;
     // Metrics are registered twice: into the caller's registry (for its own use) and into
     // one this proxy serves; both hold clones of the same values.
@@ -154,6 +161,7 @@ pub(super) async fn start(
         control,
         control_requests,
         upgrade_socket,
+        control_socket,
     })
 }
 

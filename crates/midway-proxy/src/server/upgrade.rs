@@ -13,6 +13,7 @@ use std::os::unix::net::UnixStream;
 
 use prometheus_client::registry::Registry;
 
+use super::control::ControlSocket;
 use super::error::{ErrorChain, ProxyError};
 use super::handover::{self, HandoverError, ListenerKey, Offering, UpgradeSocket};
 use super::serving::Serving;
@@ -43,6 +44,13 @@ pub(super) async fn take_over(
         .map_err(ProxyError::TakeOver)?;
     // Only now: the old process keeps its upgrade socket until it has let go.
     proxy.upgrade_socket = UpgradeSocket::open(&proxy.generation.config.spool_dir, true);
+    // `midway status` talks to this process from now on; the old one's socket is replaced.
+    if let Some(control) = &proxy.generation.config.control {
+        proxy.control_socket = ControlSocket::open(control, true).unwrap_or_else(|err| {
+            tracing::warn!(error = %ErrorChain(&err), "took over without a control socket");
+            None
+        });
+    }
     tracing::info!("took over: the previous midway stopped accepting and drains");
     Ok(proxy)
 }
