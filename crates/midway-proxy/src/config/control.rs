@@ -137,10 +137,11 @@ mod tests {
         for bad in [
             "[control]\nsocket = \"control.sock\"\n".to_string(),
             format!("[control]\nsocket = \"/{}\"\n", "x".repeat(120)),
-            "[control]\nsocket = \"/tmp/x\"\nmode = 1\n".to_string(),
         ] {
             let err = with(&bad).unwrap_err().to_string();
-            assert!(err.contains("control"), "{bad}: {err}");
+            assert!(err.contains("control.socket"), "{bad}: {err}");
         }
+        let err = with("[control]\nsocket = \"/tmp/x\"\nmode = 1\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `mode`"), "{err}");
     }
 }

@@ -171,8 +171,22 @@ pub fn parse_request(line: &str) -> Result<Request, ControlError> {
             ))
         }
     }
-    serde_json::from_value(serde_json::Value::Object(object))
-        .map_err(|err| ControlError::new(ErrorReason::BadRequest, err.to_string()))
+    let keys: Vec<String> = object.keys().cloned().collect();
+    let request: Request = serde_json::from_value(serde_json::Value::Object(object))
+        .map_err(|err| ControlError::new(ErrorReason::BadRequest, err.to_string()))?;
+    // serde ignores extra fields of a command without fields (`status`); a mistyped field
+    // name must not be ignored silently, so every field given must be one the command has.
+    let request_keys = match serde_json::to_value(&request) {
+        Ok(serde_json::Value::Object(known)) => known,
+        _ => serde_json::Map::new(),
+    };
+    if let Some(extra) = keys.iter().find(|k| !request_keys.contains_key(*k)) {
+        return Err(ControlError::new(
+            ErrorReason::BadRequest,
+            format!("unknown field {extra:?} for {}", request.command()),
+        ));
+    }
+    Ok(request)
 }
 
 /// An answer as it travels.

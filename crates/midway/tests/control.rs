@@ -1,0 +1,304 @@
+// Tests: an unwrap or expect that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The control socket through a real `midway proxy` and the real `midway status`: two open
+//! connections read back with both segments' tcp_info (`--json` parsed), a drained listener
+//! refusing new connections while the open ones relay, undrain, and `close` resetting both
+//! ends of one connection; bad requests get typed errors; the socket is the owner's only and
+//! goes away with the proxy.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use midway_proxy::control::{ConnectionStatus, Status};
+use midway_testkit::host::{listening_addr, spawn_midway, Place};
+use midway_testkit::wait::{poll_until, wait_exit};
+
+const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
+const LIMIT: Duration = Duration::from_secs(20);
+const CHUNK: usize = 64 * 1024;
+
+/// An echo server on loopback; each connection's thread reports, in accept order, how its read
+/// side ended: `Ok(())` for a clean end of stream, else the error's kind.
+fn echo_server() -> (
+    SocketAddr,
+    mpsc::Receiver<(usize, Result<(), std::io::ErrorKind>)>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for (index, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                stream.set_read_timeout(Some(LIMIT * 2)).unwrap();
+                let mut buf = vec![0u8; CHUNK];
+                let ended = loop {
+                    match stream.read(&mut buf) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            if let Err(e) = stream.write_all(&buf[..n]) {
+                                break Err(e.kind());
+                            }
+                        }
+                        Err(e) => break Err(e.kind()),
+                    }
+                };
+                let _ = tx.send((index, ended));
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// Sends a chunk and reads its echo back (bounded by the stream's timeouts).
+fn echo_chunk(stream: &mut TcpStream, byte: u8) {
+    let chunk = vec![byte; CHUNK];
+    stream.write_all(&chunk).unwrap();
+    let mut back = vec![0u8; CHUNK];
+    stream.read_exact(&mut back).unwrap();
+    assert_eq!(back, chunk);
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(LIMIT)).unwrap();
+    stream.set_write_timeout(Some(LIMIT)).unwrap();
+    stream
+}
+
+/// `midway status ARGS --socket SOCKET`; its stdout, or a panic with its stderr.
+fn midway_status(socket: &Path, args: &[&str]) -> String {
+    let out = Command::new(MIDWAY)
+        .arg("status")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "midway status {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn status_json(socket: &Path) -> Status {
+    let text = midway_status(socket, &["--json"]);
+    serde_json::from_str(text.trim_end()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn connection_of<'a>(status: &'a Status, client: &TcpStream) -> &'a ConnectionStatus {
+    let addr = client.local_addr().unwrap();
+    status
+        .connections
+        .iter()
+        .find(|c| c.client == addr)
+        .unwrap_or_else(|| panic!("{addr} not listed: {status:#?}"))
+}
+
+/// One raw request line on the socket; the answer as JSON.
+fn raw_request(socket: &Path, line: &str) -> serde_json::Value {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(LIMIT)).unwrap();
+    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    serde_json::from_str(&answer).unwrap()
+}
+
+/// How a client's read side ends: the first error's kind, or `Ok(())` at a clean EOF.
+fn read_end(stream: &mut TcpStream) -> Result<(), std::io::ErrorKind> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(_) => continue,
+            Err(e) => return Err(e.kind()),
+        }
+    }
+}
+
+#[test]
+fn status_drain_and_close_through_the_control_socket() {
+    let (echo, ended) = echo_server();
+    let dir = tempfile::tempdir().unwrap();
+    // In a folder that does not exist yet: the proxy creates it.
+    let socket = dir.path().join("run").join("control.sock");
+    let config = dir.path().join("control.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\nshutdown_grace = \"2s\"\n\
+             [spool]\ndir = \"{}\"\n\
+             [control]\nsocket = \"{}\"\n\n\
+             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"{echo}\"\nrelay = \"buffer\"\n",
+            dir.path().join("spool").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let (mut midway, _log) = spawn_midway(MIDWAY, Place::Here, &config, &[]);
+    let addr = listening_addr(&mut midway, LIMIT);
+    assert!(
+        poll_until(LIMIT, || UnixStream::connect(&socket).is_ok()),
+        "the control socket never answered"
+    );
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket is its owner's only");
+
+    // Two connections, each with bytes moved both ways (so both segments have an RTT sample).
+    // The first is echoed before the second connects: the server accepts it first (index 0).
+    let mut first = connect(addr);
+    echo_chunk(&mut first, 1);
+    let mut second = connect(addr);
+    echo_chunk(&mut second, 2);
+
+    let status = status_json(&socket);
+    assert_eq!(status.generation, 1);
+    assert_eq!(status.connections.len(), 2, "{status:#?}");
+    assert_eq!(status.listeners.len(), 1);
+    assert_eq!(status.listeners[0].name, "fwd");
+    assert_eq!(status.listeners[0].open, 2);
+    assert!(!status.listeners[0].drained);
+    for client in [&first, &second] {
+        let c = connection_of(&status, client);
+        assert_eq!(c.listener, "fwd");
+        assert_eq!(c.target, Some(echo));
+        assert_eq!(c.relay, "buffer");
+        assert!(
+            c.bytes_up >= CHUNK as u64 && c.bytes_down >= CHUNK as u64,
+            "{c:#?}"
+        );
+        let roles: Vec<&str> = c.segments.iter().map(|s| s.role.as_str()).collect();
+        assert_eq!(roles, ["local", "remote"]);
+        for segment in &c.segments {
+            assert_eq!(segment.transport, "tcp");
+            let tcp = segment.tcp.as_ref().expect("tcp_info of a live segment");
+            assert!(tcp.srtt_us > 0, "{c:#?}");
+            assert!(tcp.cwnd > 0, "{c:#?}");
+            assert!(
+                tcp.congestion_control
+                    .as_ref()
+                    .is_some_and(|cc| !cc.is_empty()),
+                "{c:#?}"
+            );
+        }
+    }
+    // The table: one line per connection, both clients named.
+    let table = midway_status(&socket, &["--sort", "age"]);
+    for client in [&first, &second] {
+        let addr = client.local_addr().unwrap().to_string();
+        assert!(table.contains(&addr), "{addr} not in\n{table}");
+    }
+    check_filters(&socket);
+
+    // Drain: a new connection is closed at once, the open ones still relay.
+    let drained = midway_status(&socket, &["drain", "fwd"]);
+    assert!(drained.contains("drained"), "{drained}");
+    assert!(status_json(&socket).listeners[0].drained);
+    let mut refused = connect(addr);
+    // The write may or may not land before the reset; what matters is that no echo comes.
+    let _ = refused.write_all(b"hello");
+    let end = read_end(&mut refused);
+    assert!(
+        matches!(end, Ok(()) | Err(std::io::ErrorKind::ConnectionReset)),
+        "a connection to a drained listener was served: {end:?}"
+    );
+    echo_chunk(&mut first, 3);
+    echo_chunk(&mut second, 4);
+    assert_eq!(status_json(&socket).connections.len(), 2);
+
+    // Undrain: served again.
+    midway_status(&socket, &["undrain", "fwd"]);
+    let mut third = connect(addr);
+    echo_chunk(&mut third, 5);
+    drop(third);
+
+    // Close the first: both its client and its server see a reset, not a clean end.
+    let id = connection_of(&status_json(&socket), &first).id;
+    let closed = midway_status(&socket, &["close", &id.to_string()]);
+    assert!(closed.contains("closed"), "{closed}");
+    assert_eq!(
+        read_end(&mut first),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the client of a closed connection got a clean end of stream"
+    );
+    let server_end = loop {
+        let (index, end) = ended.recv_timeout(LIMIT).expect("the server saw the close");
+        if index == 0 {
+            break end;
+        }
+    };
+    assert_eq!(
+        server_end,
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the server of a closed connection got a clean end of stream"
+    );
+    // The other connection is untouched.
+    echo_chunk(&mut second, 6);
+    let after = status_json(&socket);
+    assert_eq!(after.connections.len(), 1, "{after:#?}");
+
+    // Typed errors from the real server.
+    let answer = raw_request(&socket, r#"{"version":2,"command":"status"}"#);
+    assert_eq!(answer["version"], 1);
+    assert_eq!(answer["result"], "error");
+    assert_eq!(answer["reason"], "unsupported_version");
+    let answer = raw_request(&socket, r#"{"version":1,"command":"close","id":999999}"#);
+    assert_eq!(answer["reason"], "unknown_connection");
+    let answer = raw_request(
+        &socket,
+        r#"{"version":1,"command":"drain","listener":"nope"}"#,
+    );
+    assert_eq!(answer["reason"], "unknown_listener");
+    let answer = raw_request(&socket, "not json");
+    assert_eq!(answer["reason"], "bad_json");
+    let out = Command::new(MIDWAY)
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .args(["close", "999999"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown_connection"));
+
+    // --watch draws bounded frames.
+    let frames = midway_status(&socket, &["--watch", "--interval", "0.2", "--count", "2"]);
+    assert_eq!(frames.matches("\x1b[H\x1b[2J").count(), 2, "{frames}");
+    assert!(frames.contains("listener fwd"), "{frames}");
+
+    drop(second);
+    midway.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exit = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
+    assert!(exit.success(), "{exit}");
+    assert!(!socket.exists(), "the control socket outlived the proxy");
+}
+
+/// `--client` and `--listener` keep what they name in `--json` too.
+fn check_filters(socket: &Path) {
+    let count = |args: &[&str]| {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let text = midway_status(socket, &all);
+        serde_json::from_str::<Status>(text.trim_end())
+            .unwrap()
+            .connections
+            .len()
+    };
+    // Both clients are 127.0.0.1.
+    assert_eq!(count(&["--client", "127.0.0.1"]), 2);
+    assert_eq!(count(&["--client", "127.0.0.0/8"]), 2);
+    assert_eq!(count(&["--client", "10.0.0.0/8"]), 0);
+    assert_eq!(count(&["--listener", "fwd"]), 2);
+    assert_eq!(count(&["--listener", "other"]), 0);
+    assert_eq!(count(&["--peer", "gw"]), 0);
+}
