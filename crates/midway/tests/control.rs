@@ -23,12 +23,12 @@ const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 const LIMIT: Duration = Duration::from_secs(20);
 const CHUNK: usize = 64 * 1024;
 
-/// An echo server on loopback; each connection's thread reports, in accept order, how its read
-/// side ended: `Ok(())` for a clean end of stream, else the error's kind.
-fn echo_server() -> (
-    SocketAddr,
-    mpsc::Receiver<(usize, Result<(), std::io::ErrorKind>)>,
-) {
+/// How a stream's read side ended: `Ok(())` for a clean end of stream, else the error's kind.
+type End = Result<(), std::io::ErrorKind>;
+
+/// An echo server on loopback; each connection's thread reports, with its index in accept
+/// order, how its read side ended.
+fn echo_server() -> (SocketAddr, mpsc::Receiver<(usize, End)>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -115,7 +115,7 @@ fn raw_request(socket: &Path, line: &str) -> serde_json::Value {
 }
 
 /// How a client's read side ends: the first error's kind, or `Ok(())` at a clean EOF.
-fn read_end(stream: &mut TcpStream) -> Result<(), std::io::ErrorKind> {
+fn read_end(stream: &mut TcpStream) -> End {
     let mut buf = [0u8; 4096];
     loop {
         match stream.read(&mut buf) {

@@ -45,6 +45,9 @@ pub enum StatusError {
     /// An answer of the wrong kind.
     #[error("midway answered {0} with something else than expected")]
     Unexpected(&'static str),
+    /// The status could not be written as JSON.
+    #[error("cannot write the status as JSON")]
+    Json(#[source] serde_json::Error),
     /// Writing to the terminal failed.
     #[error("cannot write the view")]
     Output(#[source] std::io::Error),
@@ -65,14 +68,18 @@ fn filtered(mut status: Status, options: &StatusOptions) -> Status {
     status
 }
 
+/// `status` as one line of JSON.
+fn json_line(status: &Status) -> Result<String, StatusError> {
+    let mut line = serde_json::to_string(status).map_err(StatusError::Json)?;
+    line.push('\n');
+    Ok(line)
+}
+
 /// `midway status` without `--watch`: the table, or the JSON line.
 pub fn status_text(options: &StatusOptions) -> Result<String, StatusError> {
     let status = fetch_status(options)?;
     Ok(if options.json {
-        let mut line =
-            serde_json::to_string(&filtered(status, options)).expect("a status always serializes");
-        line.push('\n');
-        line
+        json_line(&filtered(status, options))?
     } else {
         render_table(&status, &options.filter, options.sort)
     })
@@ -117,9 +124,7 @@ pub async fn watch(
         };
         let now = Instant::now();
         let frame = if options.json {
-            serde_json::to_string(&filtered(status.clone(), options))
-                .expect("a status always serializes")
-                + "\n"
+            json_line(&filtered(status.clone(), options))?
         } else {
             let (before, elapsed) = match &previous {
                 Some((before, at)) => (Some(before), now.duration_since(*at)),

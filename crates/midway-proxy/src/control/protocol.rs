@@ -48,11 +48,13 @@ struct Envelope<'a> {
 impl Request {
     /// The request line (without its newline) in this midway's protocol version.
     pub fn to_line(&self) -> String {
+        // Strings and numbers only: serializing cannot fail (an empty line would be answered
+        // with `bad_json`).
         serde_json::to_string(&Envelope {
             version: PROTOCOL_VERSION,
             request: self,
         })
-        .expect("a request always serializes")
+        .unwrap_or_default()
     }
 
     /// The command's name (the metrics label).
@@ -225,7 +227,14 @@ impl Response {
 
     /// The answer line (without its newline).
     pub fn to_line(&self) -> String {
-        serde_json::to_string(self).expect("a response always serializes")
+        // Strings, numbers and lists only: serializing cannot fail; should it, the client still
+        // gets an answer of the protocol.
+        serde_json::to_string(self).unwrap_or_else(|err| {
+            format!(
+                r#"{{"version":{PROTOCOL_VERSION},"result":"error","reason":"bad_request","message":{:?}}}"#,
+                err.to_string()
+            )
+        })
     }
 }
 
