@@ -302,3 +302,66 @@ fn check_filters(socket: &Path) {
     assert_eq!(count(&["--listener", "other"]), 0);
     assert_eq!(count(&["--peer", "gw"]), 0);
 }
+
+/// A reload keeps a listener drained and counts the generation; a binary upgrade leaves the
+/// new process answering on the socket (the old one's is replaced, not removed by its exit).
+#[test]
+fn reload_keeps_drain_and_an_upgrade_hands_the_socket_over() {
+    let (echo, _ended) = echo_server();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("control.sock");
+    // A take-over finds its listeners by address: a port known in advance.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("control.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\nshutdown_grace = \"2s\"\n\
+             [spool]\ndir = \"{}\"\n\
+             [control]\nsocket = \"{}\"\n\n\
+             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:{port}\"\n\
+             target = \"{echo}\"\nrelay = \"buffer\"\n",
+            dir.path().join("spool").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let (mut old, _old_log) = spawn_midway(MIDWAY, Place::Here, &config, &[]);
+    listening_addr(&mut old, LIMIT);
+    assert!(
+        poll_until(LIMIT, || UnixStream::connect(&socket).is_ok()),
+        "the control socket never answered"
+    );
+    midway_status(&socket, &["drain", "fwd"]);
+    old.reload().unwrap();
+    assert!(
+        poll_until(LIMIT, || status_json(&socket).generation == 2),
+        "the reload never showed as generation 2"
+    );
+    assert!(
+        status_json(&socket).listeners[0].drained,
+        "a reload undrained the listener"
+    );
+
+    let (mut new, _new_log) = spawn_midway(MIDWAY, Place::Here, &config, &["--take-over"]);
+    assert!(
+        poll_until(LIMIT, || status_json(&socket).pid == new.id()),
+        "the new process never answered on the control socket"
+    );
+    // The old process, with no connection open, ends by itself; its socket's path stays the
+    // new process's.
+    let exit = wait_exit(old.child_mut(), LIMIT, "the old midway did not stop");
+    assert!(exit.success(), "{exit}");
+    let status = status_json(&socket);
+    assert_eq!(status.pid, new.id());
+    // The drained state is the process's: the new one starts with every listener accepting.
+    assert!(!status.listeners[0].drained);
+    new.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exit = wait_exit(new.child_mut(), LIMIT, "the new midway did not stop");
+    assert!(exit.success(), "{exit}");
+    assert!(!socket.exists(), "the control socket outlived the proxy");
+}

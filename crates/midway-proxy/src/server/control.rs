@@ -47,15 +47,18 @@ pub(crate) struct ControlSocket {
 
 impl ControlSocket {
     /// Opens the socket `config` names. A socket a running midway answers on is left alone
-    /// unless `taking_over` (that midway is the one handing over). A configured path that
-    /// cannot be opened fails the start; the default path is best effort (a warning), so a
-    /// midway without a writable `/run/midway` still starts.
+    /// unless that midway is `taking_over_from` (the process handing over: the listening
+    /// socket's owner, by `SO_PEERCRED`). A configured path that cannot be opened fails the
+    /// start; the default path is best effort (a warning), so a midway without a writable
+    /// `/run/midway` still starts.
     pub(super) fn open(
         config: &ControlConfig,
-        taking_over: bool,
+        taking_over_from: Option<u32>,
     ) -> Result<Option<ControlSocket>, ProxyError> {
         let path = &config.socket;
-        let result = if !taking_over && std::os::unix::net::UnixStream::connect(path).is_ok() {
+        let answering = answering_pid(path);
+        let ours = answering.is_some() && answering == taking_over_from.map(Some);
+        let result = if answering.is_some() && !ours {
             Err(ProxyError::ControlSocket {
                 path: path.clone(),
                 problem: "another midway answers on it (give each midway its own [control] socket)",
@@ -114,6 +117,15 @@ impl ControlSocket {
             created_dir,
         })
     }
+}
+
+/// `Some(pid)` of the process listening at `path` if one answers there (`Some(None)` if its pid
+/// cannot be read), `None` if none does.
+fn answering_pid(path: &Path) -> Option<Option<u32>> {
+    let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+    let credentials =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials).ok();
+    Some(credentials.and_then(|c| u32::try_from(c.pid()).ok()))
 }
 
 impl Drop for ControlSocket {

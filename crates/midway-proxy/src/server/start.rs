@@ -96,7 +96,7 @@ pub(super) async fn start(
     // A take-over opens its control socket only once the old process has let go (as the
     // upgrade socket).
     let control_socket = match (&interception, &config.control) {
-        (Interception::Begun(_), Some(control)) => ControlSocket::open(control, false)?,
+        (Interception::Begun(_), Some(control)) => ControlSocket::open(control, None)?,
         _ => None,
     };
     let generation = Generation::build(1, config, &profiles, &shared, None, Some(registry))?;

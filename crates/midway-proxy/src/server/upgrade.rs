@@ -37,6 +37,7 @@ pub(super) async fn take_over(
         from_pid = inherited.from_pid,
         "taking over from the running midway"
     );
+    let from_pid = inherited.from_pid;
     let mut proxy = start(config, registry, Some(&mut inherited)).await?;
     tokio::task::spawn_blocking(move || inherited.commit())
         .await
@@ -46,7 +47,7 @@ pub(super) async fn take_over(
     proxy.upgrade_socket = UpgradeSocket::open(&proxy.generation.config.spool_dir, true);
     // `midway status` talks to this process from now on; the old one's socket is replaced.
     if let Some(control) = &proxy.generation.config.control {
-        proxy.control_socket = ControlSocket::open(control, true).unwrap_or_else(|err| {
+        proxy.control_socket = ControlSocket::open(control, Some(from_pid)).unwrap_or_else(|err| {
             tracing::warn!(error = %ErrorChain(&err), "took over without a control socket");
             None
         });
