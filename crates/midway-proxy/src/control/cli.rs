@@ -13,10 +13,8 @@ use super::view::{render_table, render_watch, Filter, SortKey};
 
 /// Clear the screen and go home: each frame of `--watch` starts on an empty terminal.
 const CLEAR: &str = "\x1b[H\x1b[2J";
-/// Rows of connections `--watch` shows when the terminal's height is not known.
-const DEFAULT_ROWS: usize = 40;
-/// Lines of the live view that are not connection rows (summary, totals, header, "more").
-const FRAME_LINES: usize = 8;
+/// Lines `--watch` fills when the terminal's height is not known.
+const DEFAULT_HEIGHT: usize = 50;
 
 /// What `midway status` shows and where it asks.
 #[derive(Debug, Clone)]
@@ -110,9 +108,8 @@ pub async fn watch(
     out: &mut impl Write,
 ) -> Result<(), StatusError> {
     tokio::pin!(stop);
-    let rows = rows
-        .map_or(DEFAULT_ROWS, |r| r.saturating_sub(FRAME_LINES))
-        .max(1);
+    // The last line stays free for the cursor.
+    let height = rows.map_or(DEFAULT_HEIGHT, |r| r.saturating_sub(1));
     let mut previous: Option<(Status, Instant)> = None;
     let mut drawn = 0u64;
     loop {
@@ -136,7 +133,7 @@ pub async fn watch(
                 elapsed,
                 &options.filter,
                 options.sort,
-                rows,
+                height,
             );
             format!("{CLEAR}{view}")
         };

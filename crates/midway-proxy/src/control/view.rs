@@ -174,8 +174,8 @@ pub fn render_table(status: &Status, filter: &Filter, sort: SortKey) -> String {
     out
 }
 
-/// `midway status --watch`: totals per listener and per peer, then at most `max_rows`
-/// connections; with `previous` (the snapshot `elapsed` earlier) a rate column, and `Bytes`
+/// `midway status --watch`: totals per listener and per peer, then as many connections as fit
+/// in `height` lines (at least one); with `previous` (the snapshot `elapsed` earlier) a rate column, and `Bytes`
 /// sorts by it (the fastest first).
 pub fn render_watch(
     status: &Status,
@@ -183,7 +183,7 @@ pub fn render_watch(
     elapsed: Duration,
     filter: &Filter,
     sort: SortKey,
-    max_rows: usize,
+    height: usize,
 ) -> String {
     let rates = rates(status, previous, elapsed);
     let rows = selected(status, filter, sort, &rates);
@@ -222,8 +222,12 @@ pub fn render_watch(
             bit_rate(rate * 8.0)
         );
     }
-    out.push('\n');
-    let shown = rows.len().min(max_rows);
+    out.push_str(
+        "  segments: A = accepted (client side), B = onward (server side); DLV = delivery rate\n\n",
+    );
+    // The table's header and the "more" line besides what is written so far.
+    let used = out.lines().count() + 2;
+    let shown = rows.len().min(height.saturating_sub(used).max(1));
     out.push_str(&table(&rows[..shown], previous.map(|_| &rates)));
     if rows.len() > shown {
         let _ = writeln!(out, "... {} more", rows.len() - shown);
@@ -528,7 +532,8 @@ mod tests {
             Duration::from_secs(2),
             &Filter::default(),
             SortKey::Bytes,
-            2,
+            // Six lines of totals and legend, the header, two rows and the "more" line.
+            10,
         );
         assert!(text.contains("listener fwd"), "{text}");
         assert!(text.contains("4.0Mb/s  DRAINED"), "{text}");
