@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::mpsc;
@@ -93,6 +94,16 @@ fn midway_status(socket: &Path, args: &[&str]) -> String {
 fn status_json(socket: &Path) -> Status {
     let text = midway_status(socket, &["--json"]);
     serde_json::from_str(text.trim_end()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The status, or `None` if `midway status` failed (while a take-over swaps the processes).
+fn try_status(socket: &Path) -> Option<Status> {
+    let out = Command::new(MIDWAY)
+        .args(["status", "--json", "--socket"])
+        .arg(socket)
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
 }
 
 fn connection_of<'a>(status: &'a Status, client: &TcpStream) -> &'a ConnectionStatus {
@@ -349,7 +360,8 @@ fn reload_keeps_drain_and_an_upgrade_hands_the_socket_over() {
 
     let (mut new, _new_log) = spawn_midway(MIDWAY, Place::Here, &config, &["--take-over"]);
     assert!(
-        poll_until(LIMIT, || status_json(&socket).pid == new.id()),
+        poll_until(LIMIT, || try_status(&socket)
+            .is_some_and(|s| s.pid == new.id())),
         "the new process never answered on the control socket"
     );
     // The old process, with no connection open, ends by itself; its socket's path stays the
@@ -364,4 +376,60 @@ fn reload_keeps_drain_and_an_upgrade_hands_the_socket_over() {
     let exit = wait_exit(new.child_mut(), LIMIT, "the new midway did not stop");
     assert!(exit.success(), "{exit}");
     assert!(!socket.exists(), "the control socket outlived the proxy");
+}
+
+/// Only root and midway's own user get an answer: another user who can reach the socket (its
+/// mode opened up here on purpose) is closed without one. Skipped unless run as root (another
+/// user is needed).
+#[test]
+fn another_user_gets_no_answer() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let (echo, _ended) = echo_server();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("control.sock");
+    let config = dir.path().join("control.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\n\
+             [spool]\ndir = \"{}\"\n\
+             [control]\nsocket = \"{}\"\n\n\
+             [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"{echo}\"\n",
+            dir.path().join("spool").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let (mut midway, _log) = spawn_midway(MIDWAY, Place::Here, &config, &[]);
+    listening_addr(&mut midway, LIMIT);
+    assert!(
+        poll_until(LIMIT, || UnixStream::connect(&socket).is_ok()),
+        "the control socket never answered"
+    );
+    // What the file mode would stop, opened up: the peer credentials must refuse it anyway.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let nobody = 65534;
+    let out = Command::new(MIDWAY)
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .uid(nobody)
+        .gid(nobody)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "another user got an answer");
+    // Connected, then closed unanswered: at the write (a broken pipe), at the read (a reset,
+    // its request never read) or a clean end, as the timing falls.
+    assert!(
+        stderr.contains("control socket") && !stderr.contains("cannot connect"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    // Root still gets one.
+    assert_eq!(status_json(&socket).listeners[0].name, "fwd");
 }

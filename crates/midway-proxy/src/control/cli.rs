@@ -13,6 +13,8 @@ use super::view::{render_table, render_watch, Filter, SortKey};
 
 /// Clear the screen and go home: each frame of `--watch` starts on an empty terminal.
 const CLEAR: &str = "\x1b[H\x1b[2J";
+/// Before a status is asked again (see [`fetch_status`]).
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Lines `--watch` fills when the terminal's height is not known.
 const DEFAULT_HEIGHT: usize = 50;
 
@@ -51,9 +53,18 @@ pub enum StatusError {
     Output(#[source] std::io::Error),
 }
 
-/// The status, asked once.
+/// The status. Asked a second time if the first connection closed unanswered: during a binary
+/// upgrade the old process may exit between a client's connect and its request (a status
+/// changes nothing, so asking again is safe).
 pub fn fetch_status(options: &StatusOptions) -> Result<Status, StatusError> {
-    match request(&options.socket, &Request::Status, options.timeout)?.body {
+    let answer = match request(&options.socket, &Request::Status, options.timeout) {
+        Err(ClientError::Io { .. } | ClientError::NoAnswer { .. }) => {
+            std::thread::sleep(RETRY_PAUSE);
+            request(&options.socket, &Request::Status, options.timeout)
+        }
+        answer => answer,
+    };
+    match answer?.body {
         ResponseBody::Status(status) => Ok(status),
         ResponseBody::Error(err) => Err(StatusError::Refused(err)),
         ResponseBody::Done { .. } => Err(StatusError::Unexpected("status")),

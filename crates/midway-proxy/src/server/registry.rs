@@ -210,3 +210,31 @@ fn read_tcp_info(fd: i32, inode: Option<u64>) -> Option<TcpInfoStatus> {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway holds one entry per idle connection (and the HashMap's slot for it): it must
+    /// stay a few cache lines, with no allocation of its own (names are the listener's and the
+    /// peer's, shared).
+    #[test]
+    fn an_entry_stays_small() {
+        let size = std::mem::size_of::<Entry>();
+        eprintln!("an Entry is {size} bytes");
+        assert!(size <= 256, "an Entry is {size} bytes");
+    }
+
+    #[test]
+    fn drain_flags_are_kept_by_name() {
+        let registry = Registry::default();
+        assert!(!registry.is_drained("fwd"));
+        let flag = registry.drain_flag("fwd");
+        flag.store(true, Ordering::Relaxed);
+        // The accept loop's flag and a later lookup (after a reload) are the same one.
+        assert!(registry.is_drained("fwd"));
+        assert!(registry.drain_flag("fwd").load(Ordering::Relaxed));
+        assert!(!registry.is_drained("other"));
+        assert!(!registry.close(1), "no connection 1 is open");
+    }
+}
