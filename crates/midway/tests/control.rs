@@ -433,3 +433,95 @@ fn another_user_gets_no_answer() {
     // Root still gets one.
     assert_eq!(status_json(&socket).listeners[0].name, "fwd");
 }
+
+/// A port free right now on loopback (a peer's address is written in the other's config).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes `body` with a `[proxy]` table, a spool and a control socket in `dir` under `name`;
+/// starts midway on it and waits for its listener. Returns it and its control socket.
+fn start_named(
+    dir: &Path,
+    name: &str,
+    body: &str,
+) -> (
+    midway_testkit::host::Running,
+    std::path::PathBuf,
+    SocketAddr,
+) {
+    let socket = dir.join(format!("{name}.sock"));
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\ndenied_destinations = []\n\
+             [spool]\ndir = \"{}\"\n[control]\nsocket = \"{}\"\n\n{body}",
+            dir.join(format!("{name}-spool")).display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let (mut midway, _log) = spawn_midway(MIDWAY, Place::Here, &config, &[]);
+    let addr = listening_addr(&mut midway, LIMIT);
+    assert!(
+        poll_until(LIMIT, || UnixStream::connect(&socket).is_ok()),
+        "{name}'s control socket never answered"
+    );
+    (midway, socket, addr)
+}
+
+/// Through a peer: the edge shows the peer's name and its peer segment, the gateway the
+/// connection's third segment (its peer segment and the remote one to the destination).
+#[test]
+fn a_connection_through_a_peer_shows_its_peer_and_segments_on_both_midways() {
+    let (echo, _ended) = echo_server();
+    let dir = tempfile::tempdir().unwrap();
+    let key =
+        "[keys.k]\nsecret = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"\n";
+    let gateway_port = free_port();
+    let (_gateway, gateway_socket, _) = start_named(
+        dir.path(),
+        "gateway",
+        &format!(
+            "{key}\n[[listeners]]\nname = \"from-edge\"\nmode = \"peer\"\n\
+             listen = \"127.0.0.1:{gateway_port}\"\nkeys = [\"k\"]\n"
+        ),
+    );
+    let (_edge, edge_socket, edge_addr) = start_named(
+        dir.path(),
+        "edge",
+        &format!(
+            "{key}\n[[peers]]\nname = \"gw\"\naddress = \"127.0.0.1:{gateway_port}\"\nkey = \"k\"\n\
+             destinations = [\"127.0.0.0/8\"]\nwarm_connections = 0\n\n\
+             [[listeners]]\nname = \"edge\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"{echo}\"\nvia = [\"gw\"]\n"
+        ),
+    );
+    let mut client = connect(edge_addr);
+    echo_chunk(&mut client, 7);
+
+    let edge = status_json(&edge_socket);
+    let c = connection_of(&edge, &client);
+    assert_eq!(c.peer.as_deref(), Some("gw"), "{c:#?}");
+    assert_eq!(c.target, Some(echo));
+    let roles: Vec<&str> = c.segments.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["local", "peer"]);
+    assert!(c.segments.iter().all(|s| s.tcp.is_some()), "{c:#?}");
+    let through = midway_status(&edge_socket, &["--json", "--peer", "gw"]);
+    let through: Status = serde_json::from_str(through.trim_end()).unwrap();
+    assert_eq!(through.connections.len(), 1);
+
+    let gateway = status_json(&gateway_socket);
+    assert_eq!(gateway.connections.len(), 1, "{gateway:#?}");
+    let g = &gateway.connections[0];
+    assert_eq!(g.listener, "from-edge");
+    assert_eq!(g.target, Some(echo));
+    let roles: Vec<&str> = g.segments.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["peer", "remote"]);
+    assert!(g.segments.iter().all(|s| s.tcp.is_some()), "{g:#?}");
+}
