@@ -287,11 +287,33 @@ fn status_drain_and_close_through_the_control_socket() {
     assert_eq!(frames.matches("\x1b[H\x1b[2J").count(), 2, "{frames}");
     assert!(frames.contains("listener fwd"), "{frames}");
 
+    // A live view running when the proxy stops ends by itself, saying why.
+    let mut watcher = Command::new(MIDWAY)
+        .args(["status", "--watch", "--interval", "0.2", "--socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     drop(second);
     midway.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
     let exit = wait_exit(midway.child_mut(), LIMIT, "midway did not stop");
     assert!(exit.success(), "{exit}");
     assert!(!socket.exists(), "the control socket outlived the proxy");
+    let watched = wait_exit(
+        &mut watcher,
+        LIMIT,
+        "--watch went on after the proxy stopped",
+    );
+    assert!(!watched.success());
+    let mut why = String::new();
+    watcher
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut why)
+        .unwrap();
+    assert!(why.contains("control socket"), "{why}");
 }
 
 /// `--client` and `--listener` keep what they name in `--json` too.
