@@ -148,6 +148,7 @@ fn status_drain_and_close_through_the_control_socket() {
         &config,
         format!(
             "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\nshutdown_grace = \"2s\"\n\
+             [metrics]\nlisten = \"127.0.0.1:0\"\n\
              [spool]\ndir = \"{}\"\n\
              [control]\nsocket = \"{}\"\n\n\
              [[listeners]]\nname = \"fwd\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
@@ -157,7 +158,7 @@ fn status_drain_and_close_through_the_control_socket() {
         ),
     )
     .unwrap();
-    let (mut midway, _log) = spawn_midway(MIDWAY, Place::Here, &config, &[]);
+    let (mut midway, log) = spawn_midway(MIDWAY, Place::Here, &config, &[]);
     let addr = listening_addr(&mut midway, LIMIT);
     assert!(
         poll_until(LIMIT, || UnixStream::connect(&socket).is_ok()),
@@ -287,6 +288,17 @@ fn status_drain_and_close_through_the_control_socket() {
     assert_eq!(frames.matches("\x1b[H\x1b[2J").count(), 2, "{frames}");
     assert!(frames.contains("listener fwd"), "{frames}");
 
+    // Counted: control requests by command and result, connections refused while drained.
+    let metrics = scrape(&log);
+    for line in [
+        "midway_control_requests_total{command=\"drain\",result=\"ok\"} 1",
+        "midway_control_requests_total{command=\"close\",result=\"unknown_connection\"} 2",
+        "midway_control_requests_total{command=\"invalid\",result=\"unsupported_version\"} 1",
+        "midway_connections_refused_total{listener=\"fwd\",reason=\"drained\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+
     // A live view running when the proxy stops ends by itself, saying why.
     let mut watcher = Command::new(MIDWAY)
         .args(["status", "--watch", "--interval", "0.2", "--socket"])
@@ -314,6 +326,29 @@ fn status_drain_and_close_through_the_control_socket() {
         .read_to_string(&mut why)
         .unwrap();
     assert!(why.contains("control socket"), "{why}");
+}
+
+/// The proxy's `/metrics` text; its address from the log line that names it.
+fn scrape(log: &mpsc::Receiver<String>) -> String {
+    let addr = log
+        .try_iter()
+        .find_map(|line| {
+            let value: serde_json::Value = serde_json::from_str(&line).ok()?;
+            let message = value["fields"]["message"].as_str()?;
+            message.starts_with("metrics at").then(|| {
+                value["fields"]["addr"]
+                    .as_str()
+                    .and_then(|a| a.parse::<SocketAddr>().ok())
+            })?
+        })
+        .expect("a log line names the metrics endpoint");
+    let mut stream = connect(addr);
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: midway\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
 }
 
 /// `--client` and `--listener` keep what they name in `--json` too.
