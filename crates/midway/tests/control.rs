@@ -372,7 +372,8 @@ fn check_filters(socket: &Path) {
 }
 
 /// A reload keeps a listener drained and counts the generation; a binary upgrade leaves the
-/// new process answering on the socket (the old one's is replaced, not removed by its exit).
+/// new process answering on the socket (the old one's is replaced, not removed by its exit),
+/// with the listener still drained.
 #[test]
 fn reload_keeps_drain_and_an_upgrade_hands_the_socket_over() {
     let (echo, _ended) = echo_server();
@@ -427,8 +428,18 @@ fn reload_keeps_drain_and_an_upgrade_hands_the_socket_over() {
     assert!(exit.success(), "{exit}");
     let status = status_json(&socket);
     assert_eq!(status.pid, new.id());
-    // The drained state is the process's: the new one starts with every listener accepting.
-    assert!(!status.listeners[0].drained);
+    // The drained listener stays drained in the new process.
+    assert!(
+        status.listeners[0].drained,
+        "the upgrade undrained the listener"
+    );
+    let mut refused = connect(SocketAddr::from(([127, 0, 0, 1], port)));
+    let _ = refused.write_all(b"hello");
+    let end = read_end(&mut refused);
+    assert!(
+        matches!(end, Ok(()) | Err(std::io::ErrorKind::ConnectionReset)),
+        "the new process served a drained listener: {end:?}"
+    );
     new.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
     let exit = wait_exit(new.child_mut(), LIMIT, "the new midway did not stop");
     assert!(exit.success(), "{exit}");

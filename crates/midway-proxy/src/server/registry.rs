@@ -6,7 +6,7 @@
 //!
 //! Also the listeners' drained flags: the accept loop reads its listener's flag (one atomic
 //! load per accept); the flags are kept by listener name for the process's life, so a reload
-//! never undrains a listener.
+//! never undrains a listener, and a binary upgrade hands the drained names to the new process.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -136,6 +136,15 @@ impl Registry {
             .entry(name.to_string())
             .or_default()
             .clone()
+    }
+
+    /// The listeners drained now (a binary upgrade hands them over).
+    pub(super) fn drained_names(&self) -> Vec<String> {
+        lock(&self.drained)
+            .iter()
+            .filter(|(_, flag)| flag.load(Ordering::Relaxed))
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Whether listener `name` is drained now.

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 use midway_bpf::Registration;
@@ -78,6 +79,13 @@ pub(super) async fn start(
     let profiles = profiles::share_checked(&used, profiles)?;
     let resources = relay_resources(&config, inherited.is_none())?;
     let shared = Arc::new(Shared::new(&config, resources, socket_memory));
+    // A take-over keeps the old process's drained listeners drained from its first accept.
+    for name in inherited.iter().flat_map(|i| &i.drained) {
+        shared
+            .registry
+            .drain_flag(name)
+            .store(true, Ordering::Relaxed);
+    }
 
     let mut listeners = Vec::with_capacity(config.listeners.len());
     for listener in &config.listeners {

@@ -111,6 +111,7 @@ pub(super) async fn hand_over(
         }
     };
     let record_dir = proxy.generation.config.spool_dir.clone();
+    let drained = proxy.shared.registry.drained_names();
     tracing::info!(listeners = ?serving.listeners.names().collect::<Vec<_>>(), "a new midway asks to take over; offering the listening sockets");
     let committed = tokio::task::spawn_blocking(move || {
         let offering = Offering {
@@ -130,6 +131,7 @@ pub(super) async fn hand_over(
                 .collect(),
             record_dir,
             refusal,
+            drained,
         };
         handover::offer(stream, offering)
     })
