@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::file::{
-    FileConfig, FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer, FileProxy,
-    FileSpool, ModeName, RelayName,
+    FileConfig, FileControl, FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer,
+    FileProxy, FileSpool, ModeName, RelayName,
 };
 use crate::profile::ProfileSpec;
 
@@ -61,6 +61,15 @@ impl ConfigBuilder {
     /// The Prometheus endpoint.
     pub fn metrics(mut self, listen: SocketAddr) -> ConfigBuilder {
         self.config.metrics = Some(FileMetrics { listen });
+        self
+    }
+
+    /// The control socket's path (`midway status`).
+    pub fn control_socket(mut self, path: impl Into<PathBuf>) -> ConfigBuilder {
+        self.config.control = Some(FileControl {
+            enabled: None,
+            socket: Some(path.into()),
+        });
         self
     }
 

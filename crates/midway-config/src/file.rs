@@ -23,6 +23,8 @@ pub struct FileConfig {
     pub metrics: Option<FileMetrics>,
     /// Where spool-mode relays keep their files (`[spool]`); absent: defaults.
     pub spool: Option<FileSpool>,
+    /// The control socket `midway status` talks to (`[control]`); absent: the default path.
+    pub control: Option<FileControl>,
     /// TCP profiles by name (`[profiles.NAME]`), added to the presets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub profiles: BTreeMap<String, ProfileSpec>,
@@ -249,6 +251,18 @@ pub struct FileAccessLink {
 pub struct FileMetrics {
     /// Address the `/metrics` HTTP endpoint listens on.
     pub listen: SocketAddr,
+}
+
+/// `[control]`: the Unix socket of the control protocol (`midway status`, drain, close).
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileControl {
+    /// `false` turns the control socket off (default `true`).
+    pub enabled: Option<bool>,
+    /// Path of the socket; `""` turns it off. Default: `$RUNTIME_DIRECTORY/control.sock`
+    /// under systemd's `RuntimeDirectory=`, else `/run/midway/control.sock`.
+    pub socket: Option<PathBuf>,
 }
 
 /// `[spool]`

@@ -27,9 +27,9 @@ pub mod squid;
 
 pub use builder::{ConfigBuilder, ListenerBuilder};
 pub use file::{
-    ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
-    FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic, FileSocketMemory,
-    FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
+    ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileControl,
+    FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic,
+    FileSocketMemory, FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
 };
 pub use overlay::{overlay, OverlayConflict};
 pub use profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};

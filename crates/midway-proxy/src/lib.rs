@@ -49,6 +49,7 @@
 mod access;
 pub mod access_link;
 pub mod config;
+pub mod control;
 mod metrics;
 mod nft;
 pub mod peer;

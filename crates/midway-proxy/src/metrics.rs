@@ -4,6 +4,7 @@
 //! are per listener and per segment, never per connection, so cardinality stays bounded by the
 //! config. Names are what the lab scrapes; keep them stable.
 
+mod control;
 mod tunnel;
 
 use std::convert::Infallible;
@@ -119,6 +120,8 @@ pub(crate) struct Metrics {
     pub peer_tls_failures: Family<PeerReasonLabels, Counter>,
     /// The QUIC tunnels'.
     pub tunnel: tunnel::TunnelMetrics,
+    /// The control socket's requests.
+    pub control: control::ControlMetrics,
     /// Gateway: headers that failed authentication, by reason.
     pub peer_auth_failures: Family<RefusedLabels, Counter>,
     /// Gateway: headers refused because their chain is already relayed here.
@@ -153,6 +156,7 @@ impl Default for Metrics {
             peer_connect_failures: Family::default(),
             peer_tls_failures: Family::default(),
             tunnel: tunnel::TunnelMetrics::default(),
+            control: control::ControlMetrics::default(),
             peer_auth_failures: Family::default(),
             peer_loops_refused: Family::default(),
             peer_hop_limit_refused: Family::default(),
@@ -274,6 +278,7 @@ impl Metrics {
             self.peer_tls_failures.clone(),
         );
         self.tunnel.register(registry);
+        self.control.register(registry);
         registry.register(
             "midway_peer_auth_failures",
             "Connecting midways refused by a peer listener for failing authentication (the header, or the TLS key: reasons tls_*), by reason",

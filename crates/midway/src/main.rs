@@ -1,7 +1,7 @@
 //! The `midway` binary: parses the command line, sets up logging, and hands over to the libraries.
 //! Everything that can be tested lives in the library crates; this file only wires them.
 //! The `lab` subcommand exists with the `lab` feature (default); without it the binary is the
-//! proxy alone (`proxy`, `check-config`) and does not link the lab or its plotting.
+//! proxy alone (`proxy`, `check-config`, `status`, `peer`) and does not link the lab or its plotting.
 
 #![forbid(unsafe_code)]
 
@@ -59,6 +59,9 @@ enum Command {
         /// Configuration file (TOML).
         file: PathBuf,
     },
+    /// The running proxy's open connections, both segments side by side (tcp_info of each),
+    /// from its control socket; also drain or undrain a listener and close a connection.
+    Status(StatusArgs),
     /// Another midway's side of the peer segment: keys for `transport = "tls"`.
     Peer {
         #[command(subcommand)]
@@ -78,6 +81,72 @@ enum Command {
         #[command(subcommand)]
         command: midway_lab::LabCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// The control socket (default: $RUNTIME_DIRECTORY/control.sock when set, else
+    /// /run/midway/control.sock).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    /// Print JSON (one object per line) for scripts; see docs/control-protocol.md.
+    #[arg(long, global = true)]
+    json: bool,
+    /// A live view, redrawn every --interval until Ctrl-C (or --count frames).
+    #[arg(long)]
+    watch: bool,
+    /// Seconds between the frames of --watch.
+    #[arg(long, default_value_t = 2.0, requires = "watch", value_parser = parse_interval)]
+    interval: f64,
+    /// Stop --watch after this many frames.
+    #[arg(long, requires = "watch")]
+    count: Option<u64>,
+    /// Order: age (oldest first), bytes (most first; with --watch the fastest first), client,
+    /// srtt (largest of either segment first).
+    #[arg(long, default_value = "bytes")]
+    sort: midway_proxy::control::SortKey,
+    /// Only clients in this prefix (10.1.0.0/24) or with this address.
+    #[arg(long)]
+    client: Option<midway_proxy::control::ClientFilter>,
+    /// Only connections of this listener.
+    #[arg(long)]
+    listener: Option<String>,
+    /// Only connections through this peer.
+    #[arg(long)]
+    peer: Option<String>,
+    #[command(subcommand)]
+    action: Option<StatusAction>,
+}
+
+#[derive(Subcommand)]
+enum StatusAction {
+    /// The listener refuses new connections (closed at once); open ones go on.
+    Drain {
+        /// The listener's name.
+        listener: String,
+    },
+    /// The listener accepts new connections again.
+    Undrain {
+        /// The listener's name.
+        listener: String,
+    },
+    /// End one connection with a reset toward both ends (ids: `midway status`).
+    Close {
+        /// The connection's id.
+        id: u64,
+    },
+}
+
+/// --interval: at least a tenth of a second, at most an hour.
+fn parse_interval(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if (0.1..=3600.0).contains(&seconds) {
+        Ok(seconds)
+    } else {
+        Err("give between 0.1 and 3600 seconds".into())
+    }
 }
 
 #[derive(Subcommand)]
@@ -161,6 +230,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{}: ok", file.display());
             Ok(())
         }
+        Command::Status(args) => status(args),
         Command::Peer { command } => peer(command),
         Command::Manual { out } => {
             use clap::CommandFactory;
@@ -172,6 +242,61 @@ fn run(command: Command) -> anyhow::Result<()> {
         #[cfg(feature = "lab")]
         Command::Lab { command } => midway_lab::execute(command),
     }
+}
+
+/// `midway status`: the client, filters and views are midway-proxy's (`control`).
+fn status(args: StatusArgs) -> anyhow::Result<()> {
+    use midway_proxy::control::{self, Request, StatusOptions};
+    use std::io::Write;
+    let options = StatusOptions {
+        socket: args.socket.unwrap_or_else(|| {
+            midway_proxy::config::default_control_socket(
+                std::env::var_os("RUNTIME_DIRECTORY").as_deref(),
+            )
+        }),
+        json: args.json,
+        filter: control::Filter {
+            client: args.client,
+            listener: args.listener,
+            peer: args.peer,
+        },
+        sort: args.sort,
+        timeout: std::time::Duration::from_secs(10),
+    };
+    let text = match args.action {
+        Some(StatusAction::Drain { listener }) => {
+            control::command_text(&options, Request::Drain { listener })?
+        }
+        Some(StatusAction::Undrain { listener }) => {
+            control::command_text(&options, Request::Undrain { listener })?
+        }
+        Some(StatusAction::Close { id }) => control::command_text(&options, Request::Close { id })?,
+        None if args.watch => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            let interval = std::time::Duration::from_secs_f64(args.interval);
+            let stop = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            let mut out = std::io::stdout();
+            runtime.block_on(control::watch(
+                &options,
+                interval,
+                args.count,
+                control::terminal_rows(),
+                stop,
+                &mut out,
+            ))?;
+            return Ok(());
+        }
+        None => control::status_text(&options)?,
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
 }
 
 fn peer(command: PeerCommand) -> anyhow::Result<()> {

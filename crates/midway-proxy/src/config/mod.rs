@@ -13,6 +13,7 @@
 //! Secrets (SOCKS5 passwords) never appear in an error message or in `Debug` output.
 
 mod access_links;
+mod control;
 mod http;
 mod listener;
 mod peers;
@@ -27,12 +28,15 @@ use std::time::Duration;
 use midway_tcp::ProfileError;
 
 pub use access_links::MIN_ACCESS_RATE_BPS;
+pub use control::{
+    default_control_socket, ControlConfig, CONTROL_SOCKET_NAME, DEFAULT_CONTROL_SOCKET,
+};
 /// Stage 1, the file as written, is midway-config's: the proxy reads it, the lab and the
 /// benchmark write it.
 pub use midway_config::{
-    ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
-    FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic, FileSocketMemory,
-    FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
+    ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileControl,
+    FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic,
+    FileSocketMemory, FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
 };
 pub use runtime::*;
 

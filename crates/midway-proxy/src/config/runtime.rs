@@ -48,6 +48,8 @@ pub struct RuntimeConfig {
     pub route_knobs_mark_base: u32,
     /// Address of the Prometheus `/metrics` endpoint, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// The control socket (`midway status`), unless turned off.
+    pub control: Option<super::ControlConfig>,
     /// Where spool-mode relays keep their files.
     pub spool_dir: PathBuf,
     /// Disk all spool files together may use.

@@ -243,6 +243,8 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
     };
     let listeners = listeners(&v, file.listeners, &profiles, &names)?;
     let access_links = super::access_links::access_links(&v, file.access_links)?;
+    let runtime_directory = std::env::var_os("RUNTIME_DIRECTORY");
+    let control = super::control::control(&v, file.control, runtime_directory.as_deref())?;
 
     Ok(RuntimeConfig {
         origin: origin.to_string(),
@@ -264,6 +266,7 @@ pub(super) fn validate(file: FileConfig, origin: &str) -> Result<RuntimeConfig, 
             .route_knobs_mark_base
             .unwrap_or(DEFAULT_ROUTE_KNOBS_MARK_BASE),
         metrics_listen: file.metrics.map(|m| m.listen),
+        control,
         spool_dir,
         spool_max_total_bytes,
         profiles,

@@ -71,6 +71,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         connections_cancel,
     } = cx;
     let labels = Metrics::listener(&name);
+    let drained = shared.registry.drain_flag(&name);
     let mut backoff: Option<Duration> = None;
     let overdraft = Arc::new(Semaphore::new(
         midway_sys::tcp_info::accept_queue(listener.as_fd())
@@ -128,6 +129,14 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             }
         };
 
+        if drained.load(Ordering::Relaxed) {
+            // Drained by the control socket: new connections are closed at once (a reset),
+            // open ones go on.
+            shared.metrics.refuse(&name, "drained");
+            tracing::debug!(listener = %name, client = %peer, "listener drained; closed");
+            close_now(stream);
+            continue;
+        }
         let generation = generations.borrow().clone();
         let Some(state) = generation.listeners.get(&name).cloned() else {
             // Removed by a reload that is stopping this loop right now.
@@ -175,7 +184,9 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             generation,
             listener_addr: addr,
             peer,
-            cancel: connections_cancel.clone(),
+            // Its own token, so the control socket can close this one connection; shutdown
+            // still cancels it through the parent.
+            cancel: connections_cancel.child_token(),
             shutdown: draining.clone(),
             _permits: (permit, client_permit),
         };

@@ -19,6 +19,7 @@ use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
 use super::peer_link::PeerLink;
 use super::peering::{self, Chain};
+use super::pool::WarmPool;
 use super::profiles::ListenerProfiles;
 use super::relay::{self, ByteReporter, Split};
 use super::shared::Shared;
@@ -54,6 +55,10 @@ pub(super) struct Onward {
     /// Set when the connection is part of a chain of midways: its id stays registered here
     /// (loop detection) while this is held.
     chain: Option<Chain>,
+    /// The destination (for the control socket's status).
+    target: Option<SocketAddr>,
+    /// The peer it goes through, if any.
+    peer: Option<Arc<WarmPool>>,
 }
 
 /// Counts the connection as open (the listener's active gauge, the proxy's total) until the
@@ -143,6 +148,9 @@ impl Connection {
             started,
             adjustable: (leaves_buffers(local), leaves_buffers(remote)),
             segments: (self.listener.intercept.accepted_segment(), onward.segment),
+            client_addr: self.peer,
+            target: onward.target,
+            peer: onward.peer,
         };
         let _chain = onward.chain;
         relay::relay(
@@ -253,6 +261,8 @@ impl Connection {
                     stream,
                     segment: "peer",
                     chain: Some(chain),
+                    target: Some(destination),
+                    peer: self.generation.peering.pools().get(index).cloned(),
                 });
             }
             addr = TargetAddr::Ip(destination);
@@ -267,9 +277,11 @@ impl Connection {
         .await?;
         apply_established(&stream, remote, Role::Outgoing)?;
         Ok(Onward {
+            target: stream.peer_addr().ok(),
             stream: PeerLink::Tcp(stream),
             segment: "remote",
             chain: target.chain,
+            peer: None,
         })
     }
 

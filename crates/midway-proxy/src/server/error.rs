@@ -115,6 +115,17 @@ pub enum ProxyError {
     /// A binary upgrade could not take over from the running midway.
     #[error("cannot take over from the running midway")]
     TakeOver(#[source] super::handover::HandoverError),
+    /// The control socket `[control] socket` names could not be opened.
+    #[error("control socket {path}: {problem}")]
+    ControlSocket {
+        /// The configured path.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        problem: &'static str,
+        /// The system's error, if any.
+        #[source]
+        source: Option<io::Error>,
+    },
 }
 
 /// Why a connection ended before relaying.

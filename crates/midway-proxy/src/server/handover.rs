@@ -72,6 +72,10 @@ struct Offer {
     record_dir: PathBuf,
     /// Why the running midway cannot hand over (no descriptors come then).
     refusal: Option<String>,
+    /// Listeners drained through the control socket: they stay drained in the new process.
+    /// Absent in an older midway's offer.
+    #[serde(default)]
+    drained: Vec<String>,
 }
 
 /// Why a handover failed.
@@ -112,6 +116,8 @@ pub(crate) struct Inherited {
     listeners: Vec<(ListenerKey, OwnedFd)>,
     metrics: Option<(SocketAddr, OwnedFd)>,
     pub(crate) congestion_controls: Vec<(Algorithm, OwnedFd)>,
+    /// The listeners the old process had drained.
+    pub(crate) drained: Vec<String>,
     stream: UnixStream,
 }
 
@@ -242,6 +248,7 @@ pub(crate) fn request(dir: &Path) -> Result<Inherited, HandoverError> {
         listeners,
         metrics,
         congestion_controls,
+        drained: offer.drained,
         stream,
     })
 }
@@ -254,6 +261,8 @@ pub(crate) struct Offering<'a> {
     pub(crate) record_dir: PathBuf,
     /// Set when this process cannot hand over; the new process is told why.
     pub(crate) refusal: Option<String>,
+    /// The listeners drained here (the new process keeps them drained).
+    pub(crate) drained: Vec<String>,
 }
 
 /// The running midway's side, after a connection on the upgrade socket: sends the offer and
@@ -284,6 +293,7 @@ pub(crate) fn offer(
             .collect(),
         record_dir: offering.record_dir.clone(),
         refusal: offering.refusal.clone(),
+        drained: offering.drained.clone(),
     };
     let mut fds: Vec<RawFd> = Vec::new();
     // A refusal hands nothing over; the new process reports why and exits.

@@ -35,6 +35,8 @@
 //! - `peering.rs`: two-ended operation: a peer listener's header check (gateway) and a
 //!   connection through the next midway (edge);
 //! - `pool.rs`: the warm connections kept open to each peer;
+//! - `registry.rs`: the open connections and drained listeners the control socket reads;
+//! - `control.rs`: the control socket (`midway status`, drain, undrain, close);
 //! - `relay.rs`: relay supervision, tcp_info sampling, metrics and the end-of-connection log;
 //! - `profiles.rs`: which profiles are used, route knobs, the kernel check;
 //! - `congestion.rs`: midway's BPF congestion controls;
@@ -50,6 +52,7 @@ mod access_links;
 mod congestion;
 mod connect;
 mod connection;
+mod control;
 mod error;
 mod generation;
 mod handover;
@@ -64,6 +67,7 @@ mod peering;
 mod pool;
 mod profiles;
 mod quic_accept;
+mod registry;
 mod relay;
 mod reload;
 mod serving;
@@ -94,6 +98,7 @@ pub use profiles::check_kernel_support;
 pub use reload::ReloadSummary;
 pub use shutdown::ShutdownSummary;
 
+use control::ControlSocket;
 use generation::Generation;
 use handover::UpgradeSocket;
 use listeners::BoundListener;
@@ -147,6 +152,8 @@ pub struct Proxy {
     control_requests: mpsc::Receiver<Control>,
     /// Where a new midway process asks to take over; `None` when another midway answers there.
     upgrade_socket: Option<UpgradeSocket>,
+    /// Where `midway status` asks (`control.rs`); taken by `Serving::start`.
+    control_socket: Option<ControlSocket>,
 }
 
 impl std::fmt::Debug for Proxy {

@@ -108,6 +108,7 @@ async fn accept_streams(
     from: SocketAddr,
 ) -> Option<midway_quic::ConnectionError> {
     let labels = Metrics::listener(&cx.name);
+    let drained = cx.shared.registry.drain_flag(&cx.name);
     loop {
         // A slot of the total limit before the stream is taken: while none is free, the edge's
         // streams wait in the tunnel's flow control (quinn's stream limit), not here.
@@ -123,6 +124,13 @@ async fn accept_streams(
             Ok(pair) => pair,
             Err(reason) => return Some(reason),
         };
+        if drained.load(Ordering::Relaxed) {
+            // Drained by the control socket: the stream is dropped without a clean end, which
+            // resets it (RESET_STREAM); the tunnel and its open streams go on.
+            cx.shared.metrics.refuse(&cx.name, "drained");
+            drop(QuicPeer::new(send, recv));
+            continue;
+        }
         let generation = cx.generations.borrow().clone();
         let Some(state) = generation.listeners.get(&cx.name).cloned() else {
             // Removed by a reload that is stopping this loop right now.
@@ -148,7 +156,7 @@ async fn accept_streams(
             generation,
             listener_addr: cx.addr,
             peer: from,
-            cancel: cx.connections_cancel.clone(),
+            cancel: cx.connections_cancel.child_token(),
             shutdown: cx.draining.clone(),
             _permits: (permit, None),
         };

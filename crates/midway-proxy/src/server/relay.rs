@@ -2,6 +2,7 @@
 //! follows the memory guard's caps, samples tcp_info while bytes move, and at the end logs
 //! the connection and feeds the byte counters and histograms with final values.
 
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -15,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
 use super::peer_link::PeerLink;
+use super::pool::WarmPool;
+use super::registry::Entry;
 use super::shared::Shared;
 use super::socket_id::SocketId;
 use crate::config::ListenerConfig;
@@ -34,13 +37,19 @@ pub(super) struct Split {
     pub(super) adjustable: (Adjustable, Adjustable),
     /// Each segment's label: local or peer, remote or peer.
     pub(super) segments: (&'static str, &'static str),
+    /// The client's address (for the control socket's status).
+    pub(super) client_addr: SocketAddr,
+    /// The destination, if known.
+    pub(super) target: Option<SocketAddr>,
+    /// The peer the connection goes through, if any.
+    pub(super) peer: Option<Arc<WarmPool>>,
 }
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
 /// passes without a byte, or `cancel` fires; then logs the connection and counts it.
 pub(super) async fn relay(
     split: Split,
-    listener: &ListenerConfig,
+    listener: &Arc<ListenerConfig>,
     shared: &Shared,
     idle_timeout: Duration,
     cancel: CancellationToken,
@@ -51,6 +60,9 @@ pub(super) async fn relay(
         started,
         adjustable,
         segments,
+        client_addr,
+        target,
+        peer,
     } = split;
     let name = &listener.name;
     let metrics = &shared.metrics;
@@ -73,6 +85,18 @@ pub(super) async fn relay(
     });
     let transports = (client.transport(), server.transport());
     let counters = Arc::new(RelayCounters::default());
+    // Listed by the control socket until the relay ends; `cancel` is this connection's own.
+    let _registered = shared.registry.register(Entry {
+        listener: listener.clone(),
+        client: client_addr,
+        target,
+        started,
+        counters: counters.clone(),
+        sockets: [SocketId::of(client.tcp()), SocketId::of(server.tcp())],
+        segments: [(segments.0, transports.0), (segments.1, transports.1)],
+        peer,
+        cancel: cancel.clone(),
+    });
     // The relay owns and closes both sockets; it hands them to this callback just before,
     // so the end-of-connection log and histograms get final values, not a stale sample.
     let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();

@@ -206,6 +206,7 @@ pub(super) fn restart_only_changes(old: &RuntimeConfig, new: &RuntimeConfig) -> 
     );
     check("metrics.listen", old.metrics_listen != new.metrics_listen);
     check("spool.dir", old.spool_dir != new.spool_dir);
+    check("control.socket", old.control != new.control);
     check(
         "spool.max_total_bytes",
         old.spool_max_total_bytes != new.spool_max_total_bytes,

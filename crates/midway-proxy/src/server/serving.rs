@@ -1,7 +1,7 @@
 //! What runs while the proxy serves, started by [`super::Proxy::run`]: one accept loop per
 //! listener (`listeners.rs`), the peers' warm pools, the helpers beside the connections (the
 //! metrics endpoint, the gauge refresher and overload bypass, the HTTP engines' pool
-//! maintenance, the memory guard's sampler thread), the tracker of the connections, and the
+//! maintenance, the memory guard's sampler thread, the control socket), the tracker of the connections, and the
 //! tokens that stop each of them in the order shutdown needs (`shutdown.rs`).
 
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::control::{self, ControlState};
 use super::generation::Generation;
 use super::listeners::{AcceptContext, RunningListeners};
 use super::overload::OverloadBypass;
@@ -73,6 +74,17 @@ impl Serving {
             helpers_cancel,
         };
         serving.spawn_helpers(proxy);
+        if let Some(socket) = proxy.control_socket.take() {
+            let state = ControlState {
+                shared: proxy.shared.clone(),
+                generations: serving.generations.subscribe(),
+            };
+            serving.helpers.spawn(control::serve(
+                socket,
+                state,
+                serving.helpers_cancel.clone(),
+            ));
+        }
         for bound in std::mem::take(&mut proxy.listeners) {
             serving.listeners.start(bound);
         }

@@ -13,6 +13,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::access_links::AccessLinks;
 use super::overload::Load;
+use super::registry::Registry;
 use crate::access::ClientLimits;
 use crate::config::RuntimeConfig;
 use crate::metrics::Metrics;
@@ -42,6 +43,8 @@ pub(super) struct Shared {
     /// Wakes the overload bypass's check at once (an accept loop found the total limit used
     /// up) rather than at its next periodic look.
     pub(super) overload_check: Notify,
+    /// The open split connections and the drained listeners, for the control socket.
+    pub(super) registry: Arc<Registry>,
 }
 
 impl Shared {
@@ -64,6 +67,7 @@ impl Shared {
             intercept_tables: Mutex::new(Arc::from(Vec::new())),
             transparent_listeners: Mutex::default(),
             overload_check: Notify::new(),
+            registry: Arc::default(),
         }
     }
 

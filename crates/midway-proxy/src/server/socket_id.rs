@@ -34,6 +34,11 @@ impl SocketId {
         )
     }
 
+    /// The fd number it was registered with.
+    pub(super) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
     /// The socket, if the fd number still refers to the registered one. On the first mismatch
     /// it is forgotten: a closed socket never comes back, so later calls skip the `fstat`.
     pub(super) fn borrow(&mut self) -> Option<BorrowedFd<'_>> {
@@ -48,7 +53,7 @@ impl SocketId {
     }
 }
 
-fn inode_of(fd: RawFd) -> Option<u64> {
+pub(super) fn inode_of(fd: RawFd) -> Option<u64> {
     // SAFETY: fstat writes into the zeroed struct we pass; an invalid fd only returns an error.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::fstat(fd, &mut st) };

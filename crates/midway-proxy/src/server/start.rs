@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 use midway_bpf::Registration;
@@ -21,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::congestion::register_congestion_controls;
+use super::control::ControlSocket;
 use super::error::ProxyError;
 use super::generation::Generation;
 use super::handover::{Inherited, UpgradeSocket};
@@ -77,6 +79,13 @@ pub(super) async fn start(
     let profiles = profiles::share_checked(&used, profiles)?;
     let resources = relay_resources(&config, inherited.is_none())?;
     let shared = Arc::new(Shared::new(&config, resources, socket_memory));
+    // A take-over keeps the old process's drained listeners drained from its first accept.
+    for name in inherited.iter().flat_map(|i| &i.drained) {
+        shared
+            .registry
+            .drain_flag(name)
+            .store(true, Ordering::Relaxed);
+    }
 
     let mut listeners = Vec::with_capacity(config.listeners.len());
     for listener in &config.listeners {
@@ -91,6 +100,12 @@ pub(super) async fn start(
     let upgrade_socket = match &interception {
         Interception::Begun(_) => UpgradeSocket::open(&config.spool_dir, false),
         Interception::TakingOver { .. } => None,
+    };
+    // A take-over opens its control socket only once the old process has let go (as the
+    // upgrade socket).
+    let control_socket = match (&interception, &config.control) {
+        (Interception::Begun(_), Some(control)) => ControlSocket::open(control, None)?,
+        _ => None,
     };
     let generation = Generation::build(1, config, &profiles, &shared, None, Some(registry))?;
     // Metrics are registered twice: into the caller's registry (for its own use) and into
@@ -154,6 +169,7 @@ pub(super) async fn start(
         control,
         control_requests,
         upgrade_socket,
+        control_socket,
     })
 }
 

@@ -13,6 +13,7 @@ use std::os::unix::net::UnixStream;
 
 use prometheus_client::registry::Registry;
 
+use super::control::ControlSocket;
 use super::error::{ErrorChain, ProxyError};
 use super::handover::{self, HandoverError, ListenerKey, Offering, UpgradeSocket};
 use super::serving::Serving;
@@ -39,6 +40,7 @@ pub(super) async fn take_over(
         from_pid = inherited.from_pid,
         "taking over from the running midway"
     );
+    let from_pid = inherited.from_pid;
     let mut proxy = start(config, registry, Some(&mut inherited)).await?;
     before_commit(inherited.from_pid);
     tokio::task::spawn_blocking(move || inherited.commit())
@@ -47,6 +49,13 @@ pub(super) async fn take_over(
         .map_err(ProxyError::TakeOver)?;
     // Only now: the old process keeps its upgrade socket until it has let go.
     proxy.upgrade_socket = UpgradeSocket::open(&proxy.generation.config.spool_dir, true);
+    // `midway status` talks to this process from now on; the old one's socket is replaced.
+    if let Some(control) = &proxy.generation.config.control {
+        proxy.control_socket = ControlSocket::open(control, Some(from_pid)).unwrap_or_else(|err| {
+            tracing::warn!(error = %ErrorChain(&err), "took over without a control socket");
+            None
+        });
+    }
     tracing::info!("took over: the previous midway stopped accepting and drains");
     Ok(proxy)
 }
@@ -106,6 +115,7 @@ pub(super) async fn hand_over(
         }
     };
     let record_dir = proxy.generation.config.spool_dir.clone();
+    let drained = proxy.shared.registry.drained_names();
     tracing::info!(listeners = ?serving.listeners.names().collect::<Vec<_>>(), "a new midway asks to take over; offering the listening sockets");
     let committed = tokio::task::spawn_blocking(move || {
         let offering = Offering {
@@ -125,6 +135,7 @@ pub(super) async fn hand_over(
                 .collect(),
             record_dir,
             refusal,
+            drained,
         };
         handover::offer(stream, offering)
     })
