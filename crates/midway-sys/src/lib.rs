@@ -15,3 +15,4 @@ pub mod procfs;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;
+pub mod tos;

@@ -88,7 +88,7 @@ pub(super) fn upstream_connector(
             let stream = connect(
                 &TargetAddr::Ip(addr),
                 &profile,
-                None,
+                Outgoing::default(),
                 Some(&denied),
                 timeout,
             )
@@ -150,12 +150,25 @@ pub(super) async fn resolve_first(
     }
 }
 
-/// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,
-/// to the first of its addresses that is not in `denied` and accepts.
+/// What a remote segment's socket carries of its client besides the profile.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Outgoing {
+    /// Connect from the client's own address.
+    pub(super) spoof_from: Option<IpAddr>,
+    /// The traffic class the client's packets carried, whose DSCP the remote socket sends
+    /// with from its SYN on (`carry_dscp`).
+    pub(super) class: Option<u8>,
+    /// Keep the traffic class of the server's packets, to carry it to the client (IPv6 only;
+    /// see `dscp.rs`).
+    pub(super) keep_server_class: bool,
+}
+
+/// Resolves `target` and connects the remote segment with `profile`, as `outgoing` says, to
+/// the first of its addresses that is not in `denied` and accepts.
 pub(super) async fn connect(
     target: &TargetAddr,
     profile: &TcpProfile,
-    spoof_from: Option<IpAddr>,
+    outgoing: Outgoing,
     denied: Option<&DeniedDestinations>,
     timeout: Duration,
 ) -> Result<TcpStream, SetupError> {
@@ -164,7 +177,7 @@ pub(super) async fn connect(
         let addrs = resolve(target, denied).await?;
         let mut last_err = None;
         for addr in addrs {
-            match connect_with_backup(addr, profile, spoof_from).await {
+            match connect_with_backup(addr, profile, outgoing).await {
                 Ok(stream) => return Ok(stream),
                 Err(err) => last_err = Some(err),
             }
@@ -190,9 +203,9 @@ pub(super) async fn connect(
 async fn connect_with_backup(
     addr: SocketAddr,
     profile: &TcpProfile,
-    spoof_from: Option<IpAddr>,
+    outgoing: Outgoing,
 ) -> Result<TcpStream, SetupError> {
-    let first = connect_one(addr, profile, spoof_from);
+    let first = connect_one(addr, profile, outgoing);
     let Some(backup_ms) = profile.connect_backup_ms else {
         return first.await;
     };
@@ -202,7 +215,7 @@ async fn connect_with_backup(
         () = tokio::time::sleep(Duration::from_millis(u64::from(backup_ms))) => {}
     }
     tracing::debug!(%addr, backup_ms, "connect unanswered, starting a backup attempt");
-    let second = connect_one(addr, profile, spoof_from);
+    let second = connect_one(addr, profile, outgoing);
     tokio::pin!(second);
     tokio::select! {
         result = &mut first => match result {
@@ -219,7 +232,7 @@ async fn connect_with_backup(
 async fn connect_one(
     addr: SocketAddr,
     profile: &TcpProfile,
-    spoof_from: Option<IpAddr>,
+    outgoing: Outgoing,
 ) -> Result<TcpStream, SetupError> {
     let target = addr.to_string();
     let io_err = |source| SetupError::Connect {
@@ -230,7 +243,14 @@ async fn connect_one(
         .map_err(io_err)?;
     sock.set_nonblocking(true).map_err(io_err)?;
     profile.apply_before_connect(&sock)?;
-    if let Some(client) = spoof_from {
+    if let Some(class) = outgoing.class {
+        // Before connect, so the SYN carries the client's marking too.
+        super::dscp::mark(&sock, class).map_err(io_err)?;
+    }
+    if outgoing.keep_server_class && addr.is_ipv6() {
+        midway_sys::tos::set_keep_received_class(sock.as_fd(), true).map_err(io_err)?;
+    }
+    if let Some(client) = outgoing.spoof_from {
         if client.is_ipv4() != addr.is_ipv4() {
             return Err(SetupError::SpoofFamily {
                 client,

@@ -11,7 +11,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::field;
 
-use super::connect::{apply_established, connect, resolve_first};
+use super::connect::{apply_established, connect, resolve_first, Outgoing};
+use super::dscp;
 use super::error::{ErrorChain, SetupError};
 use super::generation::{Generation, HttpListener};
 use super::intercept::{Accepted, Target};
@@ -112,12 +113,18 @@ impl Connection {
     /// Finds the target, connects onward and relays.
     async fn split(&self, mut client: PeerLink, started: Instant) {
         let (local, remote) = self.profiles();
+        // Known at accept (the handshake's last packet), before any client byte.
+        let client_class = if self.listener.carry_dscp {
+            dscp::client_class(client.tcp())
+        } else {
+            None
+        };
         let setup = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");
                 return;
             }
-            setup = self.setup(&mut client, remote) => setup,
+            setup = self.setup(&mut client, remote, client_class) => setup,
         };
         let onward = match setup {
             Ok(onward) => onward,
@@ -200,6 +207,7 @@ impl Connection {
         &self,
         client: &mut PeerLink,
         remote: &TcpProfile,
+        client_class: Option<u8>,
     ) -> Result<Onward, SetupError> {
         let config = &self.generation.config;
         let intercept = &self.listener.intercept;
@@ -214,7 +222,7 @@ impl Connection {
         };
         let target = intercept.find_target(client, &accepted).await?;
         tracing::Span::current().record("dst", field::display(&target.addr));
-        let onward = self.connect_onward(target, remote).await?;
+        let onward = self.connect_onward(target, remote, client_class).await?;
         intercept.report_connected(client, &onward.stream).await?;
         Ok(onward)
     }
@@ -225,6 +233,7 @@ impl Connection {
         &self,
         target: Target<'_>,
         remote: &TcpProfile,
+        client_class: Option<u8>,
     ) -> Result<Onward, SetupError> {
         let config = &self.generation.config;
         let mut addr = target.addr;
@@ -243,6 +252,12 @@ impl Connection {
                     .connect_through(index, &chain, destination, config.connect_timeout)
                     .await?;
                 tracing::debug!(peer = %config.peers[index].name, transport = stream.transport(), "connected through peer");
+                // A warm connection's SYN went long ago; its packets from here on are marked.
+                if let (Some(class), Some(socket)) = (client_class, stream.tcp()) {
+                    if let Err(err) = dscp::mark(socket, class) {
+                        tracing::debug!(error = %err, "client's DSCP not carried to the peer");
+                    }
+                }
                 return Ok(Onward {
                     stream,
                     segment: "peer",
@@ -254,7 +269,11 @@ impl Connection {
         let stream = connect(
             &addr,
             remote,
-            target.spoof_from,
+            Outgoing {
+                spoof_from: target.spoof_from,
+                class: client_class,
+                keep_server_class: self.listener.carry_dscp,
+            },
             target.denied,
             config.connect_timeout,
         )

@@ -50,6 +50,7 @@ mod access_links;
 mod congestion;
 mod connect;
 mod connection;
+mod dscp;
 mod error;
 mod generation;
 mod handover;

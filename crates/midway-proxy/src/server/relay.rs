@@ -12,6 +12,7 @@ use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use super::dscp::ServerClassCarrier;
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
 use super::peer_link::PeerLink;
@@ -96,10 +97,22 @@ pub(super) async fn relay(
     sampler.sample(metrics);
     let congestion_controls = sampler.count_congestion_controls(metrics);
     let mut bytes = ByteReporter::new(name);
+    let server_class = listener
+        .carry_dscp
+        .then(|| ServerClassCarrier::new(server.tcp(), client.tcp()))
+        .flatten();
 
     let relay = relay_segments(client, server, listener, shared, options, cancel);
     let sampled_relay = async {
         tokio::pin!(relay);
+        let carry_server_class = async {
+            match server_class {
+                Some(carrier) => carrier.run(counters.clone()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(carry_server_class);
+        let mut server_class_done = false;
         let mut tick = tokio::time::interval_at(
             tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
             TCP_INFO_SAMPLE_INTERVAL,
@@ -107,6 +120,7 @@ pub(super) async fn relay(
         loop {
             tokio::select! {
                 result = &mut relay => break result,
+                () = &mut carry_server_class, if !server_class_done => server_class_done = true,
                 _ = tick.tick() => {
                     let moved = (
                         counters.client_to_server.load(Ordering::Relaxed),
