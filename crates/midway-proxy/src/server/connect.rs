@@ -152,7 +152,7 @@ pub(super) async fn resolve_first(
 
 /// What a remote segment's socket carries of its client besides the profile.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Outgoing {
+pub(super) struct Outgoing<'a> {
     /// Connect from the client's own address.
     pub(super) spoof_from: Option<IpAddr>,
     /// The traffic class the client's packets carried, whose DSCP the remote socket sends
@@ -161,6 +161,9 @@ pub(super) struct Outgoing {
     /// Keep the traffic class of the server's packets, to carry it to the client (IPv6 only;
     /// see `dscp.rs`).
     pub(super) keep_server_class: bool,
+    /// The client's plain TCP socket, whose queued first bytes a Fast Open SYN carries
+    /// (`fast_open.rs`); `None`: the SYN goes without data.
+    pub(super) first_bytes_from: Option<&'a TcpStream>,
 }
 
 /// Resolves `target` and connects the remote segment with `profile`, as `outgoing` says, to
@@ -168,7 +171,7 @@ pub(super) struct Outgoing {
 pub(super) async fn connect(
     target: &TargetAddr,
     profile: &TcpProfile,
-    outgoing: Outgoing,
+    outgoing: Outgoing<'_>,
     denied: Option<&DeniedDestinations>,
     timeout: Duration,
 ) -> Result<TcpStream, SetupError> {
@@ -203,10 +206,15 @@ pub(super) async fn connect(
 async fn connect_with_backup(
     addr: SocketAddr,
     profile: &TcpProfile,
-    outgoing: Outgoing,
+    outgoing: Outgoing<'_>,
 ) -> Result<TcpStream, SetupError> {
     let first = connect_one(addr, profile, outgoing);
-    let Some(backup_ms) = profile.connect_backup_ms else {
+    // A Fast Open SYN may carry the client's bytes, which the server's application sees at
+    // once: a second attempt would deliver them twice.
+    let backup_ms = profile
+        .connect_backup_ms
+        .filter(|_| profile.fast_open != Some(true));
+    let Some(backup_ms) = backup_ms else {
         return first.await;
     };
     tokio::pin!(first);
@@ -232,7 +240,7 @@ async fn connect_with_backup(
 async fn connect_one(
     addr: SocketAddr,
     profile: &TcpProfile,
-    outgoing: Outgoing,
+    outgoing: Outgoing<'_>,
 ) -> Result<TcpStream, SetupError> {
     let target = addr.to_string();
     let io_err = |source| SetupError::Connect {
@@ -264,5 +272,13 @@ async fn connect_one(
     }
     let std_stream: std::net::TcpStream = sock.into();
     let socket = TcpSocket::from_std_stream(std_stream);
-    socket.connect(addr).await.map_err(io_err)
+    let stream = socket.connect(addr).await.map_err(io_err)?;
+    if profile.fast_open == Some(true) {
+        // TCP_FASTOPEN_CONNECT: connect() returned before the SYN left.
+        let syn_data = super::fast_open::complete_handshake(&stream, outgoing.first_bytes_from)
+            .await
+            .map_err(io_err)?;
+        tracing::debug!(%addr, syn_data, "fast open connect");
+    }
+    Ok(stream)
 }

@@ -222,7 +222,9 @@ impl Connection {
         };
         let target = intercept.find_target(client, &accepted).await?;
         tracing::Span::current().record("dst", field::display(&target.addr));
-        let onward = self.connect_onward(target, remote, client_class).await?;
+        let onward = self
+            .connect_onward(target, remote, client_class, client.tcp_plain())
+            .await?;
         intercept.report_connected(client, &onward.stream).await?;
         Ok(onward)
     }
@@ -234,6 +236,7 @@ impl Connection {
         target: Target<'_>,
         remote: &TcpProfile,
         client_class: Option<u8>,
+        plain_client: Option<&TcpStream>,
     ) -> Result<Onward, SetupError> {
         let config = &self.generation.config;
         let mut addr = target.addr;
@@ -273,6 +276,7 @@ impl Connection {
                 spoof_from: target.spoof_from,
                 class: client_class,
                 keep_server_class: self.listener.carry_dscp,
+                first_bytes_from: plain_client,
             },
             target.denied,
             config.connect_timeout,

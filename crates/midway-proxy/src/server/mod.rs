@@ -52,6 +52,7 @@ mod connect;
 mod connection;
 mod dscp;
 mod error;
+mod fast_open;
 mod generation;
 mod handover;
 mod intercept;

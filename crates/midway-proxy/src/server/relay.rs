@@ -279,6 +279,10 @@ fn log_end(
         remote_cwnd = get(remote, |s| s.snd_cwnd.into()),
         remote_total_retrans = get(remote, |s| s.total_retrans.into()),
         remote_reordering = get(remote, |s| s.reordering.into()),
+        // TCP Fast Open: the handshake carried data (the client's SYN on the local segment,
+        // midway's, acknowledged, on the remote one).
+        local_syn_data = local.map(TcpStats::syn_data),
+        remote_syn_data = remote.map(TcpStats::syn_data),
         tcp_info_age_ms = sample_age.as_millis() as u64,
         "connection closed"
     );
