@@ -153,6 +153,26 @@ mod tests {
     }
 
     #[test]
+    fn a_listeners_queue_reads_back() {
+        use socket2::{Domain, Protocol, Socket, Type};
+        use std::os::fd::AsFd;
+        let mut profile = TcpProfile::kernel_default("p");
+        profile.fast_open = Some(true);
+        profile.fast_open_queue = Some(32);
+        // TCP_FASTOPEN on a listener needs no sysctl bit (accepting with it does).
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        profile.apply_to_listener(&sock).unwrap();
+        let side = FastOpenSide::Accepting;
+        assert!(profile
+            .read_back_fast_open(sock.as_fd(), side)
+            .unwrap()
+            .is_empty());
+        profile.fast_open_queue = Some(33);
+        let mismatches = profile.read_back_fast_open(sock.as_fd(), side).unwrap();
+        assert_eq!(mismatches[0].got, "32");
+    }
+
+    #[test]
     fn a_listener_gets_the_default_queue_unless_the_profile_sets_one() {
         let mut profile = TcpProfile::kernel_default("p");
         assert_eq!(profile.listener_fast_open_queue(), None);
