@@ -6,6 +6,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,8 +163,9 @@ pub(super) struct Outgoing<'a> {
     /// see `dscp.rs`).
     pub(super) keep_server_class: bool,
     /// The client's plain TCP socket, whose queued first bytes a Fast Open SYN carries
-    /// (`fast_open.rs`); `None`: the SYN goes without data.
-    pub(super) first_bytes_from: Option<&'a TcpStream>,
+    /// (`fast_open.rs`), and where to count them (the relay never sees them); `None`: the SYN
+    /// goes without data.
+    pub(super) first_bytes_from: Option<(&'a TcpStream, &'a AtomicU64)>,
 }
 
 /// Resolves `target` and connects the remote segment with `profile`, as `outgoing` says, to
@@ -275,9 +277,13 @@ async fn connect_one(
     let stream = socket.connect(addr).await.map_err(io_err)?;
     if profile.fast_open == Some(true) {
         // TCP_FASTOPEN_CONNECT: connect() returned before the SYN left.
-        let syn_data = super::fast_open::complete_handshake(&stream, outgoing.first_bytes_from)
+        let client = outgoing.first_bytes_from.map(|(client, _)| client);
+        let syn_data = super::fast_open::complete_handshake(&stream, client)
             .await
             .map_err(io_err)?;
+        if let Some((_, sent)) = outgoing.first_bytes_from {
+            sent.fetch_add(syn_data as u64, Ordering::Relaxed);
+        }
         tracing::debug!(%addr, syn_data, "fast open connect");
     }
     Ok(stream)

@@ -2,7 +2,7 @@
 //! (HTTP-speaking listeners) or find the target, connect and relay (split connections).
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -55,6 +55,8 @@ pub(super) struct Onward {
     /// Set when the connection is part of a chain of midways: its id stays registered here
     /// (loop detection) while this is held.
     chain: Option<Chain>,
+    /// The client's bytes a Fast Open SYN carried, taken off the client's queue at connect.
+    sent_at_connect: u64,
 }
 
 /// Counts the connection as open (the listener's active gauge, the proxy's total) until the
@@ -144,6 +146,7 @@ impl Connection {
             started,
             adjustable: (leaves_buffers(local), leaves_buffers(remote)),
             segments: (self.listener.intercept.accepted_segment(), onward.segment),
+            sent_at_connect: onward.sent_at_connect,
         };
         let _chain = onward.chain;
         relay::relay(
@@ -265,10 +268,12 @@ impl Connection {
                     stream,
                     segment: "peer",
                     chain: Some(chain),
+                    sent_at_connect: 0,
                 });
             }
             addr = TargetAddr::Ip(destination);
         }
+        let sent_at_connect = AtomicU64::new(0);
         let stream = connect(
             &addr,
             remote,
@@ -276,7 +281,7 @@ impl Connection {
                 spoof_from: target.spoof_from,
                 class: client_class,
                 keep_server_class: self.listener.carry_dscp,
-                first_bytes_from: plain_client,
+                first_bytes_from: plain_client.map(|client| (client, &sent_at_connect)),
             },
             target.denied,
             config.connect_timeout,
@@ -287,6 +292,7 @@ impl Connection {
             stream: PeerLink::Tcp(stream),
             segment: "remote",
             chain: target.chain,
+            sent_at_connect: sent_at_connect.into_inner(),
         })
     }
 

@@ -17,7 +17,7 @@
 //!
 //! Without a cookie for the server the kernel connects as usual (and asks for one): the bytes
 //! then go as ordinary data after the handshake, which costs nothing either. The bytes sent
-//! here are not in the relay's byte counts.
+//! here are added to the relay's byte counts by the caller.
 
 use std::io;
 use std::os::fd::AsFd;

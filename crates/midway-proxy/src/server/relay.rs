@@ -35,6 +35,9 @@ pub(super) struct Split {
     pub(super) adjustable: (Adjustable, Adjustable),
     /// Each segment's label: local or peer, remote or peer.
     pub(super) segments: (&'static str, &'static str),
+    /// Client bytes already sent to the server in a Fast Open SYN (counted here, not by the
+    /// relay, which starts after them).
+    pub(super) sent_at_connect: u64,
 }
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
@@ -52,6 +55,7 @@ pub(super) async fn relay(
         started,
         adjustable,
         segments,
+        sent_at_connect,
     } = split;
     let name = &listener.name;
     let metrics = &shared.metrics;
@@ -74,6 +78,9 @@ pub(super) async fn relay(
     });
     let transports = (client.transport(), server.transport());
     let counters = Arc::new(RelayCounters::default());
+    counters
+        .client_to_server
+        .fetch_add(sent_at_connect, Ordering::Relaxed);
     // The relay owns and closes both sockets; it hands them to this callback just before,
     // so the end-of-connection log and histograms get final values, not a stale sample.
     let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
@@ -138,7 +145,12 @@ pub(super) async fn relay(
             }
         }
     };
-    let result = memory::following_caps(memory.as_mut(), sampled_relay).await;
+    let result = memory::following_caps(memory.as_mut(), sampled_relay)
+        .await
+        .map(|mut report| {
+            report.client_to_server_bytes += sent_at_connect;
+            report
+        });
     let duration = started.elapsed();
     if let Some((local, remote)) = final_stats.get() {
         sampler.record_final(metrics, local.clone(), remote.clone());
