@@ -7,12 +7,12 @@
 //! the server sees EF: fails if the accepted socket's marking is not read or not put on the
 //! remote socket. Without it the server sees 0: fails if midway marks what it was not asked to.
 //!
-//! The server marks its replies AF11 (0x28, DSCP 10) and answers each byte with one. Over
-//! IPv6 the client reads the class of the last segment it received, round trip after round
-//! trip (midway marks the local socket after the server's first bytes, so the first replies
-//! may go unmarked): with `carry_dscp` it becomes AF11 within `SETTLE`; without, it stays 0.
-//! IPv4 reads no received class on a connecting socket (neither the client's here, nor
-//! midway's remote one), so that direction is checked over IPv6 only.
+//! The server marks its replies AF11 (0x28, DSCP 10) and answers each byte with one. The
+//! client reads the class of the last segment it received, round trip after round trip
+//! (midway marks the local socket after the server's first bytes, so the first replies may go
+//! unmarked): with `carry_dscp` it becomes AF11 within `SETTLE`; without, it stays 0. IPv4
+//! keeps no received class on a connecting socket (neither the client's here, nor midway's
+//! remote one): both read it through midway-sys's BPF socket filter.
 
 // Tests: an unwrap or expect that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -24,6 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use midway_sys::tos;
+use midway_sys::tos_filter::ReceivedTosFilter;
 use midway_testkit::host::is_root;
 use midway_testkit::netns::{in_netns, Routed};
 use midway_testkit::proxy::start_in_netns;
@@ -79,8 +80,7 @@ fn round_trip(stream: &mut TcpStream) {
 
 /// The client in `ns`: marks EF, connects to `proxy` and makes round trips until the last
 /// segment it received carries AF11 (within `SETTLE`), or `UNCARRIED_ROUNDS` of them when the
-/// marking is not expected. Returns the class of the last segment received (`None` over IPv4,
-/// whose connecting sockets keep none).
+/// marking is not expected. Returns the class of the last segment received.
 fn run_client(ns: &str, proxy: SocketAddr, expect_carried: bool) -> Option<u8> {
     in_netns(ns, move || {
         let socket = Socket::new(
@@ -90,19 +90,20 @@ fn run_client(ns: &str, proxy: SocketAddr, expect_carried: bool) -> Option<u8> {
         )
         .unwrap();
         tos::set_class(socket.as_fd(), EF).unwrap();
-        tos::set_keep_received_class(socket.as_fd(), true).unwrap();
+        let filter = (!proxy.is_ipv6()).then(|| ReceivedTosFilter::load().unwrap());
+        match &filter {
+            Some(filter) => filter.attach(socket.as_fd()).unwrap(),
+            None => tos::set_keep_received_class(socket.as_fd(), true).unwrap(),
+        }
         socket.connect_timeout(&proxy.into(), IO_TIMEOUT).unwrap();
         let mut stream: TcpStream = socket.into();
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        let last_class = |stream: &TcpStream| {
-            if proxy.is_ipv6() {
-                tos::received_class(stream.as_fd()).unwrap()
-            } else {
-                None
-            }
+        let last_class = |stream: &TcpStream| match &filter {
+            Some(filter) => filter.latest(stream.as_fd()).unwrap(),
+            None => tos::received_class(stream.as_fd()).unwrap(),
         };
         round_trip(&mut stream);
-        if expect_carried && proxy.is_ipv6() {
+        if expect_carried {
             let deadline = Instant::now() + SETTLE;
             while last_class(&stream) != Some(AF11) && Instant::now() < deadline {
                 round_trip(&mut stream);
@@ -171,14 +172,12 @@ fn the_clients_and_the_servers_dscp_cross_the_split_when_the_listener_carries_it
             Some(expected_at_server),
             "{what}: the class of the client's packets at the server"
         );
-        if case.listen.is_ipv6() {
-            let expected_at_client = if case.carry { AF11 } else { 0 };
-            assert_eq!(
-                client_saw.map(|class| class & 0xfc),
-                Some(expected_at_client),
-                "{what}: the class of the server's packets at the client"
-            );
-        }
+        let expected_at_client = if case.carry { AF11 } else { 0 };
+        assert_eq!(
+            client_saw.map(|class| class & 0xfc),
+            Some(expected_at_client),
+            "{what}: the class of the server's packets at the client"
+        );
     }
     proxy.stop();
 }

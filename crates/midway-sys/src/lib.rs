@@ -16,3 +16,4 @@ pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;
 pub mod tos;
+pub mod tos_filter;

@@ -4,7 +4,8 @@
 //!
 //! What the kernel (6.x) keeps for the received class, read back as control messages:
 //! - IPv4: the TOS of the packet that completed the handshake, on *accepted* sockets only
-//!   (`tcp_v4_syn_recv_sock` stores it); a connecting socket always reads 0.
+//!   (`tcp_v4_syn_recv_sock` stores it); a connecting socket always reads 0 (`tos_filter`
+//!   records it for those).
 //! - IPv6: the traffic class of the last in-order segment received, on any socket.
 //!
 //! The option that asks for it is inherited by accepted sockets from their listener.

@@ -159,8 +159,8 @@ pub(super) struct Outgoing<'a> {
     /// The traffic class the client's packets carried, whose DSCP the remote socket sends
     /// with from its SYN on (`carry_dscp`).
     pub(super) class: Option<u8>,
-    /// Keep the traffic class of the server's packets, to carry it to the client (IPv6 only;
-    /// see `dscp.rs`).
+    /// Keep the traffic class of the server's packets, to carry it to the client (see
+    /// `dscp.rs`).
     pub(super) keep_server_class: bool,
     /// The client's plain TCP socket, whose queued first bytes a Fast Open SYN carries
     /// (`fast_open.rs`), and where to count them (the relay never sees them); `None`: the SYN
@@ -257,8 +257,8 @@ async fn connect_one(
         // Before connect, so the SYN carries the client's marking too.
         super::dscp::mark(&sock, class).map_err(io_err)?;
     }
-    if outgoing.keep_server_class && addr.is_ipv6() {
-        midway_sys::tos::set_keep_received_class(sock.as_fd(), true).map_err(io_err)?;
+    if outgoing.keep_server_class {
+        super::dscp::keep_server_class(&sock, addr.is_ipv6());
     }
     if let Some(client) = outgoing.spoof_from {
         if client.is_ipv4() != addr.is_ipv4() {

@@ -8,18 +8,21 @@
 //!   the listening socket asks the kernel to keep it, accepted sockets inherit that), so no
 //!   client byte is needed and server-speaks-first protocols are marked too;
 //! - the server's: from the last segment received, read once after the relay has seen the
-//!   server's first bytes (checked on a short, bounded schedule off the per-packet path). IPv4
-//!   connecting sockets keep no received TOS in this kernel, so over an IPv4 remote segment
-//!   the server's marking is not carried.
+//!   server's first bytes (checked on a short, bounded schedule off the per-packet path). An
+//!   IPv6 socket keeps it when asked; an IPv4 connecting socket keeps none, so there a BPF
+//!   socket filter records it (midway-sys's `tos_filter`, loaded once, attached before connect
+//!   and detached once read). Loading it needs `CAP_BPF`: without, the server's marking is
+//!   not carried over IPv4 remote segments (logged once).
 //!
 //! Only the six DSCP bits are carried; the two ECN bits belong to each segment's own TCP.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use midway_relay::RelayCounters;
+use midway_sys::tos_filter::ReceivedTosFilter;
 use tokio::net::TcpStream;
 
 use super::socket_id::SocketId;
@@ -60,28 +63,75 @@ pub(super) fn mark(socket: impl AsFd, received: u8) -> std::io::Result<()> {
     midway_sys::tos::set_class(fd, carried(received, current))
 }
 
+/// The filter that records the TOS IPv4 remote sockets receive, loaded on first use; `None`
+/// when this process may not load BPF programs.
+fn ipv4_filter() -> Option<&'static ReceivedTosFilter> {
+    static FILTER: OnceLock<Option<ReceivedTosFilter>> = OnceLock::new();
+    FILTER
+        .get_or_init(|| match ReceivedTosFilter::load() {
+            Ok(filter) => Some(filter),
+            Err(err) => {
+                tracing::warn!(error = %err, "carry_dscp: the server's DSCP is not carried over IPv4 remote segments (its BPF socket filter needs CAP_BPF)");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// Asks a remote socket, before it connects, to keep the traffic class of the server's
+/// packets: the kernel's own option over IPv6, the BPF filter over IPv4. A failure only means
+/// the server's marking is not carried, so it is logged, not returned.
+pub(super) fn keep_server_class(socket: impl AsFd, v6: bool) {
+    let fd = socket.as_fd();
+    let kept = if v6 {
+        midway_sys::tos::set_keep_received_class(fd, true)
+    } else {
+        match ipv4_filter() {
+            Some(filter) => filter.attach(fd),
+            None => return,
+        }
+    };
+    if let Err(err) = kept {
+        tracing::debug!(error = %err, "server's DSCP will not be carried");
+    }
+}
+
+/// The traffic class the server's packets carried, read on the remote socket (taking the
+/// IPv4 filter off it).
+fn server_class(fd: BorrowedFd<'_>, v6: bool) -> Option<u8> {
+    let read = if v6 {
+        midway_sys::tos::received_class(fd)
+    } else {
+        ipv4_filter()?.take(fd)
+    };
+    read.ok().flatten()
+}
+
 /// Carries the server's marking to the local socket once the relay has counted the server's
 /// first bytes. Made before the relay takes both sockets; they are known by inode from then
 /// on, so a closed one is never touched.
 pub(super) struct ServerClassCarrier {
     remote: SocketId,
     local: SocketId,
+    remote_v6: bool,
 }
 
 impl ServerClassCarrier {
     /// `None` when there is nothing to carry: a segment without a TCP socket of its own, or an
-    /// IPv4 remote segment (a connecting IPv4 socket never reads a received TOS).
+    /// IPv4 remote segment without the BPF filter.
     pub(super) fn new(
         remote: Option<&TcpStream>,
         local: Option<&TcpStream>,
     ) -> Option<ServerClassCarrier> {
         let (remote, local) = (remote?, local?);
-        if !remote.peer_addr().is_ok_and(|addr| addr.is_ipv6()) {
+        let remote_v6 = remote.peer_addr().ok()?.is_ipv6();
+        if !remote_v6 && ipv4_filter().is_none() {
             return None;
         }
         Some(ServerClassCarrier {
             remote: SocketId::new(remote),
             local: SocketId::new(local),
+            remote_v6,
         })
     }
 
@@ -94,10 +144,11 @@ impl ServerClassCarrier {
             if counters.server_to_client.load(Ordering::Relaxed) == 0 {
                 continue;
             }
+            let remote_v6 = self.remote_v6;
             let Some(class) = self
                 .remote
                 .borrow()
-                .and_then(|fd| midway_sys::tos::received_class(fd).ok().flatten())
+                .and_then(|fd| server_class(fd, remote_v6))
             else {
                 return;
             };
