@@ -160,6 +160,11 @@ impl ServerClassCarrier {
             }
             return;
         }
+        // A server silent this long: the IPv4 filter need not run on the socket any longer.
+        let remote_v6 = self.remote_v6;
+        if let Some(fd) = self.remote.borrow() {
+            let _ = server_class(fd, remote_v6);
+        }
     }
 }
 
