@@ -215,6 +215,12 @@ impl ListenerBuilder {
         self
     }
 
+    /// Carries the DSCP marking across the split, both ways.
+    pub fn carry_dscp(mut self, carry: bool) -> ListenerBuilder {
+        self.listener.carry_dscp = Some(carry);
+        self
+    }
+
     /// The HTTP engine's settings (`mode = "http"`).
     pub fn http(mut self, http: FileHttp) -> ListenerBuilder {
         self.listener.http = Some(http);

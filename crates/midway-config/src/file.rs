@@ -360,6 +360,9 @@ pub struct FileListener {
     /// Transparent and peer listeners: connect the remote segment from the client's own address
     /// (a peer listener takes it from the peer header).
     pub spoof_client_address: Option<bool>,
+    /// Relaying listeners: carry the DSCP the client marks its packets with to the remote
+    /// segment, and the server's back to the client (default false).
+    pub carry_dscp: Option<bool>,
     /// Relaying listeners (any mode but `http`): names of `[[peers]]` to send connections
     /// through; a connection whose destination none of them covers goes straight to it.
     pub via: Option<Vec<String>>,

@@ -49,6 +49,11 @@ pub struct ProfileSpec {
     /// (`24e6`), like `rate_in_bps` of the buffer rule.
     #[serde(default, deserialize_with = "deserialize_bits_per_second")]
     pub max_pacing_rate_bps: Option<u64>,
+    /// TCP Fast Open: a listener accepts data in the SYN (`TCP_FASTOPEN` with a queue), an
+    /// outgoing socket sends it with a cookie it got earlier (`TCP_FASTOPEN_CONNECT`).
+    pub fast_open: Option<bool>,
+    /// With `fast_open` on a listener: Fast Open requests it keeps pending at once.
+    pub fast_open_queue: Option<u32>,
 }
 
 /// Reads a rate in bits per second written as an integer or as a whole, non-negative float

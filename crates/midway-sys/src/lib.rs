@@ -15,3 +15,5 @@ pub mod procfs;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;
+pub mod tos;
+pub mod tos_filter;

@@ -185,6 +185,58 @@ pub fn idle_and_open(fd: BorrowedFd<'_>) -> bool {
     rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
 }
 
+/// Copies what the socket has received and not yet read into `buf` without taking it off the
+/// queue, without blocking: 0 when nothing is there yet.
+pub fn peek_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    recv_now(fd, buf, libc::MSG_PEEK)
+}
+
+/// Reads what the socket has received into `buf`, without blocking: 0 when nothing is there
+/// yet (or at EOF).
+pub fn read_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    recv_now(fd, buf, 0)
+}
+
+fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: valid fd, pointer to a live buffer and its length; MSG_DONTWAIT never blocks.
+    let rc = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            flags | libc::MSG_DONTWAIT,
+        )
+    };
+    if rc >= 0 {
+        return Ok(rc as usize);
+    }
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::WouldBlock {
+        Ok(0)
+    } else {
+        Err(err)
+    }
+}
+
+/// One `send` that never blocks and never raises SIGPIPE. The errors are the kernel's as they
+/// are: a Fast Open socket answers `EINPROGRESS` when its SYN left without data.
+pub fn send_now(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: valid fd, pointer to a live buffer and its length.
+    let rc = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if rc >= 0 {
+        Ok(rc as usize)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;

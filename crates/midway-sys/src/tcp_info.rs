@@ -145,6 +145,17 @@ pub struct TcpStats {
     pub total_rto: Option<u16>,
 }
 
+/// `TCPI_OPT_SYN_DATA` in [`TcpStats::options`]: data went in the SYN (TCP Fast Open).
+pub const TCPI_OPT_SYN_DATA: u8 = 32;
+
+impl TcpStats {
+    /// Whether the handshake carried data with Fast Open: on a connecting socket, data in its
+    /// SYN that the server acknowledged; on an accepted one, data in the client's SYN.
+    pub fn syn_data(&self) -> bool {
+        self.options & TCPI_OPT_SYN_DATA != 0
+    }
+}
+
 /// `TCP_INFO` of `fd` as the kernel filled it, with how many bytes it filled.
 fn raw_tcp_info(fd: BorrowedFd<'_>) -> io::Result<(RawTcpInfo, usize)> {
     let mut raw = RawTcpInfo::default();

@@ -157,6 +157,19 @@ pub enum KnobError {
         /// Name of the profile the knob belongs to.
         profile: String,
     },
+    /// `fast_open`, but this namespace's `net.ipv4.tcp_fastopen` lacks the bit for the side
+    /// the profile is used on.
+    #[error("profile {profile:?}: fast_open on the {side} side needs net.ipv4.tcp_fastopen = {needed} in midway's network namespace (it is {current}); set it (sysctl -w net.ipv4.tcp_fastopen={needed}) or drop the knob")]
+    FastOpenDisabled {
+        /// Name of the profile the knob belongs to.
+        profile: String,
+        /// Which end of Fast Open the profile is used for.
+        side: crate::FastOpenSide,
+        /// The sysctl's value now.
+        current: u32,
+        /// The value it needs (its other bits kept).
+        needed: u32,
+    },
     /// Probing whether the kernel supports a knob failed.
     #[error("probing the kernel for {knob}")]
     Probe {
@@ -392,6 +405,16 @@ impl TcpProfile {
         self.set_mark(sock.as_fd())?;
         self.set_buffers(sock, role)?;
         self.set_mss(sock.as_fd(), role)?;
+        if let Some(queue) = self.listener_fast_open_queue() {
+            // 0 turns it off again on a listener a reload keeps.
+            set_int(
+                sock.as_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_FASTOPEN,
+                queue as libc::c_int,
+            )
+            .map_err(self.err("fast_open", role))?;
+        }
         self.set_socket_options(sock.as_fd(), role)
     }
 
@@ -403,6 +426,17 @@ impl TcpProfile {
         self.set_mark(sock.as_fd())?;
         self.set_buffers(sock, role)?;
         self.set_mss(sock.as_fd(), role)?;
+        if self.fast_open == Some(true) {
+            // connect() then returns at once and the SYN waits for the first send: the
+            // caller must send (data or nothing) for the handshake to start.
+            set_int(
+                sock.as_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_FASTOPEN_CONNECT,
+                1,
+            )
+            .map_err(self.err("fast_open", role))?;
+        }
         self.set_socket_options(sock.as_fd(), role)
     }
 

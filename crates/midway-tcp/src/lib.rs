@@ -15,6 +15,7 @@
 //! | duplicate-ACK threshold | route metric `reordering` (tcp_metrics cache, see caveat) | `routes` |
 //! | buffers | `SO_SNDBUF`/`SO_RCVBUF` (`*FORCE` above `*mem_max`) on listener / before connect | `apply` |
 //! | MSS, notsent_lowat, nodelay, keepalive, user timeout | their setsockopt | `apply` |
+//! | TCP Fast Open (`fast_open`, `fast_open_queue`) | `TCP_FASTOPEN` (queue) on the listener, `TCP_FASTOPEN_CONNECT` before connect; needs `net.ipv4.tcp_fastopen` bits, checked, never written | `apply`, `fast_open` |
 //! | pacing ceiling (`max_pacing_rate_bps`) | `SO_MAX_PACING_RATE` (bytes/s = bps / 8); paces any congestion control (TCP's internal pacing, Linux >= 4.13, no fq qdisc needed) | `apply` |
 //!
 //! Config goes in stages: [`ProfileSpec`] (file form) -> [`resolve_profiles`] (presets,
@@ -59,6 +60,7 @@
 
 mod apply;
 mod bufrule;
+mod fast_open;
 /// `tcp_info` read back from a live socket (kept at this path for the crates that read it here).
 pub use midway_sys::tcp_info as info;
 mod presets;
@@ -70,6 +72,9 @@ mod verify;
 pub use apply::{delack_floor_us, get_int, get_max_pacing_rate, TCP_DELACK_MAX_US, TCP_RTO_MIN_US};
 pub use apply::{KnobError, Role};
 pub use bufrule::BufRuleError;
+pub use fast_open::{
+    fast_open_sysctl_needed, FastOpenSide, DEFAULT_FAST_OPEN_QUEUE, FAST_OPEN_SYSCTL,
+};
 pub use info::{congestion_control_of, tcp_stats, TcpStats};
 pub use presets::preset_names;
 pub use profile::{

@@ -66,6 +66,15 @@ pub struct TcpProfile {
     /// this / 8 bytes per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pacing_rate_bps: Option<u64>,
+    /// `Some(true)`: TCP Fast Open (listener: `TCP_FASTOPEN` with [`Self::fast_open_queue`];
+    /// outgoing: `TCP_FASTOPEN_CONNECT`). Needs bits of `net.ipv4.tcp_fastopen`, see
+    /// [`TcpProfile::check_fast_open`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fast_open: Option<bool>,
+    /// Pending Fast Open requests a listener keeps; `None` with `fast_open`:
+    /// [`crate::DEFAULT_FAST_OPEN_QUEUE`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fast_open_queue: Option<u32>,
     /// `SO_MARK` that selects this profile's routing table (route-metric knobs). Filled by the
     /// caller from [`crate::RouteKnobs::mark_for`] after [`crate::RouteKnobs::install`]; the
     /// `apply_*` functions refuse a profile that needs route knobs while this is `None`.
@@ -92,6 +101,8 @@ impl TcpProfile {
             user_timeout_ms: None,
             connect_backup_ms: None,
             max_pacing_rate_bps: None,
+            fast_open: None,
+            fast_open_queue: None,
             route_mark: None,
         }
     }
@@ -166,6 +177,12 @@ impl fmt::Display for TcpProfile {
             f,
             "max_pacing_rate_bps",
             self.max_pacing_rate_bps.map(|v| v.to_string()),
+        )?;
+        knob(f, "fast_open", self.fast_open.map(|v| v.to_string()))?;
+        knob(
+            f,
+            "fast_open_queue",
+            self.fast_open_queue.map(|v| v.to_string()),
         )?;
         knob(f, "route_mark", self.route_mark.map(|v| format!("{v:#x}")))?;
         if !any {
@@ -280,6 +297,8 @@ fn merge(parent: ProfileSpec, child: &ProfileSpec) -> ProfileSpec {
         user_timeout_ms: pick(&child.user_timeout_ms, parent.user_timeout_ms),
         connect_backup_ms: pick(&child.connect_backup_ms, parent.connect_backup_ms),
         max_pacing_rate_bps: pick(&child.max_pacing_rate_bps, parent.max_pacing_rate_bps),
+        fast_open: pick(&child.fast_open, parent.fast_open),
+        fast_open_queue: pick(&child.fast_open_queue, parent.fast_open_queue),
     }
 }
 
@@ -423,6 +442,8 @@ fn validate(name: &str, spec: ProfileSpec) -> Result<TcpProfile, ProfileError> {
         PACING_RATE_RANGE_BPS.0,
         PACING_RATE_RANGE_BPS.1,
     )?;
+    // The kernel caps a listener's Fast Open queue at its backlog limit (somaxconn).
+    check_range(name, "fast_open_queue", spec.fast_open_queue, 1, 65_535)?;
     if let Some(ka) = spec.keepalive {
         check_range(name, "keepalive.idle_s", Some(ka.idle_s), 1, 32767)?;
         check_range(name, "keepalive.interval_s", Some(ka.interval_s), 1, 32767)?;
@@ -444,6 +465,8 @@ fn validate(name: &str, spec: ProfileSpec) -> Result<TcpProfile, ProfileError> {
         user_timeout_ms: spec.user_timeout_ms,
         connect_backup_ms: spec.connect_backup_ms,
         max_pacing_rate_bps: spec.max_pacing_rate_bps,
+        fast_open: spec.fast_open,
+        fast_open_queue: spec.fast_open_queue,
         route_mark: None,
     })
 }

@@ -108,6 +108,7 @@ pub(super) fn validate_listener(
         remote_profile,
         client_profiles,
         via,
+        carry_dscp: file.carry_dscp.unwrap_or(false),
     })
 }
 
@@ -310,6 +311,14 @@ fn check_http_keys(
         "an HTTP listener does not relay bytes, so relay settings do not apply; remove it \
          (HTTP settings go in [listeners.http])",
     )?;
+    if file.carry_dscp == Some(true) {
+        return Err(section.invalid(
+            "carry_dscp",
+            "cannot be used with a listener that speaks HTTP: pooled upstream connections are \
+             shared by all clients, so they cannot carry one client's marking; set it to false \
+             or use a forward, socks5 or transparent listener",
+        ));
+    }
     if file.spoof_client_address == Some(true) {
         return Err(section.invalid(
             "spoof_client_address",

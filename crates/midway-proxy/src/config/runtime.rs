@@ -259,6 +259,9 @@ pub struct ListenerConfig {
     /// Peers (indices into [`RuntimeConfig::peers`]) this listener sends connections through
     /// where their destinations match; empty: always straight to the destination.
     pub via: Vec<usize>,
+    /// Carry the DSCP marking across the split: the client's to the remote segment, the
+    /// server's to the local one (`server/dscp.rs`).
+    pub carry_dscp: bool,
 }
 
 impl ListenerConfig {

@@ -34,6 +34,25 @@ fn minimal_config_gets_defaults() {
 }
 
 #[test]
+fn carry_dscp_is_off_unless_asked_and_refused_where_upstreams_are_pooled() {
+    let config = parse_config(MINIMAL, "<test>").unwrap();
+    assert!(!config.listeners[0].carry_dscp);
+    let carrying = format!("{MINIMAL}carry_dscp = true\n");
+    assert!(parse_config(&carrying, "<test>").unwrap().listeners[0].carry_dscp);
+    let http = r#"
+[proxy]
+allowed_clients = ["127.0.0.1"]
+[[listeners]]
+name = "web"
+mode = "http"
+listen = "127.0.0.1:0"
+carry_dscp = true
+"#;
+    let err = parse_config(http, "<test>").unwrap_err().to_string();
+    assert!(err.contains("carry_dscp"), "{err}");
+}
+
+#[test]
 fn denied_destinations_default_to_the_gateway_itself() {
     let config = parse_config(MINIMAL, "<test>").unwrap();
     for denied in [

@@ -6,6 +6,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,7 +89,7 @@ pub(super) fn upstream_connector(
             let stream = connect(
                 &TargetAddr::Ip(addr),
                 &profile,
-                None,
+                Outgoing::default(),
                 Some(&denied),
                 timeout,
             )
@@ -150,12 +151,29 @@ pub(super) async fn resolve_first(
     }
 }
 
-/// Resolves `target` and connects the remote segment with `profile`, from `spoof_from` if set,
-/// to the first of its addresses that is not in `denied` and accepts.
+/// What a remote segment's socket carries of its client besides the profile.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Outgoing<'a> {
+    /// Connect from the client's own address.
+    pub(super) spoof_from: Option<IpAddr>,
+    /// The traffic class the client's packets carried, whose DSCP the remote socket sends
+    /// with from its SYN on (`carry_dscp`).
+    pub(super) class: Option<u8>,
+    /// Keep the traffic class of the server's packets, to carry it to the client (see
+    /// `dscp.rs`).
+    pub(super) keep_server_class: bool,
+    /// The client's plain TCP socket, whose queued first bytes a Fast Open SYN carries
+    /// (`fast_open.rs`), and where to count them (the relay never sees them); `None`: the SYN
+    /// goes without data.
+    pub(super) first_bytes_from: Option<(&'a TcpStream, &'a AtomicU64)>,
+}
+
+/// Resolves `target` and connects the remote segment with `profile`, as `outgoing` says, to
+/// the first of its addresses that is not in `denied` and accepts.
 pub(super) async fn connect(
     target: &TargetAddr,
     profile: &TcpProfile,
-    spoof_from: Option<IpAddr>,
+    outgoing: Outgoing<'_>,
     denied: Option<&DeniedDestinations>,
     timeout: Duration,
 ) -> Result<TcpStream, SetupError> {
@@ -164,7 +182,7 @@ pub(super) async fn connect(
         let addrs = resolve(target, denied).await?;
         let mut last_err = None;
         for addr in addrs {
-            match connect_with_backup(addr, profile, spoof_from).await {
+            match connect_with_backup(addr, profile, outgoing).await {
                 Ok(stream) => return Ok(stream),
                 Err(err) => last_err = Some(err),
             }
@@ -190,10 +208,15 @@ pub(super) async fn connect(
 async fn connect_with_backup(
     addr: SocketAddr,
     profile: &TcpProfile,
-    spoof_from: Option<IpAddr>,
+    outgoing: Outgoing<'_>,
 ) -> Result<TcpStream, SetupError> {
-    let first = connect_one(addr, profile, spoof_from);
-    let Some(backup_ms) = profile.connect_backup_ms else {
+    let first = connect_one(addr, profile, outgoing);
+    // A Fast Open SYN may carry the client's bytes, which the server's application sees at
+    // once: a second attempt would deliver them twice.
+    let backup_ms = profile
+        .connect_backup_ms
+        .filter(|_| profile.fast_open != Some(true));
+    let Some(backup_ms) = backup_ms else {
         return first.await;
     };
     tokio::pin!(first);
@@ -202,7 +225,7 @@ async fn connect_with_backup(
         () = tokio::time::sleep(Duration::from_millis(u64::from(backup_ms))) => {}
     }
     tracing::debug!(%addr, backup_ms, "connect unanswered, starting a backup attempt");
-    let second = connect_one(addr, profile, spoof_from);
+    let second = connect_one(addr, profile, outgoing);
     tokio::pin!(second);
     tokio::select! {
         result = &mut first => match result {
@@ -219,7 +242,7 @@ async fn connect_with_backup(
 async fn connect_one(
     addr: SocketAddr,
     profile: &TcpProfile,
-    spoof_from: Option<IpAddr>,
+    outgoing: Outgoing<'_>,
 ) -> Result<TcpStream, SetupError> {
     let target = addr.to_string();
     let io_err = |source| SetupError::Connect {
@@ -230,7 +253,14 @@ async fn connect_one(
         .map_err(io_err)?;
     sock.set_nonblocking(true).map_err(io_err)?;
     profile.apply_before_connect(&sock)?;
-    if let Some(client) = spoof_from {
+    if let Some(class) = outgoing.class {
+        // Before connect, so the SYN carries the client's marking too.
+        super::dscp::mark(&sock, class).map_err(io_err)?;
+    }
+    if outgoing.keep_server_class {
+        super::dscp::keep_server_class(&sock, addr.is_ipv6());
+    }
+    if let Some(client) = outgoing.spoof_from {
         if client.is_ipv4() != addr.is_ipv4() {
             return Err(SetupError::SpoofFamily {
                 client,
@@ -244,5 +274,17 @@ async fn connect_one(
     }
     let std_stream: std::net::TcpStream = sock.into();
     let socket = TcpSocket::from_std_stream(std_stream);
-    socket.connect(addr).await.map_err(io_err)
+    let stream = socket.connect(addr).await.map_err(io_err)?;
+    if profile.fast_open == Some(true) {
+        // TCP_FASTOPEN_CONNECT: connect() returned before the SYN left.
+        let client = outgoing.first_bytes_from.map(|(client, _)| client);
+        let syn_data = super::fast_open::complete_handshake(&stream, client)
+            .await
+            .map_err(io_err)?;
+        if let Some((_, sent)) = outgoing.first_bytes_from {
+            sent.fetch_add(syn_data as u64, Ordering::Relaxed);
+        }
+        tracing::debug!(%addr, syn_data, "fast open connect");
+    }
+    Ok(stream)
 }

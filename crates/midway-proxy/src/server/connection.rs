@@ -2,7 +2,7 @@
 //! (HTTP-speaking listeners) or find the target, connect and relay (split connections).
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +11,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::field;
 
-use super::connect::{apply_established, connect, resolve_first};
+use super::connect::{apply_established, connect, resolve_first, Outgoing};
+use super::dscp;
 use super::error::{ErrorChain, SetupError};
 use super::generation::{Generation, HttpListener};
 use super::intercept::{Accepted, Target};
@@ -59,6 +60,8 @@ pub(super) struct Onward {
     target: Option<SocketAddr>,
     /// The peer it goes through, if any.
     peer: Option<Arc<WarmPool>>,
+    /// The client's bytes a Fast Open SYN carried, taken off the client's queue at connect.
+    sent_at_connect: u64,
 }
 
 /// Counts the connection as open (the listener's active gauge, the proxy's total) until the
@@ -123,12 +126,18 @@ impl Connection {
     /// Finds the target, connects onward and relays.
     async fn split(&self, mut client: PeerLink, started: Instant) {
         let (local, remote) = self.profiles();
+        // Known at accept (the handshake's last packet), before any client byte.
+        let client_class = if self.listener.carry_dscp {
+            dscp::client_class(client.tcp())
+        } else {
+            None
+        };
         let setup = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");
                 return;
             }
-            setup = Box::pin(self.setup(&mut client, remote)) => setup,
+            setup = Box::pin(self.setup(&mut client, remote, client_class)) => setup,
         };
         let onward = match setup {
             Ok(onward) => onward,
@@ -151,6 +160,7 @@ impl Connection {
             client_addr: self.peer,
             target: onward.target,
             peer: onward.peer,
+            sent_at_connect: onward.sent_at_connect,
         };
         let _chain = onward.chain;
         relay::relay(
@@ -214,6 +224,7 @@ impl Connection {
         &self,
         client: &mut PeerLink,
         remote: &TcpProfile,
+        client_class: Option<u8>,
     ) -> Result<Onward, SetupError> {
         let config = &self.generation.config;
         let intercept = &self.listener.intercept;
@@ -228,7 +239,9 @@ impl Connection {
         };
         let target = intercept.find_target(client, &accepted).await?;
         tracing::Span::current().record("dst", field::display(&target.addr));
-        let onward = self.connect_onward(target, remote).await?;
+        let onward = self
+            .connect_onward(target, remote, client_class, client.tcp_plain())
+            .await?;
         intercept.report_connected(client, &onward.stream).await?;
         Ok(onward)
     }
@@ -239,6 +252,8 @@ impl Connection {
         &self,
         target: Target<'_>,
         remote: &TcpProfile,
+        client_class: Option<u8>,
+        plain_client: Option<&TcpStream>,
     ) -> Result<Onward, SetupError> {
         let config = &self.generation.config;
         let mut addr = target.addr;
@@ -257,20 +272,33 @@ impl Connection {
                     .connect_through(index, &chain, destination, config.connect_timeout)
                     .await?;
                 tracing::debug!(peer = %config.peers[index].name, transport = stream.transport(), "connected through peer");
+                // A warm connection's SYN went long ago; its packets from here on are marked.
+                if let (Some(class), Some(socket)) = (client_class, stream.tcp()) {
+                    if let Err(err) = dscp::mark(socket, class) {
+                        tracing::debug!(error = %err, "client's DSCP not carried to the peer");
+                    }
+                }
                 return Ok(Onward {
                     stream,
                     segment: "peer",
                     chain: Some(chain),
                     target: Some(destination),
                     peer: self.generation.peering.pools().get(index).cloned(),
+                    sent_at_connect: 0,
                 });
             }
             addr = TargetAddr::Ip(destination);
         }
+        let sent_at_connect = AtomicU64::new(0);
         let stream = connect(
             &addr,
             remote,
-            target.spoof_from,
+            Outgoing {
+                spoof_from: target.spoof_from,
+                class: client_class,
+                keep_server_class: self.listener.carry_dscp,
+                first_bytes_from: plain_client.map(|client| (client, &sent_at_connect)),
+            },
             target.denied,
             config.connect_timeout,
         )
@@ -282,6 +310,7 @@ impl Connection {
             segment: "remote",
             chain: target.chain,
             peer: None,
+            sent_at_connect: sent_at_connect.into_inner(),
         })
     }
 

@@ -67,6 +67,15 @@ pub enum ProxyError {
         #[source]
         source: Box<KnobError>,
     },
+    /// `carry_dscp`: the listening socket would not keep the received traffic class.
+    #[error("listener {listener:?}: cannot make the listening socket keep its clients' DSCP (carry_dscp)")]
+    KeepClientClass {
+        /// The listener's name.
+        listener: String,
+        /// Why the socket option failed.
+        #[source]
+        source: io::Error,
+    },
     /// `socket_memory` is a budget, but the kernel's TCP memory limits cannot be read.
     #[error("proxy.socket_memory: cannot read the kernel's TCP memory limits (net.ipv4.tcp_mem, tcp_rmem, tcp_wmem); set socket_memory = \"off\" to run without the guard")]
     SocketMemoryLimits(#[source] io::Error),

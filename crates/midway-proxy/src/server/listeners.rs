@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use midway_tcp::TcpProfile;
@@ -164,8 +165,9 @@ fn local_profile<'p>(
         })
 }
 
-/// Puts `listener`'s local `profile` on its listening socket: accepted sockets inherit the
-/// listener's options.
+/// Puts `listener`'s local `profile` on its listening socket, and asks it to keep the traffic
+/// class its clients' packets carry when the listener carries DSCP (off again when a reload
+/// turns that off): accepted sockets inherit the listener's options.
 fn put_profile(
     listener: &ListenerConfig,
     profile: &TcpProfile,
@@ -177,7 +179,13 @@ fn put_profile(
             listener: listener.name.clone(),
             profile: profile.name.clone(),
             source: Box::new(source),
-        })
+        })?;
+    midway_sys::tos::set_keep_received_class(sock.as_fd(), listener.carry_dscp).map_err(|source| {
+        ProxyError::KeepClientClass {
+            listener: listener.name.clone(),
+            source,
+        }
+    })
 }
 
 /// What every accept loop shares.

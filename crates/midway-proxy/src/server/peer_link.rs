@@ -36,6 +36,14 @@ impl PeerLink {
         }
     }
 
+    /// The TCP socket when the segment is plain TCP (its bytes are the client's own).
+    pub(super) fn tcp_plain(&self) -> Option<&TcpStream> {
+        match self {
+            PeerLink::Tcp(stream) => Some(stream),
+            _ => None,
+        }
+    }
+
     /// Closes at once with a reset (SO_LINGER {on, 0} on the TCP socket; RESET_STREAM and
     /// STOP_SENDING on a QUIC stream): the other end sees a refusal, never a clean end.
     pub(super) fn reset(self) {

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::connect::{apply_established, connect};
+use super::connect::{apply_established, connect, Outgoing};
 use super::error::{ErrorChain, SetupError};
 use super::peer_link::{connect_tls, PeerLink};
 use super::tunnel::{NoStream, PeerTunnel};
@@ -216,7 +216,7 @@ impl WarmPool {
             let stream = connect(
                 &self.config.address,
                 &self.profile,
-                None,
+                Outgoing::default(),
                 None,
                 self.connect_timeout,
             )

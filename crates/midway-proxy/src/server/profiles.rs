@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use midway_tcp::{RouteKnobs, TcpProfile};
+use midway_tcp::{FastOpenSide, RouteKnobs, TcpProfile};
 
 use super::error::ProxyError;
 use crate::config::{most_specific, ListenerConfig, RuntimeConfig};
@@ -110,9 +110,58 @@ fn check_profiles_supported<'a>(
     Ok(())
 }
 
+/// Each profile with `fast_open` and the side it is used on: listeners' local profiles
+/// accept, remote segments' and peers' profiles connect.
+fn fast_open_uses(config: &RuntimeConfig) -> BTreeSet<(String, FastOpenSide)> {
+    let mut uses = BTreeSet::new();
+    let mut add = |name: &String, side| {
+        if config
+            .profiles
+            .get(name)
+            .is_some_and(|p| p.fast_open == Some(true))
+        {
+            uses.insert((name.clone(), side));
+        }
+    };
+    for l in &config.listeners {
+        add(&l.local_profile, FastOpenSide::Accepting);
+        add(&l.remote_profile, FastOpenSide::Connecting);
+        for o in &l.client_profiles {
+            o.local_profile
+                .iter()
+                .for_each(|n| add(n, FastOpenSide::Accepting));
+            o.remote_profile
+                .iter()
+                .for_each(|n| add(n, FastOpenSide::Connecting));
+        }
+    }
+    for p in &config.peers {
+        add(&p.profile, FastOpenSide::Connecting);
+    }
+    uses
+}
+
+/// Checks that this namespace's `net.ipv4.tcp_fastopen` lets the kernel honour `fast_open`
+/// where the config uses it (midway never writes the sysctl: it is the host's, or the
+/// namespace's owner's, to set).
+pub(super) fn check_fast_open(config: &RuntimeConfig) -> Result<(), ProxyError> {
+    for (name, side) in fast_open_uses(config) {
+        if let Some(profile) = config.profiles.get(&name) {
+            profile
+                .check_fast_open(side)
+                .map_err(|source| ProxyError::ProfileUnsupported {
+                    profile: name.clone(),
+                    source: Box::new(source),
+                })?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks that the running kernel can honour every profile a listener uses (for
 /// `midway check-config`; [`super::Proxy::bind`] does the same after installing route knobs).
 pub fn check_kernel_support(config: &RuntimeConfig) -> Result<(), ProxyError> {
+    check_fast_open(config)?;
     let used = referenced_profiles(config);
     // midway's BPF congestion controls are registered for the check, and unregistered after it.
     let _registered = super::congestion::register_congestion_controls(&used, &config.profiles)?;

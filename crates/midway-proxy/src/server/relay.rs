@@ -13,6 +13,7 @@ use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use super::dscp::ServerClassCarrier;
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
 use super::peer_link::PeerLink;
@@ -43,6 +44,9 @@ pub(super) struct Split {
     pub(super) target: Option<SocketAddr>,
     /// The peer the connection goes through, if any.
     pub(super) peer: Option<Arc<WarmPool>>,
+    /// Client bytes already sent to the server in a Fast Open SYN (counted here, not by the
+    /// relay, which starts after them).
+    pub(super) sent_at_connect: u64,
 }
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
@@ -63,6 +67,7 @@ pub(super) async fn relay(
         client_addr,
         target,
         peer,
+        sent_at_connect,
     } = split;
     let name = &listener.name;
     let metrics = &shared.metrics;
@@ -97,6 +102,9 @@ pub(super) async fn relay(
         peer,
         cancel: cancel.clone(),
     });
+    counters
+        .client_to_server
+        .fetch_add(sent_at_connect, Ordering::Relaxed);
     // The relay owns and closes both sockets; it hands them to this callback just before,
     // so the end-of-connection log and histograms get final values, not a stale sample.
     let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
@@ -120,6 +128,10 @@ pub(super) async fn relay(
     sampler.sample(metrics);
     let congestion_controls = sampler.count_congestion_controls(metrics);
     let mut bytes = ByteReporter::new(name);
+    let server_class = listener
+        .carry_dscp
+        .then(|| ServerClassCarrier::new(server.tcp(), client.tcp()))
+        .flatten();
 
     // On the heap, once: a future moved into another async block is stored again in each
     // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
@@ -128,6 +140,14 @@ pub(super) async fn relay(
         client, server, listener, shared, options, cancel,
     ));
     let sampled_relay = async {
+        let carry_server_class = async {
+            match server_class {
+                Some(carrier) => carrier.run(counters.clone()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(carry_server_class);
+        let mut server_class_done = false;
         let mut tick = tokio::time::interval_at(
             tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
             TCP_INFO_SAMPLE_INTERVAL,
@@ -135,6 +155,7 @@ pub(super) async fn relay(
         loop {
             tokio::select! {
                 result = &mut relay => break result,
+                () = &mut carry_server_class, if !server_class_done => server_class_done = true,
                 _ = tick.tick() => {
                     let moved = (
                         counters.client_to_server.load(Ordering::Relaxed),
@@ -152,7 +173,12 @@ pub(super) async fn relay(
             }
         }
     };
-    let result = memory::following_caps(memory.as_mut(), sampled_relay).await;
+    let result = memory::following_caps(memory.as_mut(), sampled_relay)
+        .await
+        .map(|mut report| {
+            report.client_to_server_bytes += sent_at_connect;
+            report
+        });
     let duration = started.elapsed();
     if let Some((local, remote)) = final_stats.get() {
         sampler.record_final(metrics, local.clone(), remote.clone());
@@ -300,6 +326,10 @@ fn log_end(
         remote_cwnd = get(remote, |s| s.snd_cwnd.into()),
         remote_total_retrans = get(remote, |s| s.total_retrans.into()),
         remote_reordering = get(remote, |s| s.reordering.into()),
+        // TCP Fast Open: the handshake carried data (the client's SYN on the local segment,
+        // midway's, acknowledged, on the remote one).
+        local_syn_data = local.map(TcpStats::syn_data),
+        remote_syn_data = remote.map(TcpStats::syn_data),
         tcp_info_age_ms = sample_age.as_millis() as u64,
         "connection closed"
     );

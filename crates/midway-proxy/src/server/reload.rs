@@ -90,6 +90,7 @@ fn apply(
         ));
     }
     let used = profiles::referenced_profiles(&config);
+    profiles::check_fast_open(&config)?;
     if let Some(registration) = register_congestion_controls(&used, &config.profiles)? {
         proxy.congestion_controls.push(registration);
     }

@@ -52,6 +52,7 @@ pub(super) async fn start(
 ) -> Result<Proxy, ProxyError> {
     let socket_memory = socket_memory_guard(config.socket_memory)?;
     let used = profiles::referenced_profiles(&config);
+    profiles::check_fast_open(&config)?;
     let mut congestion_controls = Vec::new();
     if let Some(inherited) = inherited.as_deref_mut() {
         let links = std::mem::take(&mut inherited.congestion_controls);
