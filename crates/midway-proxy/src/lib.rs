@@ -52,6 +52,7 @@ pub mod config;
 mod metrics;
 mod nft;
 pub mod peer;
+mod proxy_protocol;
 mod server;
 mod sockmem;
 mod socks5;

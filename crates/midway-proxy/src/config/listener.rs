@@ -85,6 +85,8 @@ pub(super) fn validate_listener(
         None
     };
     let relay = relay_model(&section, &file)?;
+    let proxy_protocol =
+        super::proxy_protocol::proxy_protocol_settings(&section, mode, speaks_http, &file)?;
 
     let local_profile = section.profile_name(
         "local_profile",
@@ -108,6 +110,7 @@ pub(super) fn validate_listener(
         remote_profile,
         client_profiles,
         via,
+        proxy_protocol,
     })
 }
 

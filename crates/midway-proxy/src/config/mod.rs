@@ -16,6 +16,7 @@ mod access_links;
 mod http;
 mod listener;
 mod peers;
+mod proxy_protocol;
 mod quic;
 mod runtime;
 mod transport;
@@ -32,8 +33,9 @@ pub use access_links::MIN_ACCESS_RATE_BPS;
 pub use midway_config::{
     ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileHttp, FileKey,
     FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic, FileSocketMemory,
-    FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
+    FileSpool, FileTls, FileUser, ModeName, ProxyProtocolVersion, RelayName, TransportName,
 };
+pub use proxy_protocol::ProxyProtocolSettings;
 pub use runtime::*;
 
 /// Total split connections served at once, all listeners together.

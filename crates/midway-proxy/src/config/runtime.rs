@@ -257,6 +257,9 @@ pub struct ListenerConfig {
     /// Peers (indices into [`RuntimeConfig::peers`]) this listener sends connections through
     /// where their destinations match; empty: always straight to the destination.
     pub via: Vec<usize>,
+    /// PROXY protocol: whether the remote segment starts with a header, and which sources
+    /// must start theirs with one.
+    pub proxy_protocol: super::ProxyProtocolSettings,
 }
 
 impl ListenerConfig {

@@ -134,13 +134,17 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             close_now(stream);
             continue;
         };
-        if !generation.access.allows(peer.ip()) {
+        // A listed load balancer is no client: the header it sends names the client, which
+        // its connection's task admits like this (`proxied.rs`).
+        let behind_balancer = state.config.proxy_protocol.expects_header_from(peer.ip());
+        if !behind_balancer && !generation.access.allows(peer.ip()) {
             shared.metrics.refuse(&name, "not_allowed");
             tracing::debug!(listener = %name, client = %peer, "client not in allowed_clients; closed");
             close_now(stream);
             continue;
         }
-        let client_permit = if state.config.intercept.limits_connecting_client() {
+        let client_permit = if state.config.intercept.limits_connecting_client() && !behind_balancer
+        {
             let Some(permit) = shared.client_limits.try_acquire(peer.ip()) else {
                 shared.metrics.refuse(&name, "client_limit");
                 tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
@@ -164,6 +168,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             listener = %name,
             client = %peer,
             dst = field::Empty,
+            proxied_by = field::Empty,
             local_profile = %local_profile.name,
             remote_profile = %remote_profile.name,
         );
@@ -175,6 +180,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             generation,
             listener_addr: addr,
             peer,
+            proxied: None,
             cancel: connections_cancel.clone(),
             shutdown: draining.clone(),
             _permits: (permit, client_permit),

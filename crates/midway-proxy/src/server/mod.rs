@@ -63,6 +63,7 @@ mod peer_link;
 mod peering;
 mod pool;
 mod profiles;
+mod proxied;
 mod quic_accept;
 mod relay;
 mod reload;

@@ -148,6 +148,7 @@ async fn accept_streams(
             generation,
             listener_addr: cx.addr,
             peer: from,
+            proxied: None,
             cancel: cx.connections_cancel.clone(),
             shutdown: cx.draining.clone(),
             _permits: (permit, None),
