@@ -163,14 +163,17 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         }
 
         let (local_profile, remote_profile) = state.profiles.for_client(peer.ip());
+        // Behind a load balancer, the client and its profiles are known once the header is
+        // read (`Connection::take_proxy_header` records them then).
+        let known = (!behind_balancer).then_some(());
         let span = tracing::info_span!(
             "conn",
             listener = %name,
-            client = %peer,
+            client = known.map(|()| field::display(peer)),
+            proxied_by = behind_balancer.then(|| field::display(peer)),
             dst = field::Empty,
-            proxied_by = field::Empty,
-            local_profile = %local_profile.name,
-            remote_profile = %remote_profile.name,
+            local_profile = known.map(|()| field::display(&local_profile.name)),
+            remote_profile = known.map(|()| field::display(&remote_profile.name)),
         );
         let conn = Connection {
             shared: shared.clone(),

@@ -165,7 +165,6 @@ impl Connection {
         self.proxied = Some(ProxiedBy { destination });
         let span = tracing::Span::current();
         span.record("client", field::display(peer));
-        span.record("proxied_by", field::display(balancer));
         let (local, remote) = self.profiles();
         span.record("local_profile", field::display(&local.name));
         span.record("remote_profile", field::display(&remote.name));
