@@ -348,3 +348,75 @@ fn v2_header(client: &str, destination: &str) -> Vec<u8> {
     .build()
     .unwrap()
 }
+
+#[tokio::test]
+async fn a_socks5_listener_names_the_requested_destination() {
+    let (server, mut headers) = header_server().await;
+    let config = r#"
+[proxy]
+allowed_clients = ["127.0.0.0/8"]
+denied_destinations = []
+shutdown_grace = "1s"
+[spool]
+dir = "SPOOL_DIR"
+[[listeners]]
+name = "socks"
+mode = "socks5"
+listen = "127.0.0.1:0"
+proxy_protocol = "v2"
+"#;
+    let proxy = start(config).await;
+    let mut client = connect_from("127.0.0.2", proxy.addr("socks")).await;
+    client.write_all(&[5, 1, 0]).await.unwrap();
+    let mut method = [0; 2];
+    within(WAIT, client.read_exact(&mut method)).await.unwrap();
+    assert_eq!(method, [5, 0]);
+    let SocketAddr::V4(v4) = server else {
+        unreachable!("the server listens on 127.0.0.1")
+    };
+    let mut request = vec![5, 1, 0, 1];
+    request.extend_from_slice(&v4.ip().octets());
+    request.extend_from_slice(&v4.port().to_be_bytes());
+    client.write_all(&request).await.unwrap();
+    // Succeeded, with an IPv4 bound address: 10 bytes.
+    let mut reply = [0; 10];
+    within(WAIT, client.read_exact(&mut reply)).await.unwrap();
+    assert_eq!(reply[1], 0, "SOCKS5 reply {reply:?}");
+    echoes(&mut client, b"hello through socks").await;
+    let seen = next_header(&mut headers).await;
+    assert_eq!(seen.addresses, Some((client.local_addr().unwrap(), server)));
+    drop(client);
+    proxy.stop().await;
+}
+
+/// An edge sending through a gateway: the edge writes no PROXY header toward the gateway (the
+/// peer header carries the client; a PROXY header there would be refused as a bad peer
+/// header), and the gateway's peer listener names the edge's client to the server.
+#[tokio::test]
+async fn through_a_gateway_only_the_gateway_sends_the_header() {
+    const KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let (server, mut headers) = header_server().await;
+    let common = format!(
+        "[proxy]\nallowed_clients = [\"127.0.0.0/8\"]\ndenied_destinations = []\n\
+         shutdown_grace = \"1s\"\n[spool]\ndir = \"SPOOL_DIR\"\n[keys.k]\nsecret = \"{KEY_HEX}\"\n"
+    );
+    let gateway = start(&format!(
+        "{common}[[listeners]]\nname = \"gw\"\nmode = \"peer\"\nlisten = \"127.0.0.1:0\"\n\
+         keys = [\"k\"]\nproxy_protocol = \"v2\"\n"
+    ))
+    .await;
+    let edge = start(&format!(
+        "{common}[[peers]]\nname = \"gw\"\naddress = \"{}\"\nkey = \"k\"\nwarm_connections = 0\n\
+         [[listeners]]\nname = \"edge\"\nmode = \"forward\"\nlisten = \"127.0.0.1:0\"\n\
+         target = \"{server}\"\nvia = [\"gw\"]\nproxy_protocol = \"v2\"\n",
+        gateway.addr("gw")
+    ))
+    .await;
+    let mut client = connect_from("127.0.0.2", edge.addr("edge")).await;
+    echoes(&mut client, b"hello through two midways").await;
+    let seen = next_header(&mut headers).await;
+    assert_eq!(seen.addresses, Some((client.local_addr().unwrap(), server)));
+    drop(client);
+    edge.stop().await;
+    gateway.stop().await;
+}
