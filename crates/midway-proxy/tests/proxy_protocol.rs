@@ -7,6 +7,8 @@
 //!   the header-reading server: the header's client is the client (`allowed_clients` applies
 //!   to it, and it is the one midway names onward); unlisted sources' bytes are not read as a
 //!   header; a listed source's garbage or truncated header is reset and counted.
+//! - the other listeners: SOCKS5 names the requested destination, an HTTP listener judges the
+//!   header's client, and through an edge and a gateway only the gateway sends the header.
 //!
 //! Clients connect from distinct loopback addresses (127.0.0.2, .3, .4) so that each has an
 //! identity of its own.
@@ -419,4 +421,65 @@ async fn through_a_gateway_only_the_gateway_sends_the_header() {
     drop(client);
     edge.stop().await;
     gateway.stop().await;
+}
+
+/// An HTTP listener behind a balancer: the header's client is the one `allowed_clients` judges
+/// (the balancer itself is not allowed here).
+#[tokio::test]
+async fn an_http_listener_takes_the_client_from_the_header() {
+    let origin = midway_testkit::net::PageOrigin::serve(
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_string(),
+        WAIT,
+    );
+    let origin_addr = origin.addr;
+    let config = r#"
+[proxy]
+allowed_clients = ["127.0.0.2/32"]
+denied_destinations = []
+shutdown_grace = "1s"
+[spool]
+dir = "SPOOL_DIR"
+[[listeners]]
+name = "web"
+mode = "http"
+listen = "127.0.0.1:0"
+accept_proxy_protocol = ["127.0.0.1/32"]
+"#;
+    let proxy = start(config).await;
+    let request = format!("GET http://{origin_addr}/ HTTP/1.1\r\nhost: {origin_addr}\r\n\r\n");
+
+    let mut allowed = connect_from("127.0.0.1", proxy.addr("web")).await;
+    allowed
+        .write_all(&v2_header("127.0.0.2:4000", "127.0.0.1:80"))
+        .await
+        .unwrap();
+    allowed.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0; 1024];
+    let complete = |response: &[u8]| response.ends_with(b"ok");
+    // Bounded: a response of a few hundred bytes, each read at least one.
+    for _ in 0..1024 {
+        if complete(&response) {
+            break;
+        }
+        let n = within(WAIT, allowed.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "closed before the response: {response:?}");
+        response.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+
+    let mut refused = connect_from("127.0.0.1", proxy.addr("web")).await;
+    refused
+        .write_all(&v2_header("127.0.0.3:4000", "127.0.0.1:80"))
+        .await
+        .unwrap();
+    let _ = refused.write_all(request.as_bytes()).await;
+    assert!(
+        closed(&mut refused).await,
+        "a client outside allowed_clients was served"
+    );
+    drop(allowed);
+    proxy.stop().await;
 }
