@@ -483,3 +483,27 @@ accept_proxy_protocol = ["127.0.0.1/32"]
     drop(allowed);
     proxy.stop().await;
 }
+
+/// HAProxy's text header (`send-proxy`, v1) is accepted as well.
+#[tokio::test]
+async fn midway_behind_haproxy_sending_v1() {
+    if !have_haproxy() {
+        return;
+    }
+    let (server, mut headers) = header_server().await;
+    let config = forward_config(
+        "lb",
+        server,
+        "\"127.0.0.2/32\"",
+        "accept_proxy_protocol = [\"127.0.0.1/32\"]",
+    );
+    let proxy = start(&config).await;
+    let midway = proxy.addr("lb");
+    let (_haproxy, front) = haproxy("", &format!("server s {midway} send-proxy")).await;
+    let mut client = connect_from("127.0.0.2", front).await;
+    echoes(&mut client, b"hello over a v1 header").await;
+    let seen = next_header(&mut headers).await;
+    assert_eq!(seen.addresses, Some((client.local_addr().unwrap(), front)));
+    drop(client);
+    proxy.stop().await;
+}

@@ -22,6 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::error::SetupError;
+use crate::config::ListenerConfig;
+use crate::metrics::{Metrics, RefusedLabels};
 use crate::proxy_protocol::{scan, v2_header, HeaderError, Proxied, Scan};
 
 /// Reads one header takes at most: a v2 header in three, a v1 header in one per byte of
@@ -48,6 +50,28 @@ pub(super) enum ProxyHeaderRefusal {
     ClientNotAllowed(IpAddr),
     #[error("client {0} (from the header) holds max_connections_per_client connections")]
     ClientLimit(IpAddr),
+}
+
+/// The `midway_connections_refused_total` reasons of a bad header from a listed source, which a
+/// listener accepting the header shows at zero from the start.
+const HEADER_REFUSAL_REASONS: [&str; 4] = [
+    "proxy_header_timeout",
+    "proxy_header_truncated",
+    "proxy_header_malformed",
+    "proxy_header_unsupported",
+];
+
+/// Creates the header refusals' series at zero for a listener that accepts the header.
+pub(super) fn init_metrics(metrics: &Metrics, listener: &ListenerConfig) {
+    if listener.proxy_protocol.accept_from.is_empty() {
+        return;
+    }
+    for reason in HEADER_REFUSAL_REASONS {
+        drop(metrics.refused.get_or_create(&RefusedLabels {
+            listener: listener.name.clone(),
+            reason: reason.to_string(),
+        }));
+    }
 }
 
 impl ProxyHeaderRefusal {
@@ -116,5 +140,32 @@ pub(super) async fn send_header(
     match tokio::time::timeout(timeout, stream.write_all(&header)).await {
         Ok(written) => written.map_err(failed),
         Err(_) => Err(failed(io::Error::from(io::ErrorKind::TimedOut))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_header_refusal_reason_is_shown_from_the_start() {
+        let header_refusals = [
+            ProxyHeaderRefusal::Timeout,
+            ProxyHeaderRefusal::Truncated(io::ErrorKind::UnexpectedEof.into()),
+            ProxyHeaderRefusal::Malformed(HeaderError::NotAHeader),
+            ProxyHeaderRefusal::Malformed(HeaderError::Unsupported("Unix socket addresses")),
+        ];
+        let reasons: Vec<&str> = header_refusals.iter().map(|r| r.reason()).collect();
+        assert_eq!(reasons, HEADER_REFUSAL_REASONS);
+        // A client the header names is refused under the accept loop's reasons.
+        let client = "10.0.0.1".parse().unwrap();
+        assert_eq!(
+            ProxyHeaderRefusal::ClientNotAllowed(client).reason(),
+            "not_allowed"
+        );
+        assert_eq!(
+            ProxyHeaderRefusal::ClientLimit(client).reason(),
+            "client_limit"
+        );
     }
 }
