@@ -7,7 +7,8 @@
 //!   the header-reading server: the header's client is the client (`allowed_clients` applies
 //!   to it, and it is the one midway names onward); unlisted sources' bytes are not read as a
 //!   header; a listed source's garbage or truncated header is reset and counted.
-//! - the other listeners: SOCKS5 names the requested destination, an HTTP listener judges the
+//! - the other listeners: SOCKS5 names the requested destination, a transparent listener (in
+//!   namespaces, as root) the client and the original destination, an HTTP listener judges the
 //!   header's client, and through an edge and a gateway only the gateway sends the header.
 //!
 //! Clients connect from distinct loopback addresses (127.0.0.2, .3, .4) so that each has an
@@ -506,4 +507,100 @@ async fn midway_behind_haproxy_sending_v1() {
     assert_eq!(seen.addresses, Some((client.local_addr().unwrap(), front)));
     drop(client);
     proxy.stop().await;
+}
+
+/// A blocking server in namespace `ns` on `addrs`, one connection each (in order): reports the
+/// header's addresses, then echoes.
+fn header_server_in(
+    ns: &str,
+    addrs: Vec<SocketAddr>,
+) -> (
+    std::sync::mpsc::Receiver<Option<(SocketAddr, SocketAddr)>>,
+    std::thread::JoinHandle<()>,
+) {
+    use std::io::{Read, Write};
+    let (seen, receiver) = std::sync::mpsc::channel();
+    let (ready, is_ready) = std::sync::mpsc::channel();
+    let handle = midway_testkit::netns::in_netns(ns, move || {
+        let listeners: Vec<std::net::TcpListener> = addrs
+            .iter()
+            .map(|addr| std::net::TcpListener::bind(addr).unwrap())
+            .collect();
+        ready.send(()).unwrap();
+        for listener in listeners {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            let mut bytes = vec![0; 16];
+            stream.read_exact(&mut bytes).unwrap();
+            let len = usize::from(u16::from_be_bytes([bytes[14], bytes[15]]));
+            bytes.resize(16 + len, 0);
+            stream.read_exact(&mut bytes[16..]).unwrap();
+            let header = ppp::v2::Header::try_from(bytes.as_slice()).unwrap();
+            let addresses = match header.addresses {
+                ppp::v2::Addresses::IPv4(a) => Some((
+                    SocketAddr::from((a.source_address, a.source_port)),
+                    SocketAddr::from((a.destination_address, a.destination_port)),
+                )),
+                ppp::v2::Addresses::IPv6(a) => Some((
+                    SocketAddr::from((a.source_address, a.source_port)),
+                    SocketAddr::from((a.destination_address, a.destination_port)),
+                )),
+                _ => None,
+            };
+            seen.send(addresses).unwrap();
+            let mut message = [0; 5];
+            stream.read_exact(&mut message).unwrap();
+            stream.write_all(&message).unwrap();
+        }
+    });
+    is_ready.recv_timeout(WAIT).expect("server ready");
+    (receiver, handle)
+}
+
+/// Transparent mode in namespaces (client -- router running midway -- server): the header names
+/// the client and the destination it connected to, IPv4 and IPv6. Needs root and nftables.
+#[test]
+fn a_transparent_listener_names_the_client_and_the_original_destination() {
+    use std::io::{Read, Write};
+    if !midway_testkit::host::is_root() || !on_path("nft") {
+        eprintln!("skipped: transparent mode needs root and nft");
+        return;
+    }
+    let topo = midway_testkit::netns::Routed::new();
+    let targets: Vec<SocketAddr> = vec![
+        "10.77.2.2:5201".parse().unwrap(),
+        "[fd77:2::2]:5201".parse().unwrap(),
+    ];
+    let (seen, server) = header_server_in(topo.server.name(), targets.clone());
+    let spool = tempfile::tempdir().unwrap();
+    let mut config = format!(
+        "[proxy]\nallowed_clients = [\"10.77.1.0/24\", \"fd77:1::/64\"]\nshutdown_grace = \"1s\"\n\
+         [spool]\ndir = \"{}\"\n",
+        spool.path().display()
+    );
+    for (name, listen) in [("tp4", "0.0.0.0:7000"), ("tp6", "[::]:7001")] {
+        config.push_str(&format!(
+            "[[listeners]]\nname = \"{name}\"\nmode = \"transparent\"\nlisten = \"{listen}\"\n\
+             proxy_protocol = \"v2\"\n[listeners.nftables]\ninterfaces = [\"veth-rc\"]\n\
+             ports = [5201]\n"
+        ));
+    }
+    let proxy = midway_testkit::proxy::start_in_netns(topo.router.name(), config);
+    for target in targets {
+        let client = midway_testkit::netns::in_netns(topo.client.name(), move || {
+            let mut stream = std::net::TcpStream::connect_timeout(&target, WAIT).unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            stream.write_all(b"hello").unwrap();
+            let mut back = [0; 5];
+            stream.read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"hello");
+            stream.local_addr().unwrap()
+        })
+        .join()
+        .unwrap();
+        let addresses = seen.recv_timeout(WAIT).expect("the server saw a header");
+        assert_eq!(addresses, Some((client, target)));
+    }
+    proxy.stop();
+    server.join().unwrap();
 }
