@@ -199,6 +199,7 @@ impl Connection {
             started,
             adjustable: (leaves_buffers(local), leaves_buffers(remote)),
             segments: (self.listener.intercept.accepted_segment(), onward.segment),
+            client_addr: self.peer,
         };
         let _chain = onward.chain;
         relay::relay(

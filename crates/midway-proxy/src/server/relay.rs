@@ -2,6 +2,7 @@
 //! follows the memory guard's caps, samples tcp_info while bytes move, and at the end logs
 //! the connection and feeds the byte counters and histograms with final values.
 
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -34,6 +35,9 @@ pub(super) struct Split {
     pub(super) adjustable: (Adjustable, Adjustable),
     /// Each segment's label: local or peer, remote or peer.
     pub(super) segments: (&'static str, &'static str),
+    /// The address that connected, or the client a load balancer's PROXY header named (whose
+    /// access link paces the connection).
+    pub(super) client_addr: SocketAddr,
 }
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
@@ -51,6 +55,7 @@ pub(super) async fn relay(
         started,
         adjustable,
         segments,
+        client_addr,
     } = split;
     let name = &listener.name;
     let metrics = &shared.metrics;
@@ -65,12 +70,10 @@ pub(super) async fn relay(
     let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
     // Paced at its share of the subscriber's access link while it lives (when one covers the
     // client); the share follows the socket by its inode after the relay took it.
-    // (getpeername only when access links are configured: this is every connection's path.)
-    let _access_share = shared.access_links.as_ref().and_then(|links| {
-        let socket = client.tcp()?;
-        let addr = socket.peer_addr().ok()?;
-        links.join(addr.ip(), socket)
-    });
+    let _access_share = shared
+        .access_links
+        .as_ref()
+        .and_then(|links| links.join(client_addr.ip(), client.tcp()?));
     let transports = (client.transport(), server.transport());
     let counters = Arc::new(RelayCounters::default());
     // The relay owns and closes both sockets; it hands them to this callback just before,
