@@ -381,6 +381,20 @@ pub struct FileListener {
     pub application: Option<ApplicationName>,
     /// HTTP engine settings of listeners that speak HTTP.
     pub http: Option<FileHttp>,
+    /// Relaying listeners (not `http`): `"v2"` starts every remote segment with a PROXY
+    /// protocol v2 header naming the client and the original destination.
+    pub proxy_protocol: Option<ProxyProtocolVersion>,
+    /// Forward, socks5 and http listeners: sources (CIDR text) allowed to send a PROXY
+    /// protocol header (load balancers); a connection from one of them must start with one.
+    pub accept_proxy_protocol: Option<Vec<String>>,
+}
+
+/// `proxy_protocol = "v2"`: the PROXY protocol version a listener sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum ProxyProtocolVersion {
+    /// The binary version 2 header.
+    #[serde(rename = "v2")]
+    V2,
 }
 
 /// `[listeners.http]`: the HTTP engine of `mode = "http"` and of transparent listeners with

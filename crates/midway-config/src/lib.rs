@@ -29,7 +29,8 @@ pub use builder::{ConfigBuilder, ListenerBuilder};
 pub use file::{
     ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileControl,
     FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic,
-    FileSocketMemory, FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
+    FileSocketMemory, FileSpool, FileTls, FileUser, ModeName, ProxyProtocolVersion, RelayName,
+    TransportName,
 };
 pub use overlay::{overlay, OverlayConflict};
 pub use profile::{AutoBuffer, BufferSize, Keepalive, ProfileSpec};

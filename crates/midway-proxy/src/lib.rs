@@ -53,6 +53,7 @@ pub mod control;
 mod metrics;
 mod nft;
 pub mod peer;
+mod proxy_protocol;
 mod server;
 mod sockmem;
 mod socks5;

@@ -40,6 +40,7 @@ fn examples_load() {
         "http.toml",
         "edge.toml",
         "gateway.toml",
+        "proxy-protocol.toml",
     ] {
         let config = load_config(&example_with_key(name, keys.path()))
             .unwrap_or_else(|e| panic!("{name}: {}", midway_testkit::chain(&e)));
@@ -55,7 +56,8 @@ fn examples_load() {
             "http",
             "transparent",
             "socks5",
-            "peer"
+            "peer",
+            "forward"
         ]
     );
     // A test loads every file in examples/: a new one must join the list above.
@@ -72,12 +74,23 @@ fn examples_load() {
             "forward.toml",
             "gateway.toml",
             "http.toml",
+            "proxy-protocol.toml",
             "quic-edge.toml",
             "quic-gateway.toml",
             "socks5.toml",
             "transparent.toml"
         ]
     );
+}
+
+/// The PROXY protocol example accepts headers from its balancers only, and sends one.
+#[test]
+fn proxy_protocol_example_accepts_from_its_balancers_and_sends() {
+    let config = load_config(&repo_root().join("examples/proxy-protocol.toml")).unwrap();
+    let settings = &config.listeners[0].proxy_protocol;
+    assert!(settings.send);
+    assert!(settings.expects_header_from("10.0.0.5".parse().unwrap()));
+    assert!(!settings.expects_header_from("10.1.0.7".parse().unwrap()));
 }
 
 /// The published example key is refused, wherever it is written.

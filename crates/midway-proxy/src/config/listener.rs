@@ -85,6 +85,8 @@ pub(super) fn validate_listener(
         None
     };
     let relay = relay_model(&section, &file)?;
+    let proxy_protocol =
+        super::proxy_protocol::proxy_protocol_settings(&section, mode, speaks_http, &file)?;
 
     let local_profile = section.profile_name(
         "local_profile",
@@ -109,6 +111,7 @@ pub(super) fn validate_listener(
         client_profiles,
         via,
         carry_dscp: file.carry_dscp.unwrap_or(false),
+        proxy_protocol,
     })
 }
 

@@ -7,7 +7,8 @@
 //! 3. Cross-field validation produces a [`RuntimeConfig`] (`runtime.rs`): prefixes parsed,
 //!    profile names resolved against the presets and `[profiles.*]`, mode-specific keys
 //!    checked (`validate.rs` for the file and `[proxy]`, `listener.rs` per listener, `http.rs`
-//!    for `[listeners.http]`, `peers.rs` for `[keys.*]` and `[[peers]]`). Every error names the origin (file), the key path
+//!    for `[listeners.http]`, `proxy_protocol.rs` for a listener's PROXY protocol keys,
+//!    `peers.rs` for `[keys.*]` and `[[peers]]`). Every error names the origin (file), the key path
 //!    (`listeners[0].target`) and how to fix it.
 //!
 //! Secrets (SOCKS5 passwords) never appear in an error message or in `Debug` output.
@@ -17,6 +18,7 @@ mod control;
 mod http;
 mod listener;
 mod peers;
+mod proxy_protocol;
 mod quic;
 mod runtime;
 mod transport;
@@ -36,8 +38,10 @@ pub use control::{
 pub use midway_config::{
     ApplicationName, AuthName, FileAccessLink, FileClientProfile, FileConfig, FileControl,
     FileHttp, FileKey, FileListener, FileMetrics, FileNftables, FilePeer, FileProxy, FileQuic,
-    FileSocketMemory, FileSpool, FileTls, FileUser, ModeName, RelayName, TransportName,
+    FileSocketMemory, FileSpool, FileTls, FileUser, ModeName, ProxyProtocolVersion, RelayName,
+    TransportName,
 };
+pub use proxy_protocol::ProxyProtocolSettings;
 pub use runtime::*;
 
 /// Total split connections served at once, all listeners together.

@@ -262,6 +262,9 @@ pub struct ListenerConfig {
     /// Carry the DSCP marking across the split: the client's to the remote segment, the
     /// server's to the local one (`server/dscp.rs`).
     pub carry_dscp: bool,
+    /// PROXY protocol: whether the remote segment starts with a header, and which sources
+    /// must start theirs with one.
+    pub proxy_protocol: super::ProxyProtocolSettings,
 }
 
 impl ListenerConfig {

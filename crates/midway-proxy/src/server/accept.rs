@@ -143,13 +143,17 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             close_now(stream);
             continue;
         };
-        if !generation.access.allows(peer.ip()) {
+        // A listed load balancer is no client: the header it sends names the client, which
+        // its connection's task admits like this (`proxied.rs`).
+        let behind_balancer = state.config.proxy_protocol.expects_header_from(peer.ip());
+        if !behind_balancer && !generation.access.allows(peer.ip()) {
             shared.metrics.refuse(&name, "not_allowed");
             tracing::debug!(listener = %name, client = %peer, "client not in allowed_clients; closed");
             close_now(stream);
             continue;
         }
-        let client_permit = if state.config.intercept.limits_connecting_client() {
+        let client_permit = if state.config.intercept.limits_connecting_client() && !behind_balancer
+        {
             let Some(permit) = shared.client_limits.try_acquire(peer.ip()) else {
                 shared.metrics.refuse(&name, "client_limit");
                 tracing::debug!(listener = %name, client = %peer, "per-client connection limit reached; closed");
@@ -168,13 +172,17 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         }
 
         let (local_profile, remote_profile) = state.profiles.for_client(peer.ip());
+        // Behind a load balancer, the client and its profiles are known once the header is
+        // read (`Connection::take_proxy_header` records them then).
+        let known = (!behind_balancer).then_some(());
         let span = tracing::info_span!(
             "conn",
             listener = %name,
-            client = %peer,
+            client = known.map(|()| field::display(peer)),
+            proxied_by = behind_balancer.then(|| field::display(peer)),
             dst = field::Empty,
-            local_profile = %local_profile.name,
-            remote_profile = %remote_profile.name,
+            local_profile = known.map(|()| field::display(&local_profile.name)),
+            remote_profile = known.map(|()| field::display(&remote_profile.name)),
         );
         let conn = Connection {
             shared: shared.clone(),
@@ -184,6 +192,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             generation,
             listener_addr: addr,
             peer,
+            proxied: None,
             // Its own token, so the control socket can close this one connection; shutdown
             // still cancels it through the parent.
             cancel: connections_cancel.child_token(),

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::field;
 
-use super::connect::{apply_established, connect, resolve_first, Outgoing};
+use super::connect::{apply_established, close_now, connect, resolve_first, Outgoing};
 use super::dscp;
 use super::error::{ErrorChain, SetupError};
 use super::generation::{Generation, HttpListener};
@@ -22,11 +22,13 @@ use super::peer_link::PeerLink;
 use super::peering::{self, Chain};
 use super::pool::WarmPool;
 use super::profiles::ListenerProfiles;
+use super::proxied::{self, ProxiedBy, ProxyHeaderRefusal};
 use super::relay::{self, ByteReporter, Split};
 use super::shared::Shared;
 use crate::access::ClientPermit;
-use crate::config::{peer_for, ListenerConfig, TargetAddr};
+use crate::config::{peer_for, Intercept, ListenerConfig, TargetAddr};
 use crate::metrics::{ListenerLabels, Metrics};
+use crate::proxy_protocol::Proxied;
 
 /// An admitted connection, owned by its task.
 pub(super) struct Connection {
@@ -39,7 +41,10 @@ pub(super) struct Connection {
     pub(super) generation: Arc<Generation>,
     /// The address the listener really bound.
     pub(super) listener_addr: SocketAddr,
+    /// The client: the connecting address, or the one a load balancer's PROXY header names.
     pub(super) peer: SocketAddr,
+    /// Set when `peer` came from a PROXY header.
+    pub(super) proxied: Option<ProxiedBy>,
     pub(super) cancel: CancellationToken,
     /// Fires when shutdown begins (before the grace period).
     pub(super) shutdown: CancellationToken,
@@ -91,9 +96,25 @@ impl Connection {
     /// and connecting, with TLS handshakes and peer headers) or belong to another kind of
     /// listener (the HTTP engine) are boxed, so an idle relayed connection keeps only the
     /// relay's state (its per-connection memory, `midway-bench --idle`).
-    pub(super) async fn serve(self, client: TcpStream) {
+    pub(super) async fn serve(mut self, mut client: TcpStream) {
         let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
         let started = Instant::now();
+        if self
+            .listener
+            .proxy_protocol
+            .expects_header_from(self.peer.ip())
+        {
+            let cancel = self.cancel.clone();
+            let taken = tokio::select! {
+                _ = cancel.cancelled() => return,
+                taken = self.take_proxy_header(&mut client) => taken,
+            };
+            if let Err(err) = taken {
+                self.refuse(&err, "connection not relayed");
+                close_now(client);
+                return;
+            }
+        }
         if let Some(http) = self.http.clone() {
             Box::pin(self.serve_http(client, http, started)).await;
             return;
@@ -121,6 +142,47 @@ impl Connection {
     pub(super) async fn serve_stream(self, client: PeerLink) {
         let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
         self.split(client, Instant::now()).await;
+    }
+
+    /// Reads the PROXY header a listed load balancer starts the connection with, and admits
+    /// the client it names as the accept loop admits one that connects itself (the access
+    /// list, the per-client limit); that client is the connection's from here on (profiles,
+    /// logs, the header this midway sends onward).
+    async fn take_proxy_header(&mut self, client: &mut TcpStream) -> Result<(), SetupError> {
+        let balancer = self.peer;
+        let refused = |refusal| SetupError::ProxyHeader {
+            from: balancer,
+            refusal,
+        };
+        let header = proxied::read_header(client, self.generation.config.handshake_timeout)
+            .await
+            .map_err(refused)?;
+        let (peer, destination) = match header {
+            Proxied::Client {
+                client,
+                destination,
+            } => (client, Some(destination)),
+            // The load balancer's own connection (a health check): its real address is the
+            // client, held to the same rules.
+            Proxied::Local => (balancer, None),
+        };
+        if !self.generation.access.allows(peer.ip()) {
+            return Err(refused(ProxyHeaderRefusal::ClientNotAllowed(peer.ip())));
+        }
+        let permit = self
+            .shared
+            .client_limits
+            .try_acquire(peer.ip())
+            .ok_or_else(|| refused(ProxyHeaderRefusal::ClientLimit(peer.ip())))?;
+        self._permits.1 = Some(permit);
+        self.peer = peer;
+        self.proxied = Some(ProxiedBy { destination });
+        let span = tracing::Span::current();
+        span.record("client", field::display(peer));
+        let (local, remote) = self.profiles();
+        span.record("local_profile", field::display(&local.name));
+        span.record("remote_profile", field::display(&remote.name));
+        Ok(())
     }
 
     /// Finds the target, connects onward and relays.
@@ -290,7 +352,7 @@ impl Connection {
             addr = TargetAddr::Ip(destination);
         }
         let sent_at_connect = AtomicU64::new(0);
-        let stream = connect(
+        let mut stream = connect(
             &addr,
             remote,
             Outgoing {
@@ -304,6 +366,12 @@ impl Connection {
         )
         .await?;
         apply_established(&stream, remote, Role::Outgoing)?;
+        if self.listener.proxy_protocol.send {
+            // At a gateway the client is the one the peer header names.
+            let client = target.chain.as_ref().map_or(self.peer, Chain::client);
+            let destination = self.original_destination(&stream)?;
+            proxied::send_header(&mut stream, client, destination, config.connect_timeout).await?;
+        }
         Ok(Onward {
             target: stream.peer_addr().ok(),
             stream: PeerLink::Tcp(stream),
@@ -312,6 +380,23 @@ impl Connection {
             peer: None,
             sent_at_connect: sent_at_connect.into_inner(),
         })
+    }
+
+    /// The destination the PROXY header sent onward names: where the remote segment goes,
+    /// except on a forward listener whose client came through a load balancer, where it is
+    /// the address the client connected to there (carried on, as HAProxy's `send-proxy` does
+    /// after `accept-proxy`).
+    fn original_destination(&self, remote: &TcpStream) -> Result<SocketAddr, SetupError> {
+        let carried = self.proxied.and_then(|proxied| proxied.destination);
+        match (&self.listener.intercept, carried) {
+            (Intercept::Forward { .. }, Some(destination)) => Ok(destination),
+            _ => remote
+                .peer_addr()
+                .map_err(|source| SetupError::ProxyHeaderSend {
+                    target: "the remote segment".to_string(),
+                    source,
+                }),
+        }
     }
 
     /// An HTTP listener's connection: the engine reads requests and answers them (from the

@@ -220,6 +220,21 @@ pub(super) enum SetupError {
     /// A header could not be made (a key shorter than validation allows: never).
     #[error("cannot make a peer header")]
     PeerHeader(#[source] HeaderError),
+    /// A listed load balancer's PROXY header was refused, or the client it names: reset,
+    /// counted, never relayed.
+    #[error("PROXY header from {from} refused")]
+    ProxyHeader {
+        from: SocketAddr,
+        #[source]
+        refusal: super::proxied::ProxyHeaderRefusal,
+    },
+    /// The PROXY header could not be written on the remote segment (the server went away).
+    #[error("cannot send the PROXY header to {target}")]
+    ProxyHeaderSend {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Why a peer listener refused a connecting midway's header.
@@ -346,6 +361,8 @@ impl SetupError {
             SetupError::PeerQuic { .. } => "peer_quic",
             SetupError::PeerTimeout { .. } => "connect_timeout",
             SetupError::PeerHeader(_) => "internal",
+            SetupError::ProxyHeader { refusal, .. } => refusal.reason(),
+            SetupError::ProxyHeaderSend { .. } => "proxy_header_send",
         }
     }
 
@@ -362,6 +379,7 @@ impl SetupError {
                 | SetupError::PeerTls { .. }
                 | SetupError::PeerQuic { .. }
                 | SetupError::PeerTimeout { .. }
+                | SetupError::ProxyHeaderSend { .. }
         )
     }
 
@@ -405,7 +423,8 @@ impl SetupError {
             SetupError::PeerHandshake { .. }
             | SetupError::PeerTls { .. }
             | SetupError::PeerQuic { .. }
-            | SetupError::PeerHeader(_) => Some(ReplyCode::GeneralFailure),
+            | SetupError::PeerHeader(_)
+            | SetupError::ProxyHeaderSend { .. } => Some(ReplyCode::GeneralFailure),
             _ => None,
         }
     }

@@ -51,6 +51,7 @@ pub(super) struct Accepted<'c> {
 /// refusals.
 pub(super) fn init_listener_metrics(metrics: &Metrics, listener: &ListenerConfig) {
     metrics.init_listener(&listener.name);
+    super::proxied::init_metrics(metrics, listener);
     let peer_listener = matches!(listener.intercept, Intercept::Peer { .. });
     if peer_listener {
         metrics.init_peer_listener(&listener.name);

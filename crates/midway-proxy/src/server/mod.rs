@@ -68,6 +68,7 @@ mod peer_link;
 mod peering;
 mod pool;
 mod profiles;
+mod proxied;
 mod quic_accept;
 mod registry;
 mod relay;

@@ -156,6 +156,7 @@ async fn accept_streams(
             generation,
             listener_addr: cx.addr,
             peer: from,
+            proxied: None,
             cancel: cx.connections_cancel.child_token(),
             shutdown: cx.draining.clone(),
             _permits: (permit, None),

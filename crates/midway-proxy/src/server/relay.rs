@@ -38,7 +38,8 @@ pub(super) struct Split {
     pub(super) adjustable: (Adjustable, Adjustable),
     /// Each segment's label: local or peer, remote or peer.
     pub(super) segments: (&'static str, &'static str),
-    /// The client's address (for the control socket's status).
+    /// The address that connected, or the client a load balancer's PROXY header named (whose
+    /// access link paces the connection).
     pub(super) client_addr: SocketAddr,
     /// The destination, if known.
     pub(super) target: Option<SocketAddr>,
@@ -82,12 +83,10 @@ pub(super) async fn relay(
     let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
     // Paced at its share of the subscriber's access link while it lives (when one covers the
     // client); the share follows the socket by its inode after the relay took it.
-    // (getpeername only when access links are configured: this is every connection's path.)
-    let _access_share = shared.access_links.as_ref().and_then(|links| {
-        let socket = client.tcp()?;
-        let addr = socket.peer_addr().ok()?;
-        links.join(addr.ip(), socket)
-    });
+    let _access_share = shared
+        .access_links
+        .as_ref()
+        .and_then(|links| links.join(client_addr.ip(), client.tcp()?));
     let transports = (client.transport(), server.transport());
     let counters = Arc::new(RelayCounters::default());
     // Listed by the control socket until the relay ends; `cancel` is this connection's own.
