@@ -41,7 +41,8 @@ pub(crate) struct ControlSocket {
     listener: UnixListener,
     path: PathBuf,
     inode: u64,
-    /// The folder this process created for it (removed with it when empty).
+    /// The folder this process created for it, or the default one (removed with it when
+    /// empty).
     created_dir: Option<PathBuf>,
 }
 
@@ -65,7 +66,13 @@ impl ControlSocket {
                 source: None,
             })
         } else {
-            ControlSocket::bind(path)
+            // The default folder outside systemd (`/run/midway`) is midway's own to remove
+            // when it is left empty, whoever made it: a midway killed before its clean exit
+            // leaves it, and the next one must not keep it forever on the host.
+            ControlSocket::bind(
+                path,
+                !config.explicit && std::env::var_os("RUNTIME_DIRECTORY").is_none(),
+            )
         };
         match result {
             Ok(socket) => {
@@ -80,7 +87,8 @@ impl ControlSocket {
         }
     }
 
-    fn bind(path: &Path) -> Result<ControlSocket, ProxyError> {
+    /// `remove_dir`: remove the socket's folder with it when empty, even if it was there.
+    fn bind(path: &Path, remove_dir: bool) -> Result<ControlSocket, ProxyError> {
         let fail = |problem, source| ProxyError::ControlSocket {
             path: path.to_path_buf(),
             problem,
@@ -88,7 +96,7 @@ impl ControlSocket {
         };
         let dir = path.parent().unwrap_or(Path::new("/"));
         let created_dir = if dir.exists() {
-            None
+            remove_dir.then(|| dir.to_path_buf())
         } else {
             std::fs::DirBuilder::new()
                 .recursive(true)
