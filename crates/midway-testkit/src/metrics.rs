@@ -26,6 +26,20 @@ pub async fn scrape(addr: SocketAddr) -> String {
     out
 }
 
+/// [`scrape`] without a runtime, for tests that drive the real binary from threads.
+pub fn scrape_blocking(addr: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
 /// The text exposition of everything in `registry`.
 pub fn encode(registry: &Registry) -> String {
     let mut text = String::new();

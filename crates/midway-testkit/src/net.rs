@@ -59,6 +59,25 @@ fn echo_server_on(listener: TcpListener) -> (SocketAddr, JoinHandle<()>) {
     (addr, task)
 }
 
+/// A blocking echo server on loopback for up to `connections` connections, each on a thread
+/// of its own: writes back everything, then closes its side. For tests without a runtime
+/// (driving the real binary); runs until the test process ends.
+pub fn echo_server_threads(connections: usize) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(connections) {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = stream.try_clone().unwrap();
+                let _ = std::io::copy(&mut reader, &mut stream);
+                let _ = stream.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
 /// A blocking echo server on loopback for one connection, on a thread of its own: returns
 /// everything it reads, then closes its side.
 pub fn echo_once() -> SocketAddr {

@@ -342,13 +342,7 @@ fn scrape(log: &mpsc::Receiver<String>) -> String {
             })?
         })
         .expect("a log line names the metrics endpoint");
-    let mut stream = connect(addr);
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: midway\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
+    midway_testkit::metrics::scrape_blocking(addr)
 }
 
 /// `--client` and `--listener` keep what they name in `--json` too.

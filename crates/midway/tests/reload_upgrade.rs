@@ -19,22 +19,9 @@ use midway_testkit::wait::{wait_exit, wait_until};
 const MIDWAY: &str = env!("CARGO_BIN_EXE_midway");
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// An echo server for any number of connections, each on its own thread; runs until the test
-/// process ends.
+/// An echo server for the connections of one test.
 fn echo_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(10_000) {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut reader = stream.try_clone().unwrap();
-                let _ = std::io::copy(&mut reader, &mut stream);
-                let _ = stream.shutdown(Shutdown::Write);
-            });
-        }
-    });
-    addr
+    midway_testkit::net::echo_server_threads(10_000)
 }
 
 /// A port free right now on loopback (a take-over needs listeners at known ports).
@@ -294,14 +281,7 @@ fn take_over_refuses_no_connection_and_the_old_process_drains_then_exits() {
 }
 
 fn round_trip_http(port: u16) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(LIMIT)).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut page = String::new();
-    stream.read_to_string(&mut page).unwrap();
-    page
+    midway_testkit::metrics::scrape_blocking(SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 #[test]

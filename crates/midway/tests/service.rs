@@ -53,6 +53,30 @@ fn wait_for(socket: &UnixDatagram, seen: &mut Vec<String>, wanted: &str) -> Stri
     panic!("no {wanted:?} within {LIMIT:?}; got {seen:?}");
 }
 
+/// `midway proxy --config CONFIG` as systemd starts a `Type=notify` unit with a 400 ms
+/// watchdog: the notification socket (bound in `dir`, returned) in `NOTIFY_SOCKET`, and
+/// `WATCHDOG_PID` naming the process, here the shell's own pid, which exec hands to midway.
+fn start_under_manager(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> (UnixDatagram, KillOnDrop) {
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg("WATCHDOG_PID=$$ exec \"$0\" --log-format json proxy --config \"$1\"")
+        .arg(MIDWAY)
+        .arg(config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "400000")
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    (socket, KillOnDrop(child))
+}
+
 #[test]
 fn notifies_ready_watchdog_reload_and_stop() {
     let dir = tempfile::tempdir().unwrap();
@@ -68,22 +92,7 @@ fn notifies_ready_watchdog_reload_and_stop() {
         ),
     )
     .unwrap();
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    // systemd names the process the watchdog is meant for (WATCHDOG_PID): the shell's own pid,
-    // which exec hands to midway.
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg("WATCHDOG_PID=$$ exec \"$0\" --log-format json proxy --config \"$1\"")
-        .arg(MIDWAY)
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("WATCHDOG_USEC", "400000")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
+    let (socket, mut child) = start_under_manager(dir.path(), &config, std::process::Stdio::null());
     let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
     let mut seen = Vec::new();
     let ready = wait_for(&socket, &mut seen, "READY=1");
@@ -103,24 +112,6 @@ fn notifies_ready_watchdog_reload_and_stop() {
     wait_for(&socket, &mut seen, "STOPPING=1");
     let status = wait_exit(&mut child.0, LIMIT, "midway did not stop");
     assert!(status.success(), "{status}");
-}
-
-/// An echo server for any number of connections, each on a thread of its own, until the test
-/// process ends.
-fn echo_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(1_000) {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut reader = stream.try_clone().unwrap();
-                let _ = std::io::copy(&mut reader, &mut stream);
-                let _ = stream.shutdown(Shutdown::Write);
-            });
-        }
-    });
-    addr
 }
 
 fn echo_once(stream: &mut TcpStream, payload: &[u8]) {
@@ -157,7 +148,7 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn sigusr2_upgrades_to_a_child_the_manager_follows() {
-    let echo = echo_server();
+    let echo = midway_testkit::net::echo_server_threads(1_000);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("forward.toml");
     // A take-over finds listeners by their configured address: a fixed port.
@@ -177,21 +168,8 @@ fn sigusr2_upgrades_to_a_child_the_manager_follows() {
         ),
     )
     .unwrap();
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
     let log = std::fs::File::create(dir.path().join("midway.log")).unwrap();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg("WATCHDOG_PID=$$ exec \"$0\" --log-format json proxy --config \"$1\"")
-        .arg(MIDWAY)
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("WATCHDOG_USEC", "400000")
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut old = KillOnDrop(child);
+    let (socket, mut old) = start_under_manager(dir.path(), &config, log.into());
     let old_pid = old.0.id() as i32;
     let mut seen = Vec::new();
     wait_for(&socket, &mut seen, "READY=1");
