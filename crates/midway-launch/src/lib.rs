@@ -66,7 +66,8 @@ pub struct Launch {
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     nice: Option<i32>,
-    fd_limit: Option<u64>,
+    /// Soft and hard `RLIMIT_NOFILE`; `None` for the hard: the spawner's.
+    fd_limit: Option<(u64, Option<u64>)>,
     log: LogTo,
     grace: Duration,
     spawn_options: SpawnOptions,
@@ -143,7 +144,14 @@ impl Launch {
 
     /// Limits its open descriptors (soft and hard `RLIMIT_NOFILE`), e.g. to make it run out.
     pub fn fd_limit(mut self, limit: u64) -> Launch {
-        self.fd_limit = Some(limit);
+        self.fd_limit = Some((limit, Some(limit)));
+        self
+    }
+
+    /// Lowers its soft `RLIMIT_NOFILE` only: the hard limit stays the spawner's, so it may
+    /// raise it back.
+    pub fn fd_soft_limit(mut self, limit: u64) -> Launch {
+        self.fd_limit = Some((limit, None));
         self
     }
 
@@ -196,15 +204,19 @@ impl Launch {
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
-        if let Some(limit) = self.fd_limit {
-            use nix::sys::resource::{setrlimit, Resource};
+        if let Some((soft, hard)) = self.fd_limit {
+            use nix::sys::resource::{getrlimit, setrlimit, Resource};
             use std::os::unix::process::CommandExt;
-            // SAFETY: setrlimit(2) is async-signal-safe and allocates nothing. A limit is the
+            // SAFETY: getrlimit(2) and setrlimit(2) are async-signal-safe and allocate nothing. A limit is the
             // process's, not a thread's, so it can only be set in the child, between fork and
             // exec (the places enter their namespace on the spawning thread instead).
             unsafe {
                 command.pre_exec(move || {
-                    setrlimit(Resource::RLIMIT_NOFILE, limit, limit).map_err(std::io::Error::from)
+                    let hard = match hard {
+                        Some(hard) => hard,
+                        None => getrlimit(Resource::RLIMIT_NOFILE)?.1,
+                    };
+                    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(std::io::Error::from)
                 });
             }
         }

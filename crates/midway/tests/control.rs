@@ -3,8 +3,8 @@
 //! The control socket through a real `midway proxy` and the real `midway status`: two open
 //! connections read back with both segments' tcp_info (`--json` parsed), a drained listener
 //! refusing new connections while the open ones relay, undrain, and `close` resetting both
-//! ends of one connection; bad requests get typed errors; the socket is the owner's only and
-//! goes away with the proxy.
+//! ends of one connection (an HTTP listener's client connection too); bad requests get typed
+//! errors; the socket is the owner's only and goes away with the proxy.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -586,4 +586,90 @@ fn a_connection_through_a_peer_shows_its_peer_and_segments_on_both_midways() {
     let roles: Vec<&str> = g.segments.iter().map(|s| s.role.as_str()).collect();
     assert_eq!(roles, ["peer", "remote"]);
     assert!(g.segments.iter().all(|s| s.tcp.is_some()), "{g:#?}");
+}
+
+/// An origin that answers every request on a connection with `hello` (keep-alive), until the
+/// connection ends.
+fn http_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || {
+                stream.set_read_timeout(Some(LIMIT * 2)).unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                let mut line = String::new();
+                for _ in 0..100 {
+                    // A head: lines up to the empty one.
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// An HTTP listener's client connection is listed too (relay `http`, its bytes, the client
+/// segment's tcp_info; its upstreams are pooled, so no remote socket), and `close` resets it.
+#[test]
+fn an_http_client_connection_is_listed_and_close_resets_it() {
+    let origin = http_origin();
+    let dir = tempfile::tempdir().unwrap();
+    let (_midway, socket, addr) = start_named(
+        dir.path(),
+        "http",
+        "[[listeners]]\nname = \"web\"\nmode = \"http\"\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let mut client = connect(addr);
+    let request = format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n");
+    client.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"hello") {
+        let mut buf = [0u8; 512];
+        let read = client.read(&mut buf).unwrap();
+        assert!(read > 0 && answer.len() < 4096, "{answer:?}");
+        answer.extend_from_slice(&buf[..read]);
+    }
+
+    let status = status_json(&socket);
+    let c = connection_of(&status, &client);
+    assert_eq!(c.listener, "web");
+    assert_eq!(c.relay, "http");
+    assert_eq!(c.bytes_up, request.len() as u64, "{c:#?}");
+    assert_eq!(c.bytes_down, answer.len() as u64, "{c:#?}");
+    let roles: Vec<&str> = c.segments.iter().map(|s| s.role.as_str()).collect();
+    assert_eq!(roles, ["local", "remote"]);
+    let local = c.segments[0]
+        .tcp
+        .as_ref()
+        .expect("the client socket's tcp_info");
+    assert!(local.srtt_us > 0, "{c:#?}");
+    assert!(c.segments[1].tcp.is_none(), "pooled upstreams: {c:#?}");
+    assert_eq!(status.listeners[0].open, 1, "{status:#?}");
+
+    let closed = midway_status(&socket, &["close", &c.id.to_string()]);
+    assert!(closed.contains("closed"), "{closed}");
+    assert_eq!(
+        read_end(&mut client),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the client of a closed HTTP connection got a clean end of stream"
+    );
+    assert!(
+        poll_until(LIMIT, || status_json(&socket).connections.is_empty()),
+        "the closed connection is still listed"
+    );
 }

@@ -78,12 +78,14 @@ fn out_of_descriptors_under_churn_logs_a_few_lines() {
     let (log_tx, log_rx) = mpsc::channel();
     let mut child = Launch::midway(MIDWAY, &config)
         .json_log()
-        .fd_limit(MIDWAY_FD_LIMIT)
         .log_lines(log_tx)
         .stop_grace(Duration::from_secs(10))
         .spawn(Place::Here)
         .unwrap();
     let addr = listening_addr(&mut child, LIMIT);
+    // Lowered once it runs: at start midway raises its own limit and refuses a max_connections
+    // the limit has no room for, so only a limit taken away afterwards makes it run out.
+    midway_sys::fd_limit::set_open_file_limit_of(child.id(), MIDWAY_FD_LIMIT).unwrap();
 
     // Use up midway's descriptors with connections that stay open.
     let mut held = Vec::new();

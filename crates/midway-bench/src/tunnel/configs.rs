@@ -112,7 +112,8 @@ fn base(
 ) -> ConfigBuilder {
     let mut config = ConfigBuilder::new(allowed_clients.iter().copied())
         .spool_dir(spool)
-        .max_connections(19000, 19000)
+        // Two open files a connection, within a hard limit of 20,000 (see `configs.rs`).
+        .max_connections(8000, 8000)
         .timeouts(
             CONNECT_TIMEOUT,
             Duration::from_secs(600),

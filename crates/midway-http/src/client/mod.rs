@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use midway_relay::RelayCounters;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -53,13 +54,14 @@ pub struct ClientReport {
     pub bytes_from_client: u64,
 }
 
-#[derive(Default)]
 struct Counters {
     requests: AtomicU64,
     rejected: AtomicU64,
     tunnels: AtomicU64,
-    bytes_to_client: AtomicU64,
-    bytes_from_client: AtomicU64,
+    /// Bytes to and from the client, shared with the caller, who may read them while the
+    /// connection is served (`client_to_server`: read from the client; `server_to_client`:
+    /// written to it).
+    bytes: Arc<RelayCounters>,
 }
 
 /// A piece of one response on its way to the writer.
@@ -118,13 +120,16 @@ impl ClientSink {
 }
 
 impl HttpProxy {
-    /// Serves one accepted client connection until it closes (keep-alive, pipelining, CONNECT).
+    /// Serves one accepted client connection until it closes (keep-alive, pipelining, CONNECT),
+    /// counting the bytes to and from the client into `bytes` as they move. Cancelling
+    /// `cancel` cuts it: the client reads a reset, never a clean end after a partial response.
     pub async fn serve_client(
         self: &Arc<Self>,
         client: TcpStream,
         peer: SocketAddr,
         connect_upstream: ConnectUpstream,
         cancel: CancellationToken,
+        bytes: Arc<RelayCounters>,
     ) -> Result<ClientReport, HttpError> {
         let span = info_span!("http_client", %peer);
         async move {
@@ -133,9 +138,15 @@ impl HttpProxy {
             let conn = ClientConn {
                 proxy: self.clone(),
                 connect: connect_upstream,
-                counters: Counters::default(),
+                counters: Counters {
+                    requests: AtomicU64::new(0),
+                    rejected: AtomicU64::new(0),
+                    tunnels: AtomicU64::new(0),
+                    bytes,
+                },
                 outstanding: AtomicUsize::new(0),
                 stop: cancel.child_token(),
+                cut: cancel,
                 fetches: TaskTracker::new(),
             };
             let reader = RequestReader {
@@ -173,8 +184,8 @@ impl Counters {
             requests: self.requests.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             tunnels: self.tunnels.load(Ordering::Relaxed),
-            bytes_to_client: self.bytes_to_client.load(Ordering::Relaxed),
-            bytes_from_client: self.bytes_from_client.load(Ordering::Relaxed),
+            bytes_to_client: self.bytes.server_to_client.load(Ordering::Relaxed),
+            bytes_from_client: self.bytes.client_to_server.load(Ordering::Relaxed),
         }
     }
 }
@@ -191,5 +202,8 @@ struct ClientConn {
     outstanding: AtomicUsize,
     /// Fires when the connection ends (writer done or the server stopping).
     stop: CancellationToken,
+    /// The caller's token, `stop`'s parent: when it fires the connection is cut (closed by the
+    /// operator, or still open when shutdown's grace ran out) and the client gets a reset.
+    cut: CancellationToken,
     fetches: TaskTracker,
 }

@@ -69,7 +69,7 @@ impl RequestReader<'_> {
                 _ = conn.stop.cancelled() => return None,
                 result = self.read_half.read_buf(&mut self.buf) => {
                     if let Ok(read) = result {
-                        conn.counters.bytes_from_client.fetch_add(read as u64, Ordering::Relaxed);
+                        conn.counters.bytes.client_to_server.fetch_add(read as u64, Ordering::Relaxed);
                     }
                     return Some(result);
                 }

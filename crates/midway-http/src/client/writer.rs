@@ -4,10 +4,12 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use http::StatusCode;
 use midway_relay::{BufferConfig, RelayCounters, RelayModel, RelayOptions};
+use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
@@ -30,15 +32,29 @@ impl ResponseWriter<'_> {
         let conn = self.conn;
         loop {
             let slot = tokio::select! {
-                _ = conn.stop.cancelled() => return Ok(()),
-                slot = self.slot_rx.recv() => match slot { Some(slot) => slot, None => return Ok(()) },
-            };
+                           _ = conn.stop.cancelled() => {
+                               self.end();
+            return Ok(());
+                           }
+                           slot = self.slot_rx.recv() => match slot {
+                               Some(slot) => slot,
+                               // The reader ended: the client closed, or the connection was cut (the
+                               // reader saw it first).
+                               None => {
+                                   self.end();
+            return Ok(());
+                               }
+                           },
+                       };
             match slot {
                 Slot::Response { mut parts, done } => loop {
                     let part = tokio::select! {
-                        _ = conn.stop.cancelled() => return Ok(()),
-                        part = parts.recv() => part,
-                    };
+                                               _ = conn.stop.cancelled() => {
+                                           self.end();
+                    return Ok(());
+                                       }
+                                               part = parts.recv() => part,
+                                           };
                     match part {
                         Some(Part::Data(bytes)) => {
                             self.write_half
@@ -46,7 +62,8 @@ impl ResponseWriter<'_> {
                                 .await
                                 .map_err(HttpError::ClientIo)?;
                             conn.counters
-                                .bytes_to_client
+                                .bytes
+                                .server_to_client
                                 .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                         }
                         Some(Part::End { close }) => {
@@ -62,9 +79,13 @@ impl ResponseWriter<'_> {
                             break;
                         }
                         // The fetch failed after the head went out: the framing is broken,
-                        // so the only honest signal left is closing the connection.
+                        // so the only honest signal left is closing the connection (a reset
+                        // if it was cut).
                         None => {
-                            let _ = self.write_half.shutdown().await;
+                            if !conn.cut.is_cancelled() {
+                                let _ = self.write_half.shutdown().await;
+                            }
+                            self.end();
                             return Ok(());
                         }
                     }
@@ -77,6 +98,17 @@ impl ResponseWriter<'_> {
                     return self.tunnel(*head, read_half, leftover).await;
                 }
             }
+        }
+    }
+
+    /// Lets go of the client's write half. When the connection is cut, not ended (see
+    /// `ClientConn::cut`), the client socket closes with a reset once the read half is dropped
+    /// too: SO_LINGER 0, and the write half forgotten rather than dropped (dropping it would
+    /// send a FIN first).
+    fn end(self) {
+        if self.conn.cut.is_cancelled() {
+            let _ = SockRef::from(self.write_half.as_ref()).set_linger(Some(Duration::ZERO));
+            self.write_half.forget();
         }
     }
 
@@ -146,11 +178,11 @@ impl ResponseWriter<'_> {
             conn.stop.clone(),
         )
         .await;
-        conn.counters.bytes_to_client.fetch_add(
+        conn.counters.bytes.server_to_client.fetch_add(
             counters.server_to_client.load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
-        conn.counters.bytes_from_client.fetch_add(
+        conn.counters.bytes.client_to_server.fetch_add(
             counters.client_to_server.load(Ordering::Relaxed),
             Ordering::Relaxed,
         );

@@ -263,7 +263,13 @@ fn table(rows: &[&ConnectionStatus], rates: Option<&BTreeMap<u64, f64>>) -> Stri
     header.extend(["RELAY", "SPOOL", "PEER"].map(String::from));
     let mut cells = vec![header];
     for c in rows {
-        let target = c.target.map_or("?".to_string(), |t| t.to_string());
+        // An HTTP client connection's requests go to origins of its choosing, through pooled
+        // upstreams: no one target.
+        let target = match c.target {
+            Some(target) => target.to_string(),
+            None if c.relay == "http" => "origins".to_string(),
+            None => "?".to_string(),
+        };
         let mut row = vec![
             c.id.to_string(),
             c.listener.clone(),

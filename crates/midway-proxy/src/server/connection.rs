@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use midway_relay::RelayCounters;
 use midway_tcp::{Role, TcpProfile};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -23,8 +24,10 @@ use super::peering::{self, Chain};
 use super::pool::WarmPool;
 use super::profiles::ListenerProfiles;
 use super::proxied::{self, ProxiedBy, ProxyHeaderRefusal};
+use super::registry::Entry;
 use super::relay::{self, ByteReporter, Split};
 use super::shared::Shared;
+use super::socket_id::SocketId;
 use crate::access::ClientPermit;
 use crate::config::{peer_for, Intercept, ListenerConfig, TargetAddr};
 use crate::metrics::{ListenerLabels, Metrics};
@@ -431,11 +434,26 @@ impl Connection {
             .access_links
             .as_ref()
             .and_then(|links| links.join(self.peer.ip(), &client));
+        // Listed by the control socket while served: its bytes live, its client socket's
+        // tcp_info; the upstreams are pooled (shared between clients), so no remote socket.
+        let counters = Arc::new(RelayCounters::default());
+        let _registered = self.shared.registry.register(Entry {
+            listener: self.listener.clone(),
+            client: self.peer,
+            target: None,
+            started,
+            counters: counters.clone(),
+            sockets: [SocketId::new(&client), SocketId::of(None)],
+            segments: [("local", "tcp"), ("remote", "tcp")],
+            peer: None,
+            cancel: self.cancel.clone(),
+        });
         let serve = http.engine.serve_client(
             client,
             self.peer,
             http.connect_upstream.clone(),
             self.cancel.clone(),
+            counters,
         );
         let result = memory::following_caps(memory.as_mut(), serve).await;
         let duration_ms = started.elapsed().as_millis() as u64;

@@ -97,6 +97,28 @@ pub enum ProxyError {
         #[source]
         source: io::Error,
     },
+    /// The open-file limit could not be read or raised.
+    #[error("cannot read or raise the open-file limit (RLIMIT_NOFILE)")]
+    OpenFileLimit(#[source] io::Error),
+    /// `max_connections` needs more descriptors than the open-file limit allows.
+    #[error(
+        "max_connections = {max_connections} needs {needed} open files, but the open-file limit \
+         is {limit} (hard limit {hard}), room for {allowed} connections: lower max_connections \
+         (or max_pipes), or raise the limit (LimitNOFILE= in the unit, `ulimit -n`; as root \
+         midway raises it itself up to fs.nr_open)"
+    )]
+    TooFewOpenFiles {
+        /// The configured total.
+        max_connections: usize,
+        /// Open files that total needs.
+        needed: u64,
+        /// The soft limit, after raising it.
+        limit: u64,
+        /// The hard limit.
+        hard: u64,
+        /// Connections the limit has room for.
+        allowed: u64,
+    },
     /// The relay's spool or pipes could not be set up.
     #[error("cannot set up relay resources")]
     Relay(#[source] midway_relay::RelayError),

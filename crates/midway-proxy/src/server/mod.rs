@@ -21,6 +21,7 @@
 //!
 //! - this file: the [`Proxy`] and its public surface, and the run loop;
 //! - `start.rs`: start (profiles, route knobs, spool, listeners, metrics, nftables);
+//! - `descriptors.rs`: the open-file limit, raised, and the room it leaves for connections;
 //! - `reload.rs`: what a reload may change, and its steps;
 //! - `upgrade.rs`: binary upgrade, the steps of both sides; `handover.rs`: its protocol;
 //! - `serving.rs`: what runs while the proxy serves (accept loops, warm pools, helpers);
@@ -53,6 +54,7 @@ mod congestion;
 mod connect;
 mod connection;
 mod control;
+mod descriptors;
 mod dscp;
 mod error;
 mod fast_open;

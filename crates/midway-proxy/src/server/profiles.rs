@@ -158,9 +158,10 @@ pub(super) fn check_fast_open(config: &RuntimeConfig) -> Result<(), ProxyError> 
     Ok(())
 }
 
-/// Checks that the running kernel can honour every profile a listener uses (for
-/// `midway check-config`; [`super::Proxy::bind`] does the same after installing route knobs).
+/// Checks that the running kernel can honour every profile a listener uses, and that the
+/// open-file limit has room for `max_connections` (for `midway check-config`; [`super::Proxy::bind`] does the same after installing route knobs).
 pub fn check_kernel_support(config: &RuntimeConfig) -> Result<(), ProxyError> {
+    super::descriptors::raise_and_check(config)?;
     check_fast_open(config)?;
     let used = referenced_profiles(config);
     // midway's BPF congestion controls are registered for the check, and unregistered after it.

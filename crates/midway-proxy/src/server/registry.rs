@@ -175,9 +175,10 @@ fn status(s: Snapshot) -> ConnectionStatus {
         age_ms: u64::try_from(s.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         bytes_up: c.client_to_server.load(Ordering::Relaxed),
         bytes_down: c.server_to_client.load(Ordering::Relaxed),
-        relay: match s.listener.relay {
-            RelayModel::Buffer(_) => "buffer",
-            RelayModel::Spool(_) => "spool",
+        relay: match (&s.listener.http, &s.listener.relay) {
+            (Some(_), _) => "http",
+            (None, RelayModel::Buffer(_)) => "buffer",
+            (None, RelayModel::Spool(_)) => "spool",
         }
         .into(),
         spool_bytes: c.spooled_now.load(Ordering::Relaxed),

@@ -9,12 +9,13 @@
 //! names it (a restart or a binary upgrade, `--take-over`, applies them) — see
 //! [`restart_only_changes`].
 //!
-//! The steps ([`reload`]): the checks (settings only a restart applies, route knobs), the BPF
-//! congestion controls and the kernel check of the new profiles, the listeners (kept ones get
-//! the new profile, new or moved ones are bound), the next generation, the nftables rules; from
-//! there on nothing fails: the switch (served metrics, limits, new HTTP engines' maintenance,
-//! removed listeners stopped, the generation published, added listeners started, the old
-//! generation's warm pools retired and the new ones started).
+//! The steps ([`reload`]): the checks (settings only a restart applies, route knobs, room in the
+//! open-file limit for `max_connections`), the BPF congestion controls and the kernel check of
+//! the new profiles, the listeners (kept ones get the new profile, new or moved ones are bound),
+//! the next generation, the nftables rules; from there on nothing fails: the switch (served
+//! metrics, limits, new HTTP engines' maintenance, removed listeners stopped, the generation
+//! published, added listeners started, the old generation's warm pools retired and the new ones
+//! started).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use midway_tcp::{RouteKnobs, TcpProfile};
 
 use super::congestion::register_congestion_controls;
+use super::descriptors;
 use super::error::{ErrorChain, ProxyError};
 use super::generation::Generation;
 use super::listeners::BoundListener;
@@ -89,6 +91,7 @@ fn apply(
             "the profiles with route-metric knobs (initial_cwnd, delayed_ack, rto_min_ms above 200, dupack_threshold) changed; a restart applies them".into(),
         ));
     }
+    descriptors::check_current(&config)?;
     let used = profiles::referenced_profiles(&config);
     profiles::check_fast_open(&config)?;
     if let Some(registration) = register_congestion_controls(&used, &config.profiles)? {

@@ -1,7 +1,7 @@
-//! Start: from a configuration to a bound, ready [`Proxy`], in this order — the socket memory
-//! guard, the BPF congestion controls the profiles name, the cleanup of what a crashed midway
-//! left (nftables, policy routing, route knobs), the route-metric knobs, the kernel check of
-//! every used profile, the relay's spool and pipes, every listener and the metrics endpoint,
+//! Start: from a configuration to a bound, ready [`Proxy`], in this order — the open-file limit
+//! (raised, and `max_connections` checked against it), the socket memory guard, the BPF
+//! congestion controls the profiles name, the cleanup of what a crashed midway left (nftables,
+//! policy routing, route knobs), the route-metric knobs, the kernel check of every used profile, the relay's spool and pipes, every listener and the metrics endpoint,
 //! the upgrade socket, generation 1, and last the nftables rules and policy routing. Whatever
 //! was installed before an error is removed again.
 //!
@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use super::congestion::register_congestion_controls;
 use super::control::ControlSocket;
+use super::descriptors;
 use super::error::ProxyError;
 use super::generation::Generation;
 use super::handover::{Inherited, UpgradeSocket};
@@ -50,6 +51,7 @@ pub(super) async fn start(
     registry: &mut Registry,
     mut inherited: Option<&mut Inherited>,
 ) -> Result<Proxy, ProxyError> {
+    descriptors::raise_and_check(&config)?;
     let socket_memory = socket_memory_guard(config.socket_memory)?;
     let used = profiles::referenced_profiles(&config);
     profiles::check_fast_open(&config)?;
