@@ -29,10 +29,10 @@ pub(crate) fn midway_config(
             .remote_profile(profile)
             .build()
     };
-    // Two open files a connection: 9,000 (the idle measurement's 8,000 and room to spare) fit
+    // Two open files a connection: 8,500 (the idle measurement's 8,000 and room to spare) fit
     // a hard limit of 20,000, which midway cannot pass without CAP_SYS_RESOURCE.
     let mut config = ConfigBuilder::new([CLIENT_PREFIX])
-        .max_connections(9000, 9000)
+        .max_connections(8500, 8500)
         .timeouts(
             Duration::from_secs(5),
             Duration::from_secs(600),
