@@ -134,6 +134,7 @@ mod tests {
             cps_seconds: 0,
             connections: 0,
             hold_seconds: 0,
+            connections_in_flight: 1,
             cases: vec![Case::MidwayForward],
             work_dir: PathBuf::from("bench-results"),
             midway_proxy_extra: proxy_extra.iter().map(|s| s.to_string()).collect(),

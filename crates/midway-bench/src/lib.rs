@@ -51,7 +51,7 @@ use midway_sys::procfs::{self, machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
 use configs::{haproxy_config, midway_config};
-pub use connections::{ConnectionsRow, MAX_CONNECTIONS};
+pub use connections::{ConnectionsRow, MAX_CONNECTIONS, MAX_IN_FLIGHT};
 use netns::{BenchNet, Host, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 pub use report::{render_markdown, render_throughput_table, write_json};
 pub use summary::{Spread, ThroughputSummary};
@@ -90,6 +90,8 @@ pub struct BenchOptions {
     pub connections: usize,
     /// How long those connections are held before each must answer once more, seconds.
     pub hold_seconds: u32,
+    /// Of those, how many are being opened at once at most (1 to [`MAX_IN_FLIGHT`]).
+    pub connections_in_flight: usize,
     /// Cases to measure, in the order they run within a round.
     pub cases: Vec<Case>,
     /// Folder for generated configs, logs and `bench.json`.
@@ -393,13 +395,7 @@ fn run_case(
                 "   {} connections, held {} s",
                 options.connections, options.hold_seconds
             );
-            match connections::measure(
-                net,
-                case,
-                proxy.pid,
-                options.connections,
-                Duration::from_secs(options.hold_seconds.into()),
-            ) {
+            match connections::measure(net, case, proxy.pid, options) {
                 Ok(row) => report.connections.push(row),
                 Err(error) => eprintln!("   connections failed: {error:#}"),
             }

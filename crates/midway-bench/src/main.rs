@@ -48,6 +48,11 @@ struct Args {
     /// before each must answer once more.
     #[arg(long, default_value_t = 60)]
     hold: u32,
+    /// Of the --connections, how many are being opened at once at most. Their connect latency
+    /// includes waiting behind the others: about this many over the opening rate.
+    #[arg(long, default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(1..=midway_bench::MAX_IN_FLIGHT as u64))]
+    connections_in_flight: u64,
     /// Seconds of the connection-rate run.
     #[arg(long, default_value_t = 5)]
     cps_seconds: u32,
@@ -215,6 +220,7 @@ fn main() -> anyhow::Result<()> {
         cps_seconds: args.cps_seconds,
         connections: usize::try_from(args.connections)?,
         hold_seconds: args.hold,
+        connections_in_flight: usize::try_from(args.connections_in_flight)?,
         cases: args.cases,
         work_dir: args.out.clone(),
         midway_proxy_extra: args.midway_proxy_extra,

@@ -80,19 +80,20 @@ pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| case | connections opened | open s | connect+echo p50 / p99 / max ms | retransmitted | \
+        "\n| case | connections opened | in flight | open s | connect+echo p50 / p99 / max ms | retransmitted | \
          proxy RSS MiB at N | proxy KiB/conn | kernel TCP KiB/conn (sockstat, machine-wide) | \
          machine KiB/conn (MemAvailable) | proxy fds / limit | MemAvailable GiB at N | \
-         answered after hold |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+         answered after hold |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} of {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} / {} | {:.1} | {} of {} after {} s |",
+            "| {} | {} of {} | {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} / {} | {:.1} | {} of {} after {} s |",
             r.case,
             r.opened,
             r.connections,
+            r.in_flight,
             r.open_seconds,
             ms(r.open_latency_p50_ms),
             ms(r.open_latency_p99_ms),

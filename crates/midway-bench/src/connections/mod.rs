@@ -3,7 +3,7 @@
 //!
 //! For each proxy case, after the other measurements and on the same proxy: the client host
 //! opens N connections through the proxy to an echo server in the server host, at most
-//! [`IN_FLIGHT`] at a time, from [`CLIENT_SOURCES`] addresses to [`CONNECTION_PORTS`] (see the
+//! `--connections-in-flight` at a time, from [`CLIENT_SOURCES`] addresses to [`CONNECTION_PORTS`] (see the
 //! constants for why several of each). It reports:
 //! - how long opening all of them took, and the p50 / p99 / max of connect plus first echo;
 //! - the proxy's RSS and its growth per connection, the machine's kernel TCP memory
@@ -27,7 +27,7 @@ use midway_sys::procfs;
 use serde::Serialize;
 
 use crate::netns::{BenchNet, SERVER_ADDR};
-use crate::Case;
+use crate::{BenchOptions, Case};
 pub(crate) use load::{Holding, Opening};
 
 /// The ports the connections go to, in turn. Several, because the proxy connects to the server
@@ -43,10 +43,11 @@ pub const MAX_CONNECTIONS: usize = CONNECTION_PORTS.len() * MAX_PER_PORT;
 /// for itself whatever the destination, so one address would stop near 64,000.
 const CLIENT_SOURCES: u8 = 16;
 const FIRST_CLIENT_SOURCE: u8 = 101;
-/// Connections being opened at once at most. Far below the accept backlogs (midway 4096,
-/// HAProxy and the echo server capped at `somaxconn`, 4096 in a new namespace) and the SYN
-/// queues ([`SYN_QUEUE`]), so no handshake is dropped and retried a second later.
-const IN_FLIGHT: usize = 1000;
+/// The most connections being opened at once `--connections-in-flight` takes: below the accept
+/// backlogs (midway 4096, HAProxy and the echo server capped at `somaxconn`, 4096 in a new
+/// namespace) and the SYN queues ([`SYN_QUEUE`]), so no handshake is dropped and retried a
+/// second later.
+pub const MAX_IN_FLIGHT: usize = 4000;
 /// `tcp_max_syn_backlog` of the router's and the server's namespaces during the bench.
 pub(crate) const SYN_QUEUE: u32 = 8192;
 /// Each held connection echoes one byte this often: 10,000 echoes a second at 100,000.
@@ -90,6 +91,9 @@ pub struct ConnectionsRow {
     pub case: &'static str,
     /// Connections asked for.
     pub connections: usize,
+    /// Connections being opened at once at most. The opening's latency includes the wait
+    /// behind the others in flight: about this many over the opening rate.
+    pub in_flight: usize,
     /// Connections that opened (connected and answered a first echo).
     pub opened: usize,
     /// Connections that did not open.
@@ -173,15 +177,17 @@ impl Snapshot {
     }
 }
 
-/// Opens `count` connections through the proxy of `case` (pid `proxy_pid`), holds them for
-/// `hold`, and gives the figures.
+/// Opens `options.connections` connections through the proxy of `case` (pid `proxy_pid`),
+/// holds them for `options.hold_seconds`, and gives the figures.
 pub(crate) fn measure(
     net: &BenchNet,
     case: Case,
     proxy_pid: u32,
-    count: usize,
-    hold: Duration,
+    options: &BenchOptions,
 ) -> anyhow::Result<ConnectionsRow> {
+    let count = options.connections;
+    let hold = Duration::from_secs(options.hold_seconds.into());
+    let in_flight = options.connections_in_flight.clamp(1, MAX_IN_FLIGHT);
     if count > MAX_CONNECTIONS {
         bail!("--connections takes at most {MAX_CONNECTIONS}, not {count}");
     }
@@ -202,7 +208,7 @@ pub(crate) fn measure(
             .collect(),
         sources: client_sources(),
         count,
-        in_flight: IN_FLIGHT,
+        in_flight,
         open_limit: OPEN_LIMIT,
         keepalive_every: KEEPALIVE_EVERY,
         hold,
@@ -217,7 +223,7 @@ pub(crate) fn measure(
     let (opening, at_n, holding) = generated?;
     Ok(row(
         case,
-        count,
+        (count, in_flight),
         hold,
         &opening,
         &before,
@@ -231,7 +237,7 @@ pub(crate) fn measure(
 #[allow(clippy::too_many_arguments)]
 fn row(
     case: Case,
-    count: usize,
+    (count, in_flight): (usize, usize),
     hold: Duration,
     opening: &Opening,
     before: &Snapshot,
@@ -245,6 +251,7 @@ fn row(
     ConnectionsRow {
         case: case.name(),
         connections: count,
+        in_flight,
         opened,
         failed_to_open: opening.failures,
         first_open_error: opening.first_error.clone(),
@@ -336,7 +343,7 @@ mod tests {
         };
         let row = row(
             Case::MidwayForward,
-            5,
+            (5, 2),
             Duration::from_secs(60),
             &opening,
             &before,
