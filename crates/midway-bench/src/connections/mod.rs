@@ -43,6 +43,10 @@ pub const MAX_CONNECTIONS: usize = CONNECTION_PORTS.len() * MAX_PER_PORT;
 /// for itself whatever the destination, so one address would stop near 64,000.
 const CLIENT_SOURCES: u8 = 16;
 const FIRST_CLIENT_SOURCE: u8 = 101;
+// The ephemeral range of the namespaces (1024-65000) has room for each port's connections to
+// the server and for each client address's bound ports.
+const _: () = assert!(MAX_PER_PORT < 65000 - 1024);
+const _: () = assert!(MAX_CONNECTIONS / (CLIENT_SOURCES as usize) < 65000 - 1024);
 /// The most connections being opened at once `--connections-in-flight` takes: below the accept
 /// backlogs (midway 4096, HAProxy and the echo server capped at `somaxconn`, 4096 in a new
 /// namespace) and the SYN queues ([`SYN_QUEUE`]), so no handshake is dropped and retried a
@@ -362,8 +366,6 @@ mod tests {
 
     #[test]
     fn there_is_room_for_the_most_connections() {
-        assert!(MAX_PER_PORT < 65000 - 1024);
-        assert!(MAX_CONNECTIONS / usize::from(CLIENT_SOURCES) < 65000 - 1024);
         assert_eq!(client_sources().len(), usize::from(CLIENT_SOURCES));
         assert_eq!(proxy_max_connections(100_000, 19000), 102_100);
         assert_eq!(proxy_max_connections(1000, 19000), 19000);
