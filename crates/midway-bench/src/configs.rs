@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use midway_config::haproxy::{HaproxyConfig, ListenSection};
 use midway_config::{overlay, ConfigBuilder, ListenerBuilder, RelayName};
 
+use crate::connections::proxy_max_connections;
 use crate::netns::{CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 use crate::{all_ports, BenchOptions, Case, METRICS_ADDR, TRANSPARENT_PORT};
 
@@ -30,9 +31,12 @@ pub(crate) fn midway_config(
             .build()
     };
     // Two open files a connection: 8,500 (the idle measurement's 8,000 and room to spare) fit
-    // a hard limit of 20,000, which midway cannot pass without CAP_SYS_RESOURCE.
+    // a hard limit of 20,000, which midway cannot pass without CAP_SYS_RESOURCE; the
+    // connections test asks for what it opens (it needs a higher limit). Per client as many as
+    // in all: the connections test's clients are 16 addresses.
+    let max_connections = proxy_max_connections(options.connections, 8500);
     let mut config = ConfigBuilder::new([CLIENT_PREFIX])
-        .max_connections(8500, 8500)
+        .max_connections(max_connections, max_connections)
         .timeouts(
             Duration::from_secs(5),
             Duration::from_secs(600),
@@ -87,13 +91,20 @@ pub(crate) fn midway_config(
 }
 
 /// HAProxy in TCP mode with one `listen` section per port. maxconn and maxpipes leave room under
-/// the 20000 open-file limit: two descriptors per proxied connection and two per splice pipe; a
-/// section accepts 2000 connections unless told otherwise, and the idle test needs more.
-pub(crate) fn haproxy_config(splice: bool, threads: Option<u16>) -> String {
-    let mut config = HaproxyConfig::tcp(9000, Duration::from_secs(5), Duration::from_secs(600));
+/// a 20000 open-file limit: two descriptors per proxied connection and two per splice pipe; a
+/// section accepts 2000 connections unless told otherwise, and the idle test needs more. With
+/// `connections` (the `--connections` test) above that, maxconn follows it, and HAProxy sizes
+/// its descriptor table and limit from it (the bench has raised the limit it inherits).
+pub(crate) fn haproxy_config(splice: bool, threads: Option<u16>, connections: usize) -> String {
+    let max_connections = proxy_max_connections(connections, 9000);
+    let mut config = HaproxyConfig::tcp(
+        u32::try_from(max_connections).unwrap_or(u32::MAX),
+        Duration::from_secs(5),
+        Duration::from_secs(600),
+    );
     config.threads = threads;
     config.max_pipes = Some(512);
-    config.max_connections_per_section = Some(9000);
+    config.max_connections_per_section = Some(config.max_connections);
     config.splice = splice;
     config.sections = all_ports()
         .into_iter()
@@ -124,6 +135,9 @@ mod tests {
             rounds: 1,
             idle_connections: 0,
             cps_seconds: 0,
+            connections: 0,
+            hold_seconds: 0,
+            connections_in_flight: 1,
             cases: vec![Case::MidwayForward],
             work_dir: PathBuf::from("bench-results"),
             midway_proxy_extra: proxy_extra.iter().map(|s| s.to_string()).collect(),
@@ -177,10 +191,28 @@ mod tests {
     }
 
     #[test]
+    fn many_connections_raise_both_proxies_limits() {
+        let mut opts = options(None, &[], &[]);
+        opts.connections = 100_000;
+        for case in [Case::MidwayForward, Case::MidwayTransparent] {
+            let config =
+                midway_proxy::parse_config(&midway_config(case, "mwb0r0", &opts).unwrap(), "bench")
+                    .unwrap();
+            assert_eq!(config.max_connections, 102_100, "{case:?}");
+            assert_eq!(config.max_connections_per_client, 102_100, "{case:?}");
+        }
+        let haproxy = haproxy_config(false, None, 100_000);
+        // The process's and each section's.
+        assert_eq!(haproxy.matches("maxconn 102100\n").count(), 2, "{haproxy}");
+        assert!(haproxy.contains("listen p6103\n"), "{haproxy}");
+        assert!(haproxy_config(false, None, 0).contains("maxconn 9000\n"));
+    }
+
+    #[test]
     fn haproxy_gets_the_same_thread_count() {
-        let config = haproxy_config(true, Some(1));
+        let config = haproxy_config(true, Some(1), 0);
         assert!(config.starts_with("global\n    nbthread 1\n"), "{config}");
         assert!(config.contains("option splice-response"), "{config}");
-        assert!(!haproxy_config(false, None).contains("nbthread"));
+        assert!(!haproxy_config(false, None, 0).contains("nbthread"));
     }
 }

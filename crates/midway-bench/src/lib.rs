@@ -7,7 +7,10 @@
 //! - CPU seconds the proxy process spent per GB moved;
 //! - peak kernel TCP memory during the run against the pressure threshold;
 //! - connections per second (connect, one byte, close);
-//! - user-space memory of the proxy per idle split connection, and kernel TCP memory.
+//! - user-space memory of the proxy per idle split connection, and kernel TCP memory;
+//! - with `--connections N`, whether the proxy holds N concurrent split connections: how fast
+//!   they open, what they cost in memory and descriptors, whether all still answer after
+//!   `--hold` seconds (see the `connections` module).
 //!
 //! Throughput varies by about ±10 % from one run to the next on a small VM, so one run cannot
 //! rank two proxies whose figures are close. `--rounds N` ([`BenchOptions::rounds`]) repeats the
@@ -30,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod configs;
+mod connections;
 pub mod faults;
 mod netns;
 mod report;
@@ -47,6 +51,7 @@ use midway_sys::procfs::{self, machine_tcp_memory_bytes, KernelMemoryLimits};
 use serde::Serialize;
 
 use configs::{haproxy_config, midway_config};
+pub use connections::{ConnectionsRow, MAX_CONNECTIONS, MAX_IN_FLIGHT};
 use netns::{BenchNet, Host, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 pub use report::{render_markdown, render_throughput_table, write_json};
 pub use summary::{Spread, ThroughputSummary};
@@ -80,6 +85,13 @@ pub struct BenchOptions {
     pub idle_connections: usize,
     /// Length of the connection-rate run, seconds.
     pub cps_seconds: u32,
+    /// Concurrent split connections opened and held through each proxy (0 skips it); at most
+    /// [`MAX_CONNECTIONS`].
+    pub connections: usize,
+    /// How long those connections are held before each must answer once more, seconds.
+    pub hold_seconds: u32,
+    /// Of those, how many are being opened at once at most (1 to [`MAX_IN_FLIGHT`]).
+    pub connections_in_flight: usize,
     /// Cases to measure, in the order they run within a round.
     pub cases: Vec<Case>,
     /// Folder for generated configs, logs and `bench.json`.
@@ -239,6 +251,8 @@ pub struct BenchReport {
     pub connection_rate: Vec<ConnectionRateRow>,
     /// Memory per idle connection per case.
     pub idle_memory: Vec<IdleMemoryRow>,
+    /// Many concurrent connections per proxy case (`--connections`).
+    pub connections: Vec<ConnectionsRow>,
 }
 
 /// A proxy running in the router for one case; stopped when dropped.
@@ -260,7 +274,13 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     if !nix::unistd::Uid::effective().is_root() {
         bail!("midway-bench needs root: it creates network namespaces");
     }
-    raise_fd_limit()?;
+    if options.connections > MAX_CONNECTIONS {
+        bail!(
+            "--connections takes at most {MAX_CONNECTIONS}, not {}",
+            options.connections
+        );
+    }
+    raise_fd_limit(connections::files_needed(options.connections))?;
     netns::install_cleanup_on_signal()?;
     std::fs::create_dir_all(&options.work_dir)?;
     let mut net = BenchNet::build().context("cannot build the benchmark network")?;
@@ -276,6 +296,9 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     }
     if options.router_quickack {
         net.router_quick_acks()?;
+    }
+    if options.connections > 0 {
+        connections::prepare(&net)?;
     }
     start_iperf_servers(&mut net)?;
     let cps_server =
@@ -299,6 +322,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         runs: Vec::new(),
         connection_rate: Vec::new(),
         idle_memory: Vec::new(),
+        connections: Vec::new(),
     };
 
     for round in 1..=options.rounds {
@@ -366,6 +390,16 @@ fn run_case(
                 Err(error) => eprintln!("   idle memory failed: {error:#}"),
             }
         }
+        if first_round && options.connections > 0 {
+            eprintln!(
+                "   {} connections, held {} s",
+                options.connections, options.hold_seconds
+            );
+            match connections::measure(net, case, proxy.pid, options) {
+                Ok(row) => report.connections.push(row),
+                Err(error) => eprintln!("   connections failed: {error:#}"),
+            }
+        }
         // However it ended, it is gone; the nftables check below says whether it cleaned up.
         let _ = proxy.process.stop();
     }
@@ -397,9 +431,27 @@ fn failed_run(round: u32, case: Case, streams: usize, error: &anyhow::Error) -> 
     }
 }
 
-fn raise_fd_limit() -> anyhow::Result<()> {
+/// Raises the bench's open-file limit (which the proxies and iperf3 inherit) to its hard
+/// limit, and above it up to `fs.nr_open` when `needed` asks for more: root may, unless it lacks
+/// CAP_SYS_RESOURCE (as in some containers), which is then said.
+fn raise_fd_limit(needed: u64) -> anyhow::Result<()> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if needed > hard {
+        let nr_open: u64 = midway_sys::sysctl::read("fs.nr_open")?
+            .trim()
+            .parse()
+            .context("fs.nr_open is not a number")?;
+        let target = needed.min(nr_open);
+        if setrlimit(Resource::RLIMIT_NOFILE, target, target).is_ok() && target >= needed {
+            return Ok(());
+        }
+        bail!(
+            "--connections needs {needed} open files in the bench and in the proxy (two per \
+             connection and a reserve); the hard limit is {hard}, fs.nr_open {nr_open}, and it \
+             could not be raised to that (no CAP_SYS_RESOURCE?)"
+        );
+    }
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
     Ok(())
 }
@@ -425,6 +477,7 @@ fn all_ports() -> Vec<u16> {
         .map(|i| IPERF_BASE_PORT + i as u16)
         .collect();
     ports.extend([IDLE_PORT, CPS_PORT]);
+    ports.extend(connections::CONNECTION_PORTS);
     ports
 }
 
@@ -447,7 +500,11 @@ fn start_proxy(
             let path = options.work_dir.join(format!("{}.cfg", case.name()));
             std::fs::write(
                 &path,
-                haproxy_config(case == Case::HaproxySplice, options.proxy_threads),
+                haproxy_config(
+                    case == Case::HaproxySplice,
+                    options.proxy_threads,
+                    options.connections,
+                ),
             )?;
             let launch = Launch::program("haproxy").args(["-db", "-f"]).arg(&path);
             (launch, path)

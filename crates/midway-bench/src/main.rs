@@ -37,6 +37,22 @@ struct Args {
     /// Idle split connections for the memory figure (0 to skip).
     #[arg(long, default_value_t = 8000)]
     idle: usize,
+    /// Concurrent split connections to open and hold through each proxy case (0 to skip):
+    /// open time, connect latency, memory and descriptors at N, and whether all still answer
+    /// after --hold. Needs an open-file limit of 2 N + 1024 for the bench and the proxy, which
+    /// the bench raises as root (see docs/results/bench/README.md).
+    #[arg(long, default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=midway_bench::MAX_CONNECTIONS as u64))]
+    connections: u64,
+    /// Seconds the --connections are held (with a one-byte echo per connection every 10 s)
+    /// before each must answer once more.
+    #[arg(long, default_value_t = 60)]
+    hold: u32,
+    /// Of the --connections, how many are being opened at once at most. Their connect latency
+    /// includes waiting behind the others: about this many over the opening rate.
+    #[arg(long, default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(1..=midway_bench::MAX_IN_FLIGHT as u64))]
+    connections_in_flight: u64,
     /// Seconds of the connection-rate run.
     #[arg(long, default_value_t = 5)]
     cps_seconds: u32,
@@ -202,6 +218,9 @@ fn main() -> anyhow::Result<()> {
         rounds: args.rounds,
         idle_connections: args.idle,
         cps_seconds: args.cps_seconds,
+        connections: usize::try_from(args.connections)?,
+        hold_seconds: args.hold,
+        connections_in_flight: usize::try_from(args.connections_in_flight)?,
         cases: args.cases,
         work_dir: args.out.clone(),
         midway_proxy_extra: args.midway_proxy_extra,

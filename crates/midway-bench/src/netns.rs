@@ -20,7 +20,9 @@ use midway_labnet::{
     DirectionConfig, HostChild, HostSpec, LinkMode, LinkSpec, StackProfile, Topology, TopologySpec,
 };
 use midway_sys::command::Program;
-use midway_sys::netlink::{Family, Metric, MetricValue, Netlink, RouteMetric, TABLE_MAIN};
+use midway_sys::netlink::{
+    AddressSpec, Family, Metric, MetricValue, Netlink, RouteMetric, TABLE_MAIN,
+};
 use midway_sys::sysctl;
 
 /// Which of the hosts.
@@ -218,6 +220,42 @@ impl BenchNet {
             "net.ipv4.tcp_wmem",
             &format!("{min} {default} {max}"),
         )
+    }
+
+    /// Adds `addresses` (in the client's /24) to the client's interface towards the router, so
+    /// that a load generator can spread its connections over several source addresses, each
+    /// with its own ephemeral ports. They go with the namespace.
+    pub(crate) fn add_client_addresses(&self, addresses: &[Ipv4Addr]) -> anyhow::Result<()> {
+        let iface = self.iface(Host::Client, Host::Router).to_string();
+        let mut netlink = self.netlink(Host::Client)?;
+        let device = netlink
+            .link_index(&iface)
+            .with_context(|| format!("no interface {iface} in the client"))?;
+        for &address in addresses {
+            let spec = AddressSpec {
+                address: ipnet::IpNet::new(IpAddr::V4(address), 24)?,
+                device,
+                nodad: false,
+            };
+            match netlink.add_address(&spec) {
+                Ok(()) => {}
+                Err(error) if error.is_exists() => {}
+                Err(error) => {
+                    return Err(error).with_context(|| format!("cannot add {address} to {iface}"))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the SYN queue of the router's and the server's namespaces (`tcp_max_syn_backlog`)
+    /// to `depth`: a burst of handshakes that overflows it is dropped, and the client's 1 s SYN
+    /// retransmit would show up as connect latency the proxy did not cause.
+    pub(crate) fn deepen_syn_queues(&self, depth: u32) -> anyhow::Result<()> {
+        for host in [Host::Router, Host::Server] {
+            self.write_sysctl(host, "net.ipv4.tcp_max_syn_backlog", &depth.to_string())?;
+        }
+        Ok(())
     }
 
     /// Gives every route of a host's main table the `congctl NAME` metric, so every TCP socket

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::summary::ThroughputSummary;
-use crate::BenchReport;
+use crate::{BenchReport, ConnectionsRow};
 
 /// The report as markdown tables.
 pub fn render_markdown(report: &BenchReport) -> String {
@@ -67,6 +67,67 @@ pub fn render_markdown(report: &BenchReport) -> String {
             r.user_bytes_per_connection / 1024.0,
             r.kernel_tcp_bytes_per_connection / 1024.0
         );
+    }
+    if !report.connections.is_empty() {
+        out.push_str(&render_connections_table(&report.connections));
+    }
+    out
+}
+
+/// The `--connections` table: one line per proxy case, then the first failure of each case
+/// whose connections did not all open.
+pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| case | connections opened | in flight | open s | connect+echo p50 / p99 / max ms | retransmitted | \
+         proxy RSS MiB at N | proxy KiB/conn | kernel TCP KiB/conn (sockstat, machine-wide) | \
+         machine KiB/conn (MemAvailable) | proxy fds / limit | MemAvailable GiB at N | \
+         answered after hold |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} of {} | {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} / {} | {:.1} | {} of {} after {} s |",
+            r.case,
+            r.opened,
+            r.connections,
+            r.in_flight,
+            r.open_seconds,
+            ms(r.open_latency_p50_ms),
+            ms(r.open_latency_p99_ms),
+            ms(r.open_latency_max_ms),
+            r.retransmitted_opens,
+            r.proxy_rss_at_n_bytes as f64 / 1048576.0,
+            r.user_bytes_per_connection / 1024.0,
+            r.kernel_tcp_bytes_per_connection / 1024.0,
+            r.machine_bytes_per_connection / 1024.0,
+            r.proxy_open_fds,
+            r.proxy_fd_limit,
+            r.mem_available_at_n_bytes as f64 / 1073741824.0,
+            r.answered_at_end,
+            r.connections,
+            r.hold_seconds,
+        );
+    }
+    for r in rows {
+        if let Some(error) = &r.first_open_error {
+            let _ = writeln!(
+                out,
+                "- {}: {} did not open, the first: {}",
+                r.case,
+                r.failed_to_open,
+                error.replace('\n', " ")
+            );
+        }
+        if r.keepalive_failures > 0 {
+            let _ = writeln!(
+                out,
+                "- {}: {} stopped answering keep-alives during the hold",
+                r.case, r.keepalive_failures
+            );
+        }
     }
     out
 }

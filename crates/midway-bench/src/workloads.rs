@@ -39,7 +39,7 @@ pub(crate) fn wait_until_accepting(
 /// A non-blocking listener with a deep accept queue: std's default backlog of 128 overflows when
 /// thousands of connections arrive at once, and the dropped handshakes would be counted against
 /// the proxy.
-fn listen_with_backlog(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+pub(crate) fn listen_with_backlog(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;

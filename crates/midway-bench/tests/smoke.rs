@@ -1,5 +1,6 @@
 //! The benchmark command end to end, as a user runs it, in its smallest form: every part
-//! (namespaces, iperf3, midway in both modes, spliced HAProxy, connection rate, idle memory)
+//! (namespaces, iperf3, midway in both modes, spliced HAProxy, connection rate, idle memory,
+//! many concurrent connections)
 //! must produce figures, and the options that shape the run must reach the report. The figures
 //! themselves are not judged here: they are benchmark output, not test assertions.
 //!
@@ -35,6 +36,10 @@ fn the_smallest_bench_run_reports_every_case() {
             "--router-congestion-control",
             "reno",
             "--router-quickack",
+            "--connections",
+            "200",
+            "--hold",
+            "1",
         ])
         .arg("--out")
         .arg(out.path())
@@ -85,6 +90,14 @@ fn the_smallest_bench_run_reports_every_case() {
     assert_eq!(idle.len(), 3, "{idle:?}");
     for row in idle {
         assert_eq!(row["connections"], 50, "{row}");
+    }
+    let held = report["connections"].as_array().unwrap();
+    assert_eq!(held.len(), 3, "{held:?}");
+    for row in held {
+        assert_eq!(row["opened"], 200, "{row}");
+        assert_eq!(row["answered_at_end"], 200, "{row}");
+        assert_eq!(row["server_accepted"], 200, "{row}");
+        assert!(row["proxy_open_fds"].as_u64().unwrap() >= 400, "{row}");
     }
     // The bench removes what it made.
     let left = midway_testkit::netns::namespaces_of_pid(pid);

@@ -1,5 +1,5 @@
-//! What the kernel says about a process and the machine: CPU time (per process and machine-wide)
-//! and resident memory.
+//! What the kernel says about a process and the machine: CPU time (per process and machine-wide),
+//! resident memory, and the open-file and memory headroom.
 
 use std::io;
 
@@ -179,14 +179,75 @@ pub fn machine_tcp_memory_bytes() -> io::Result<u64> {
 }
 
 fn parse_sockstat_tcp_pages(text: &str) -> Option<u64> {
+    parse_sockstat_tcp_field(text, "mem")
+}
+
+/// The number after `field` on the "TCP:" line of a sockstat file.
+fn parse_sockstat_tcp_field(text: &str, field: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("TCP:"))?;
     let mut words = line.split_whitespace();
     while let Some(word) = words.next() {
-        if word == "mem" {
+        if word == field {
             return words.next()?.parse().ok();
         }
     }
     None
+}
+
+/// Memory the kernel estimates is available for new work without swapping (`MemAvailable` of
+/// /proc/meminfo), bytes: the headroom a machine holding many connections has left.
+pub fn mem_available_bytes() -> io::Result<u64> {
+    let text = read("/proc/meminfo")?;
+    parse_meminfo_field_bytes(&text, "MemAvailable:")
+        .ok_or_else(|| unexpected("no MemAvailable in /proc/meminfo".into()))
+}
+
+fn parse_meminfo_field_bytes(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    let mut words = line.split_whitespace().skip(1);
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => Some(value.saturating_mul(1024)),
+        _ => None,
+    }
+}
+
+/// A process's open-file limit (`RLIMIT_NOFILE`, "Max open files" of /proc/PID/limits) as
+/// (soft, hard); `u64::MAX` stands for "unlimited".
+pub fn open_file_limit(pid: u32) -> io::Result<(u64, u64)> {
+    let path = format!("/proc/{pid}/limits");
+    let text = read(&path)?;
+    parse_open_file_limit(&text).ok_or_else(|| unexpected(format!("no Max open files in {path}")))
+}
+
+fn parse_open_file_limit(text: &str) -> Option<(u64, u64)> {
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    let mut words = rest.split_whitespace();
+    let mut limit = || match words.next()? {
+        "unlimited" => Some(u64::MAX),
+        word => word.parse().ok(),
+    };
+    Some((limit()?, limit()?))
+}
+
+/// How many descriptors a process has open (the entries of /proc/PID/fd).
+pub fn open_fd_count(pid: u32) -> io::Result<u64> {
+    let path = format!("/proc/{pid}/fd");
+    let entries =
+        std::fs::read_dir(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    Ok(entries.count() as u64)
+}
+
+/// TCP sockets in use in a process's network namespace ("TCP: inuse N" of /proc/PID/net/sockstat,
+/// which, unlike the line's `mem`, counts per namespace): listening and connected sockets, not
+/// those in TIME-WAIT.
+pub fn tcp_sockets_in_use(pid: u32) -> io::Result<u64> {
+    let path = format!("/proc/{pid}/net/sockstat");
+    let text = read(&path)?;
+    parse_sockstat_tcp_field(&text, "inuse")
+        .ok_or_else(|| unexpected(format!("no \"TCP: inuse N\" line in {path}")))
 }
 
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); with the pid
@@ -243,6 +304,7 @@ mod tests {
         assert_eq!(parse_sockstat_tcp_pages(sockstat), Some(166));
         assert_eq!(parse_sockstat_tcp_pages("UDP: inuse 0 mem 3\n"), None);
         assert_eq!(parse_sockstat_tcp_pages("TCP: inuse 1 mem\n"), None);
+        assert_eq!(parse_sockstat_tcp_field(sockstat, "inuse"), Some(1));
     }
 
     #[test]
@@ -259,5 +321,27 @@ mod tests {
         );
         assert_eq!(parse_meminfo_total_bytes("MemTotal: 12 MB\n"), None);
         assert_eq!(parse_meminfo_total_bytes("MemFree: 12 kB\n"), None);
+    }
+
+    #[test]
+    fn headroom_figures_parse_and_read() {
+        let meminfo = "MemTotal:       24000000 kB\nMemAvailable:   22000000 kB\n";
+        assert_eq!(
+            parse_meminfo_field_bytes(meminfo, "MemAvailable:"),
+            Some(22_000_000 * 1024)
+        );
+        assert_eq!(
+            parse_meminfo_field_bytes("MemAvailable: 5\n", "MemAvailable:"),
+            None
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max open files            20000                unlimited            files     \n";
+        assert_eq!(parse_open_file_limit(limits), Some((20000, u64::MAX)));
+        assert_eq!(parse_open_file_limit("Max processes 5 5 processes\n"), None);
+        let me = std::process::id();
+        assert!(mem_available_bytes().unwrap() > 0);
+        assert!(open_file_limit(me).unwrap().0 > 0);
+        assert!(open_fd_count(me).unwrap() >= 3);
+        assert!(tcp_sockets_in_use(me).is_ok());
     }
 }

@@ -172,7 +172,7 @@ pub fn run_tunnel(options: &TunnelOptions) -> anyhow::Result<TunnelReport> {
     if !nix::unistd::Uid::effective().is_root() {
         bail!("midway-bench needs root: it creates network namespaces");
     }
-    crate::raise_fd_limit()?;
+    crate::raise_fd_limit(0)?;
     crate::netns::install_cleanup_on_signal()?;
     std::fs::create_dir_all(&options.work_dir)?;
     let ids = Identities::generate(&options.midway_bin, &options.work_dir.join("tunnel-keys"))?;
