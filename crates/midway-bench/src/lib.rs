@@ -431,28 +431,20 @@ fn failed_run(round: u32, case: Case, streams: usize, error: &anyhow::Error) -> 
     }
 }
 
-/// Raises the bench's open-file limit (which the proxies and iperf3 inherit) to its hard
-/// limit, and above it up to `fs.nr_open` when `needed` asks for more: root may, unless it lacks
-/// CAP_SYS_RESOURCE (as in some containers), which is then said.
+/// Raises the bench's open-file limit (which the proxies and iperf3 inherit) as far as the host
+/// allows (midway-sys: the hard limit, or `fs.nr_open` with CAP_SYS_RESOURCE), and says so when
+/// that is below what `needed` asks for.
 fn raise_fd_limit(needed: u64) -> anyhow::Result<()> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    if needed > hard {
-        let nr_open: u64 = midway_sys::sysctl::read("fs.nr_open")?
-            .trim()
-            .parse()
-            .context("fs.nr_open is not a number")?;
-        let target = needed.min(nr_open);
-        if setrlimit(Resource::RLIMIT_NOFILE, target, target).is_ok() && target >= needed {
-            return Ok(());
-        }
+    let limit = midway_sys::fd_limit::raise_open_file_limit()?;
+    if limit.soft < needed {
         bail!(
             "--connections needs {needed} open files in the bench and in the proxy (two per \
-             connection and a reserve); the hard limit is {hard}, fs.nr_open {nr_open}, and it \
-             could not be raised to that (no CAP_SYS_RESOURCE?)"
+             connection and a reserve); the limit could be raised to {} only (hard limit {}; \
+             no CAP_SYS_RESOURCE?)",
+            limit.soft,
+            limit.hard
         );
     }
-    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
     Ok(())
 }
 

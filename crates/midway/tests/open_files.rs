@@ -5,7 +5,7 @@
 //! and refuses a `max_connections` beyond it, at start and in `check-config`, with the numbers.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use midway_testkit::host::{Launch, Place};
@@ -35,12 +35,7 @@ fn write_config(dir: &Path, max_connections: u64) -> PathBuf {
 
 /// The soft "Max open files" of a running process.
 fn soft_open_files(pid: u32) -> u64 {
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let line = limits
-        .lines()
-        .find(|line| line.starts_with("Max open files"))
-        .unwrap();
-    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    midway_sys::procfs::open_file_limit(pid).unwrap().0
 }
 
 /// As far as a process started by this one may raise its open-file limit: `fs.nr_open` with
@@ -119,23 +114,29 @@ fn refuses_a_max_connections_beyond_the_hosts_ceiling() {
         "{stderr}"
     );
 }
-#[test]
-fn without_cap_sys_resource_check_config_refuses_what_the_hard_limit_cannot_hold() {
-    let dir = tempfile::tempdir().unwrap();
-    // Without CAP_SYS_RESOURCE the soft limit goes up to the hard limit (1,024 here) and no
-    // further: 1,000 connections need about 2,000.
-    let config = write_config(dir.path(), 1000);
-    let out = Command::new("prlimit")
-        .arg(format!("--nofile={STARTED_WITH}:{STARTED_WITH}"))
+/// `midway check-config CONFIG` with RLIMIT_NOFILE `soft`:`hard` and without
+/// CAP_SYS_RESOURCE (dropped from the bounding and inheritable sets, so root loses it at exec).
+fn check_config_without_cap_sys_resource(soft: u64, hard: u64, config: &Path) -> Output {
+    Command::new("prlimit")
+        .arg(format!("--nofile={soft}:{hard}"))
         .args([
             "setpriv",
             "--bounding-set=-sys_resource",
             "--inh-caps=-sys_resource",
         ])
         .args([MIDWAY, "check-config"])
-        .arg(&config)
+        .arg(config)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn without_cap_sys_resource_check_config_refuses_what_the_hard_limit_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    // Without CAP_SYS_RESOURCE the soft limit goes up to the hard limit (1,024 here) and no
+    // further: 1,000 connections need about 2,000.
+    let config = write_config(dir.path(), 1000);
+    let out = check_config_without_cap_sys_resource(STARTED_WITH, STARTED_WITH, &config);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
@@ -145,17 +146,7 @@ fn without_cap_sys_resource_check_config_refuses_what_the_hard_limit_cannot_hold
     );
     // Within the hard limit it passes.
     let fits = write_config(dir.path(), 300);
-    let out = Command::new("prlimit")
-        .arg(format!("--nofile=64:{STARTED_WITH}"))
-        .args([
-            "setpriv",
-            "--bounding-set=-sys_resource",
-            "--inh-caps=-sys_resource",
-        ])
-        .args([MIDWAY, "check-config"])
-        .arg(&fits)
-        .output()
-        .unwrap();
+    let out = check_config_without_cap_sys_resource(64, STARTED_WITH, &fits);
     assert!(
         out.status.success(),
         "{}",
