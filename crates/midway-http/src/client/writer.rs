@@ -32,29 +32,29 @@ impl ResponseWriter<'_> {
         let conn = self.conn;
         loop {
             let slot = tokio::select! {
-                           _ = conn.stop.cancelled() => {
-                               self.end();
-            return Ok(());
-                           }
-                           slot = self.slot_rx.recv() => match slot {
-                               Some(slot) => slot,
-                               // The reader ended: the client closed, or the connection was cut (the
-                               // reader saw it first).
-                               None => {
-                                   self.end();
-            return Ok(());
-                               }
-                           },
-                       };
+                _ = conn.stop.cancelled() => {
+                    self.end();
+                    return Ok(());
+                }
+                slot = self.slot_rx.recv() => match slot {
+                    Some(slot) => slot,
+                    // The reader ended: the client closed, or the connection was cut (the
+                    // reader saw it first).
+                    None => {
+                        self.end();
+                        return Ok(());
+                    }
+                },
+            };
             match slot {
                 Slot::Response { mut parts, done } => loop {
                     let part = tokio::select! {
-                                               _ = conn.stop.cancelled() => {
-                                           self.end();
-                    return Ok(());
-                                       }
-                                               part = parts.recv() => part,
-                                           };
+                        _ = conn.stop.cancelled() => {
+                            self.end();
+                            return Ok(());
+                        }
+                        part = parts.recv() => part,
+                    };
                     match part {
                         Some(Part::Data(bytes)) => {
                             self.write_half
