@@ -632,6 +632,9 @@ fn iperf_load(
     Ok((bits_per_second, bytes))
 }
 
+/// How long the idle connections stay quiet before the proxy's size is read.
+const IDLE_SETTLE: Duration = Duration::from_secs(2);
+
 fn measure_idle(
     net: &BenchNet,
     case: Case,
@@ -647,8 +650,11 @@ fn measure_idle(
         count,
         Duration::from_secs(60),
     )?;
-    // Let the proxy's allocator settle after the burst of accepts before reading its size.
-    std::thread::sleep(Duration::from_millis(500));
+    // Idle means quiet for a while, not just opened: midway frees a connection's relay state
+    // after a second without a byte (its `PARK_AFTER`), HAProxy needs no time. 2 s after the
+    // last connection reached the server every connection has been quiet that long; the
+    // allocator has settled after the burst of accepts too.
+    std::thread::sleep(IDLE_SETTLE);
     let rss_after = procfs::rss_bytes(proxy.pid)?;
     let tcp_after = machine_tcp_memory_bytes()?;
     drop(holder);

@@ -19,9 +19,13 @@
 //! both ends, never a FIN after a truncated stream. A cancellation (the proxy's shutdown after
 //! its grace period) always resets; an idle timeout resets when anything is held and closes
 //! with FINs otherwise.
-//! Idle connections allocate no buffer and hold no pipe.
+//! Idle connections allocate no buffer and hold no pipe, and with
+//! [`RelayOptions::park_after`] not even the relay's own state: after that long without a byte
+//! (and nothing held, no direction ended) the relay lets go of everything but the two sockets
+//! and a small wait for either to become readable, and starts again when one does.
 
 mod error;
+mod park;
 mod pump;
 mod resources;
 mod spool;
@@ -34,6 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::{RelayError, Side};
+use pump::validate;
 pub use resources::{clean_spool_dir, RelayResources, SPOOL_FILE_PREFIX};
 pub use stream::{relay_peer_stream, relay_peer_streams, PeerSide, PeerStream};
 
@@ -87,6 +92,8 @@ pub struct RelayCounters {
     /// Spool model: the server's FIN was read, everything it sent is in the spool (the live
     /// form of `RelayReport::remote_finished_at`).
     pub remote_finished: AtomicBool,
+    /// Times the connection parked (see [`RelayOptions::park_after`]).
+    pub parks: AtomicU64,
 }
 
 /// Called once with (client, server) sockets right before the relay closes them.
@@ -110,6 +117,11 @@ pub struct RelayOptions {
     /// Bytes the caller already read from the client (an HTTP CONNECT request's tail): the
     /// relay delivers them to the server first, under the same close rule as the rest.
     pub client_prefix: Vec<u8>,
+    /// Buffer model only: after this long without a byte in either direction, with nothing
+    /// held and both directions open, free the relay's state (a few kilobytes per connection)
+    /// and wait for either socket with a future of a few hundred bytes. The idle timeout,
+    /// cancellation, resets and the close rule are unchanged. None: never.
+    pub park_after: Option<Duration>,
 }
 
 impl std::fmt::Debug for RelayOptions {
@@ -119,6 +131,7 @@ impl std::fmt::Debug for RelayOptions {
             .field("counters", &self.counters)
             .field("on_close", &self.on_close.as_ref().map(|_| "<callback>"))
             .field("client_prefix_bytes", &self.client_prefix.len())
+            .field("park_after", &self.park_after)
             .finish()
     }
 }
@@ -158,12 +171,70 @@ pub struct RelayReport {
 
 /// Relay until both directions end. `client` = local segment, `server` = remote segment.
 pub async fn relay(
-    client: tokio::net::TcpStream,
-    server: tokio::net::TcpStream,
+    mut client: tokio::net::TcpStream,
+    mut server: tokio::net::TcpStream,
     model: &RelayModel,
     resources: &Arc<RelayResources>,
-    options: RelayOptions,
+    mut options: RelayOptions,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<RelayReport, RelayError> {
-    pump::run(client, server, model, resources, options, cancel).await
+    if matches!(model, RelayModel::Spool(_)) {
+        // A spool can hold bytes on disk while both sockets are quiet: never parked.
+        options.park_after = None;
+    }
+    validate(model)?;
+    // Until the relay decides how the connection ends, a crash of this process (kill -9, an
+    // abort) must not pass a truncated stream off as complete: the kernel closes a dead
+    // process's sockets, and one with SO_LINGER {on, 0} closes with a RST, not a FIN.
+    for stream in [&client, &server] {
+        let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+    }
+    let idle_timeout = options.idle_timeout;
+    let mut idle_left = idle_timeout;
+    let mut moved = (0, 0);
+    // A parking relay starts parked: a connection that never carries a byte never allocates
+    // the running relay (and a freed one would leave a hole in the heap, not return memory).
+    let mut parked = options.park_after.is_some() && options.client_prefix.is_empty();
+    loop {
+        if parked {
+            // Woken by the idle deadline: the next run ends the connection at once, under the
+            // close rule (FINs if nothing is queued, resets otherwise).
+            options.idle_timeout = match park::wait(&client, &server, &cancel, idle_left).await {
+                park::Woke::IdleDeadline => Some(Duration::ZERO),
+                park::Woke::Activity | park::Woke::Cancelled => idle_timeout,
+                park::Woke::Failed(side, error) => {
+                    return pump::failed_while_parked(client, server, &options, moved, side, error);
+                }
+            };
+        }
+        // Boxed: the running relay's state is allocated while it runs and freed when it parks.
+        let run = Box::pin(pump::run(
+            client,
+            server,
+            model,
+            resources,
+            options.clone(),
+            cancel.clone(),
+        ))
+        .await?;
+        match run {
+            pump::Run::Ended(mut report) => {
+                report.client_to_server_bytes += moved.0;
+                report.server_to_client_bytes += moved.1;
+                return Ok(report);
+            }
+            pump::Run::Parked(run) => {
+                options
+                    .counters
+                    .parks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                moved.0 += run.client_to_server_bytes;
+                moved.1 += run.server_to_client_bytes;
+                options.client_prefix = Vec::new();
+                idle_left = idle_timeout.map(|idle| idle.saturating_sub(run.idle_for));
+                parked = true;
+                (client, server) = (run.client, run.server);
+            }
+        }
+    }
 }

@@ -44,6 +44,12 @@ impl<'a> Traffic<'a> {
         self.last_activity_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
+    /// How long no byte has moved.
+    pub(crate) fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+
     /// `bytes` reached the far end in `direction`.
     pub(crate) fn delivered(&self, direction: Direction, bytes: usize) {
         let (own, live) = match direction {

@@ -165,6 +165,7 @@ impl Setup {
             counters: Arc::clone(&counters),
             client_prefix: self.client_prefix,
             on_close: self.on_close,
+            park_after: None,
         };
         let (side, buffer_bytes, token) = (self.side, self.buffer_bytes, cancel.clone());
         let relay = tokio::spawn(async move {

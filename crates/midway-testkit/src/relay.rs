@@ -38,6 +38,27 @@ pub async fn relayed(
     idle_timeout: Option<Duration>,
     socket_buffer: Option<usize>,
 ) -> Relayed {
+    relayed_with(model, resources, idle_timeout, socket_buffer, None).await
+}
+
+/// As [`relayed`], with the relay parking after `park_after` without a byte
+/// (`RelayOptions::park_after`).
+pub async fn relayed_parking(
+    model: RelayModel,
+    resources: &Arc<RelayResources>,
+    idle_timeout: Option<Duration>,
+    park_after: Duration,
+) -> Relayed {
+    relayed_with(model, resources, idle_timeout, None, Some(park_after)).await
+}
+
+async fn relayed_with(
+    model: RelayModel,
+    resources: &Arc<RelayResources>,
+    idle_timeout: Option<Duration>,
+    socket_buffer: Option<usize>,
+    park_after: Option<Duration>,
+) -> Relayed {
     let client_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let client = TcpStream::connect(client_listener.local_addr().unwrap())
         .await
@@ -60,6 +81,7 @@ pub async fn relayed(
     let options = RelayOptions {
         idle_timeout,
         counters: Arc::clone(&counters),
+        park_after,
         ..RelayOptions::default()
     };
     let resources = Arc::clone(resources);

@@ -27,6 +27,11 @@ use crate::sockmem::Adjustable;
 
 /// tcp_info of live connections is sampled this often (metrics, and the values logged at end).
 const TCP_INFO_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
+/// A buffer-relayed connection quiet this long frees the relay's running state until a byte
+/// comes (midway-relay's `park_after`): an idle connection then costs its sockets and the
+/// task around them. Long enough that a request-response exchange does not park between its
+/// turns; resuming costs an allocation and two socket options.
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// A split connection with both segments connected, ready to relay.
 pub(super) struct Split {
@@ -121,6 +126,7 @@ pub(super) async fn relay(
         counters: counters.clone(),
         on_close: Some(on_close),
         client_prefix: Vec::new(),
+        park_after: Some(PARK_AFTER),
     };
     let mut sampler =
         SegmentSampler::new(name, (client.tcp(), segments.0), (server.tcp(), segments.1));

@@ -63,11 +63,7 @@ impl PumpError {
     /// A reset (or the broken pipe that follows one) is a normal way for a connection to end
     /// and is carried across rather than reported as an error.
     fn is_reset(&self) -> bool {
-        self.side != Side::SpoolDisk
-            && matches!(
-                self.source.raw_os_error(),
-                Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED | libc::ENOTCONN)
-            )
+        self.side != Side::SpoolDisk && is_reset(&self.source)
     }
 }
 
@@ -92,7 +88,7 @@ impl<'a> std::ops::Deref for Ctx<'a> {
     }
 }
 
-fn validate(model: &RelayModel) -> Result<(), RelayError> {
+pub(crate) fn validate(model: &RelayModel) -> Result<(), RelayError> {
     let buffer = match model {
         RelayModel::Buffer(config) => config.buffer_bytes,
         RelayModel::Spool(config) => {
@@ -136,12 +132,72 @@ async fn deliver_prefix(server: &TcpStream, prefix: &[u8], ctx: &Ctx<'_>) -> Res
     Ok(())
 }
 
+fn is_reset(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED | libc::ENOTCONN)
+    )
+}
+
+/// A parked connection whose socket on `side` failed (a reset, taken by the parked wait's
+/// check): nothing is held, and the reset is carried to the other end as a running relay
+/// carries one (both sockets close with SO_LINGER {on, 0}, still armed).
+pub(crate) fn failed_while_parked(
+    client: TcpStream,
+    server: TcpStream,
+    options: &RelayOptions,
+    moved: (u64, u64),
+    side: Side,
+    error: io::Error,
+) -> Result<RelayReport, RelayError> {
+    if let Some(on_close) = &options.on_close {
+        on_close(client.as_fd(), server.as_fd());
+    }
+    drop(client);
+    drop(server);
+    if !is_reset(&error) {
+        return Err(RelayError::Io {
+            side,
+            operation: "waiting to read",
+            data_lost: false,
+            source: error,
+        });
+    }
+    Ok(RelayReport {
+        client_to_server_bytes: moved.0,
+        server_to_client_bytes: moved.1,
+        client_to_server_end: DirectionEnd::ResetByPeer,
+        server_to_client_end: DirectionEnd::ResetByPeer,
+        peak_spool_bytes: 0,
+        remote_finished_at: None,
+    })
+}
+
 /// How the select loop in [`run`] stopped.
 enum Stop {
     BothDone,
     Cancelled,
     Idle,
+    /// Quiet for `park_after` with nothing held and both directions open.
+    Park,
     Failed(Direction, PumpError),
+}
+
+/// How one [`run`] ended: the connection is over, or it is parked (see `crate::park`).
+pub(crate) enum Run {
+    Ended(RelayReport),
+    Parked(Parked),
+}
+
+/// A parked connection: its sockets (SO_LINGER still armed for a reset if the process dies)
+/// and what the run that parked it moved.
+pub(crate) struct Parked {
+    pub(crate) client: TcpStream,
+    pub(crate) server: TcpStream,
+    pub(crate) client_to_server_bytes: u64,
+    pub(crate) server_to_client_bytes: u64,
+    /// How long no byte had moved when it parked.
+    pub(crate) idle_for: Duration,
 }
 
 pub(crate) async fn run(
@@ -151,14 +207,8 @@ pub(crate) async fn run(
     resources: &Arc<RelayResources>,
     options: RelayOptions,
     cancel: CancellationToken,
-) -> Result<RelayReport, RelayError> {
-    validate(model)?;
-    // Until the relay decides how the connection ends, a crash of this process (kill -9, an
-    // abort) must not pass a truncated stream off as complete: the kernel closes a dead
-    // process's sockets, and one with SO_LINGER {on, 0} closes with a RST, not a FIN.
-    for stream in [&client, &server] {
-        let _ = SockRef::from(stream).set_linger(Some(Duration::ZERO));
-    }
+) -> Result<Run, RelayError> {
+    // Validated, and SO_LINGER {on, 0} armed on both sockets, by the caller (`crate::relay`).
     let ctx = Ctx {
         traffic: Traffic::new(&options.counters),
         remote_finished_ns: AtomicU64::new(NOT_YET),
@@ -211,7 +261,28 @@ pub(crate) async fn run(
             }
         };
         let idle = ctx.idle_expired(options.idle_timeout);
-        tokio::pin!(c2s, s2c, idle);
+        let park = async {
+            let Some(after) = options.park_after else {
+                return std::future::pending().await;
+            };
+            loop {
+                ctx.idle_expired(Some(after)).await;
+                let held = options
+                    .counters
+                    .held_client_to_server
+                    .load(Ordering::Relaxed)
+                    + options
+                        .counters
+                        .held_server_to_client
+                        .load(Ordering::Relaxed);
+                if held == 0 {
+                    return;
+                }
+                // Quiet but holding bytes (a destination that stopped reading): look again later.
+                tokio::time::sleep(after).await;
+            }
+        };
+        tokio::pin!(c2s, s2c, idle, park);
         loop {
             tokio::select! {
                 result = &mut c2s, if c2s_end.is_none() => match result {
@@ -238,12 +309,23 @@ pub(crate) async fn run(
                 }
                 () = cancel.cancelled() => break Stop::Cancelled,
                 () = &mut idle => break Stop::Idle,
+                () = &mut park, if c2s_end.is_none() && s2c_end.is_none() => break Stop::Park,
             }
             if c2s_end.is_some() && s2c_end.is_some() {
                 break Stop::BothDone;
             }
         }
     };
+    if matches!(stop, Stop::Park) {
+        // The direction futures are gone, each waiting for its source with nothing held.
+        return Ok(Run::Parked(Parked {
+            client_to_server_bytes: ctx.client_to_server.load(Ordering::Relaxed),
+            server_to_client_bytes: ctx.server_to_client.load(Ordering::Relaxed),
+            idle_for: ctx.idle_for(),
+            client,
+            server,
+        }));
+    }
     // Read before the gauges are cleared below: what the directions held when they stopped.
     let held_in_relay = options
         .counters
@@ -266,7 +348,7 @@ pub(crate) async fn run(
     options.counters.spooled_now.store(0, Ordering::Relaxed);
 
     let unfinished = match &stop {
-        Stop::BothDone => DirectionEnd::Fin,
+        Stop::BothDone | Stop::Park => DirectionEnd::Fin,
         Stop::Cancelled => DirectionEnd::Cancelled,
         Stop::Idle => DirectionEnd::IdleTimeout,
         Stop::Failed(_, e) if e.is_reset() => DirectionEnd::ResetByPeer,
@@ -325,7 +407,7 @@ pub(crate) async fn run(
                 source: e.source,
             })
         }
-        _ => Ok(report),
+        _ => Ok(Run::Ended(report)),
     }
 }
 
@@ -347,7 +429,7 @@ fn ends_with_reset(
     server: &TcpStream,
 ) -> bool {
     match stop {
-        Stop::BothDone => false,
+        Stop::BothDone | Stop::Park => false,
         Stop::Failed(..) | Stop::Cancelled => true,
         Stop::Idle => {
             held_in_relay > 0
