@@ -189,7 +189,30 @@ impl Connection {
     }
 
     /// Finds the target, connects onward and relays.
-    async fn split(&self, mut client: PeerLink, started: Instant) {
+    async fn split(&self, client: PeerLink, started: Instant) {
+        // Boxed: finding the target and connecting are large states that end before the relay
+        // starts; inline, their slots would stay in the task for the connection's whole life.
+        let Some((split, _chain)) = Box::pin(self.prepare_split(client, started)).await else {
+            return;
+        };
+        relay::relay(
+            split,
+            &self.listener,
+            &self.shared,
+            self.generation.config.idle_timeout,
+            self.cancel.clone(),
+        )
+        .await;
+    }
+
+    /// Finds the target and connects onward: the split connection ready to relay, with the
+    /// chain registration to hold while it lives; `None` when it ended here (logged and
+    /// counted).
+    async fn prepare_split(
+        &self,
+        mut client: PeerLink,
+        started: Instant,
+    ) -> Option<(Split, Option<Chain>)> {
         let (local, remote) = self.profiles();
         // Known at accept (the handshake's last packet), before any client byte.
         let client_class = if self.listener.carry_dscp {
@@ -200,7 +223,7 @@ impl Connection {
         let setup = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");
-                return;
+                return None;
             }
             setup = Box::pin(self.setup(&mut client, remote, client_class)) => setup,
         };
@@ -208,12 +231,12 @@ impl Connection {
             Ok(onward) => onward,
             Err(SetupError::PeerIdleClosed) => {
                 tracing::debug!("warm connection from a peer closed unused");
-                return;
+                return None;
             }
             Err(err) => {
                 self.refuse(&err, "connection not relayed");
                 self.listener.intercept.report_failure(client, &err).await;
-                return;
+                return None;
             }
         };
         let split = Split {
@@ -227,15 +250,7 @@ impl Connection {
             peer: onward.peer,
             sent_at_connect: onward.sent_at_connect,
         };
-        let _chain = onward.chain;
-        relay::relay(
-            split,
-            &self.listener,
-            &self.shared,
-            self.generation.config.idle_timeout,
-            self.cancel.clone(),
-        )
-        .await;
+        Some((split, onward.chain))
     }
 
     /// The (local, remote) profile for this client.
@@ -448,13 +463,13 @@ impl Connection {
             peer: None,
             cancel: self.cancel.clone(),
         });
-        let serve = http.engine.serve_client(
+        let serve = std::pin::pin!(http.engine.serve_client(
             client,
             self.peer,
             http.connect_upstream.clone(),
             self.cancel.clone(),
             counters,
-        );
+        ));
         let result = memory::following_caps(memory.as_mut(), serve).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         match result {

@@ -2,6 +2,7 @@
 //! configured, each connection's registration, and the caps on its sockets while it lives.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use midway_tcp::TcpProfile;
@@ -58,12 +59,11 @@ pub(super) fn leaves_buffers(profile: &TcpProfile) -> Adjustable {
 /// change of the guard to the sockets `memory` registered.
 pub(super) async fn following_caps<F: Future>(
     mut memory: Option<&mut MemoryCaps>,
-    work: F,
+    mut work: Pin<&mut F>,
 ) -> F::Output {
-    tokio::pin!(work);
     loop {
         tokio::select! {
-            output = &mut work => return output,
+            output = work.as_mut() => return output,
             caps = MemoryCaps::changed(memory.as_deref_mut()) => {
                 // The owner of a socket may have closed it already (the HTTP engine's halves
                 // live in tasks of their own): CappedSocket checks the inode, so a reused fd

@@ -58,7 +58,9 @@ struct Snapshot {
 #[derive(Default)]
 pub(super) struct Registry {
     next_id: AtomicU64,
-    entries: Mutex<HashMap<u64, Entry>>,
+    /// Boxed: a map keeps free slots as large as its values (about as many as it holds), and
+    /// an entry is some hundred bytes.
+    entries: Mutex<HashMap<u64, Box<Entry>>>,
     drained: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
 
@@ -78,7 +80,7 @@ impl Registry {
     /// Adds `entry` under a new id (unique for the process's life) until the guard drops.
     pub(super) fn register(self: &Arc<Self>, entry: Entry) -> Registered {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        lock(&self.entries).insert(id, entry);
+        lock(&self.entries).insert(id, Box::new(entry));
         Registered {
             registry: self.clone(),
             id,

@@ -64,23 +64,15 @@ pub(super) async fn relay(
     idle_timeout: Duration,
     cancel: CancellationToken,
 ) {
-    let Split {
-        client,
-        server,
-        started,
-        adjustable,
-        segments,
-        client_addr,
-        target,
-        peer,
-        sent_at_connect,
-    } = split;
+    // `split` is used field by field, not destructured: an async fn keeps a parameter's slot
+    // and every local it is moved into for its whole life, so a destructured copy would be
+    // stored twice in every connection's task.
     let name = &listener.name;
     let metrics = &shared.metrics;
     // A QUIC stream has no socket of its own to cap.
     let sockets: Vec<_> = [
-        ("local", client.tcp(), adjustable.0),
-        ("remote", server.tcp(), adjustable.1),
+        ("local", split.client.tcp(), split.adjustable.0),
+        ("remote", split.server.tcp(), split.adjustable.1),
     ]
     .into_iter()
     .filter_map(|(side, socket, adjustable)| Some((side, socket?, adjustable)))
@@ -91,24 +83,30 @@ pub(super) async fn relay(
     let _access_share = shared
         .access_links
         .as_ref()
-        .and_then(|links| links.join(client_addr.ip(), client.tcp()?));
-    let transports = (client.transport(), server.transport());
+        .and_then(|links| links.join(split.client_addr.ip(), split.client.tcp()?));
+    let transports = (split.client.transport(), split.server.transport());
     let counters = Arc::new(RelayCounters::default());
     // Listed by the control socket until the relay ends; `cancel` is this connection's own.
     let _registered = shared.registry.register(Entry {
         listener: listener.clone(),
-        client: client_addr,
-        target,
-        started,
+        client: split.client_addr,
+        target: split.target,
+        started: split.started,
         counters: counters.clone(),
-        sockets: [SocketId::of(client.tcp()), SocketId::of(server.tcp())],
-        segments: [(segments.0, transports.0), (segments.1, transports.1)],
-        peer,
+        sockets: [
+            SocketId::of(split.client.tcp()),
+            SocketId::of(split.server.tcp()),
+        ],
+        segments: [
+            (split.segments.0, transports.0),
+            (split.segments.1, transports.1),
+        ],
+        peer: split.peer,
         cancel: cancel.clone(),
     });
     counters
         .client_to_server
-        .fetch_add(sent_at_connect, Ordering::Relaxed);
+        .fetch_add(split.sent_at_connect, Ordering::Relaxed);
     // The relay owns and closes both sockets; it hands them to this callback just before,
     // so the end-of-connection log and histograms get final values, not a stale sample.
     let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
@@ -128,62 +126,72 @@ pub(super) async fn relay(
         client_prefix: Vec::new(),
         park_after: Some(PARK_AFTER),
     };
-    let mut sampler =
-        SegmentSampler::new(name, (client.tcp(), segments.0), (server.tcp(), segments.1));
+    let mut sampler = SegmentSampler::new(
+        name,
+        (split.client.tcp(), split.segments.0),
+        (split.server.tcp(), split.segments.1),
+    );
     sampler.sample(metrics);
     let congestion_controls = sampler.count_congestion_controls(metrics);
     let mut bytes = ByteReporter::new(name);
+    // Boxed, and only where DSCP is carried: most connections never run it.
     let server_class = listener
         .carry_dscp
-        .then(|| ServerClassCarrier::new(server.tcp(), client.tcp()))
-        .flatten();
+        .then(|| ServerClassCarrier::new(split.server.tcp(), split.client.tcp()))
+        .flatten()
+        .map(|carrier| Box::pin(carrier.run(counters.clone())));
 
     // On the heap, once: a future moved into another async block is stored again in each
     // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
     // relay's few kilobytes in every connection's task. Boxed, each copy is a pointer.
     let mut relay = Box::pin(relay_segments(
-        client, server, listener, shared, options, cancel,
+        split.client,
+        split.server,
+        listener,
+        shared,
+        options,
+        cancel,
     ));
-    let sampled_relay = async {
-        let carry_server_class = async {
-            match server_class {
-                Some(carrier) => carrier.run(counters.clone()).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(carry_server_class);
-        let mut server_class_done = false;
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
-            TCP_INFO_SAMPLE_INTERVAL,
-        );
-        loop {
-            tokio::select! {
-                result = &mut relay => break result,
-                () = &mut carry_server_class, if !server_class_done => server_class_done = true,
-                _ = tick.tick() => {
-                    let moved = (
-                        counters.client_to_server.load(Ordering::Relaxed),
-                        counters.server_to_client.load(Ordering::Relaxed),
-                    );
-                    // An idle connection's tcp_info does not change: skip the syscalls,
-                    // which matters with thousands of idle connections.
-                    if moved != bytes.reported {
-                        // The relay future owns both sockets and is alive here, so their
-                        // fds are open (and SocketId checks the inode anyway).
-                        sampler.sample_live(metrics);
-                        bytes.report(metrics, moved.0, moved.1);
+    let (started, segments, sent_at_connect) =
+        (split.started, split.segments, split.sent_at_connect);
+    let result = {
+        let sampled_relay = std::pin::pin!(async {
+            let mut carry_server_class = server_class;
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
+                TCP_INFO_SAMPLE_INTERVAL,
+            );
+            loop {
+                tokio::select! {
+                    result = &mut relay => break result,
+                    () = async {
+                        if let Some(carrier) = carry_server_class.as_mut() {
+                            carrier.as_mut().await;
+                        }
+                    }, if carry_server_class.is_some() => carry_server_class = None,
+                    _ = tick.tick() => {
+                        let moved = (
+                            counters.client_to_server.load(Ordering::Relaxed),
+                            counters.server_to_client.load(Ordering::Relaxed),
+                        );
+                        // An idle connection's tcp_info does not change: skip the syscalls,
+                        // which matters with thousands of idle connections.
+                        if moved != bytes.reported {
+                            // The relay future owns both sockets and is alive here, so their
+                            // fds are open (and SocketId checks the inode anyway).
+                            sampler.sample_live(metrics);
+                            bytes.report(metrics, moved.0, moved.1);
+                        }
                     }
                 }
             }
-        }
-    };
-    let result = memory::following_caps(memory.as_mut(), sampled_relay)
-        .await
-        .map(|mut report| {
-            report.client_to_server_bytes += sent_at_connect;
-            report
         });
+        memory::following_caps(memory.as_mut(), sampled_relay).await
+    }
+    .map(|mut report| {
+        report.client_to_server_bytes += sent_at_connect;
+        report
+    });
     let duration = started.elapsed();
     if let Some((local, remote)) = final_stats.get() {
         sampler.record_final(metrics, local.clone(), remote.clone());
