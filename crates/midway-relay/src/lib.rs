@@ -170,70 +170,80 @@ pub struct RelayReport {
 }
 
 /// Relay until both directions end. `client` = local segment, `server` = remote segment.
-pub async fn relay(
-    mut client: tokio::net::TcpStream,
-    mut server: tokio::net::TcpStream,
-    model: &RelayModel,
-    resources: &Arc<RelayResources>,
-    mut options: RelayOptions,
+///
+/// An `async move` block, not an `async fn`: an async fn stores each argument twice in its
+/// future (the argument and the local it becomes), and this future lives as long as the
+/// connection.
+pub fn relay<'a>(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    model: &'a RelayModel,
+    resources: &'a Arc<RelayResources>,
+    options: RelayOptions,
     cancel: tokio_util::sync::CancellationToken,
-) -> Result<RelayReport, RelayError> {
-    if matches!(model, RelayModel::Spool(_)) {
-        // A spool can hold bytes on disk while both sockets are quiet: never parked.
-        options.park_after = None;
-    }
-    validate(model)?;
-    // Until the relay decides how the connection ends, a crash of this process (kill -9, an
-    // abort) must not pass a truncated stream off as complete: the kernel closes a dead
-    // process's sockets, and one with SO_LINGER {on, 0} closes with a RST, not a FIN.
-    for stream in [&client, &server] {
-        let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
-    }
-    let idle_timeout = options.idle_timeout;
-    let mut idle_left = idle_timeout;
-    let mut moved = (0, 0);
-    // A parking relay starts parked: a connection that never carries a byte never allocates
-    // the running relay (and a freed one would leave a hole in the heap, not return memory).
-    let mut parked = options.park_after.is_some() && options.client_prefix.is_empty();
-    loop {
-        if parked {
-            // Woken by the idle deadline: the next run ends the connection at once, under the
-            // close rule (FINs if nothing is queued, resets otherwise).
-            options.idle_timeout = match park::wait(&client, &server, &cancel, idle_left).await {
-                park::Woke::IdleDeadline => Some(Duration::ZERO),
-                park::Woke::Activity | park::Woke::Cancelled => idle_timeout,
-                park::Woke::Failed(side, error) => {
-                    return pump::failed_while_parked(client, server, &options, moved, side, error);
-                }
-            };
+) -> impl std::future::Future<Output = Result<RelayReport, RelayError>> + 'a {
+    let (mut client, mut server, mut options) = (client, server, options);
+    async move {
+        if matches!(model, RelayModel::Spool(_)) {
+            // A spool can hold bytes on disk while both sockets are quiet: never parked.
+            options.park_after = None;
         }
-        // Boxed: the running relay's state is allocated while it runs and freed when it parks.
-        let run = Box::pin(pump::run(
-            client,
-            server,
-            model,
-            resources,
-            options.clone(),
-            cancel.clone(),
-        ))
-        .await?;
-        match run {
-            pump::Run::Ended(mut report) => {
-                report.client_to_server_bytes += moved.0;
-                report.server_to_client_bytes += moved.1;
-                return Ok(report);
+        validate(model)?;
+        // Until the relay decides how the connection ends, a crash of this process (kill -9, an
+        // abort) must not pass a truncated stream off as complete: the kernel closes a dead
+        // process's sockets, and one with SO_LINGER {on, 0} closes with a RST, not a FIN.
+        for stream in [&client, &server] {
+            let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+        }
+        let idle_timeout = options.idle_timeout;
+        let mut idle_left = idle_timeout;
+        let mut moved = (0, 0);
+        // A parking relay starts parked: a connection that never carries a byte never allocates
+        // the running relay (and a freed one would leave a hole in the heap, not return memory).
+        let mut parked = options.park_after.is_some() && options.client_prefix.is_empty();
+        loop {
+            if parked {
+                // Woken by the idle deadline: the next run ends the connection at once, under the
+                // close rule (FINs if nothing is queued, resets otherwise).
+                options.idle_timeout = match park::wait(&client, &server, &cancel, idle_left).await
+                {
+                    park::Woke::IdleDeadline => Some(Duration::ZERO),
+                    park::Woke::Activity | park::Woke::Cancelled => idle_timeout,
+                    park::Woke::Failed(side, error) => {
+                        return pump::failed_while_parked(
+                            client, server, &options, moved, side, error,
+                        );
+                    }
+                };
             }
-            pump::Run::Parked(run) => {
-                options
-                    .counters
-                    .parks
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                moved.0 += run.client_to_server_bytes;
-                moved.1 += run.server_to_client_bytes;
-                options.client_prefix = Vec::new();
-                idle_left = idle_timeout.map(|idle| idle.saturating_sub(run.idle_for));
-                parked = true;
-                (client, server) = (run.client, run.server);
+            // Boxed: the running relay's state is allocated while it runs and freed when it parks.
+            let run = Box::pin(pump::run(
+                client,
+                server,
+                model,
+                resources,
+                options.clone(),
+                cancel.clone(),
+            ))
+            .await?;
+            match run {
+                pump::Run::Ended(mut report) => {
+                    report.client_to_server_bytes += moved.0;
+                    report.server_to_client_bytes += moved.1;
+                    return Ok(report);
+                }
+                pump::Run::Parked(run) => {
+                    options
+                        .counters
+                        .parks
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    moved.0 += run.client_to_server_bytes;
+                    moved.1 += run.server_to_client_bytes;
+                    options.client_prefix = Vec::new();
+                    idle_left = idle_timeout.map(|idle| idle.saturating_sub(run.idle_for));
+                    parked = true;
+                    (client, server) = (run.client, run.server);
+                }
             }
         }
     }

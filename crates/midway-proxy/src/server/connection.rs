@@ -1,6 +1,7 @@
 //! One admitted connection, start to end: the local profile, then either the HTTP engine
 //! (HTTP-speaking listeners) or find the target, connect and relay (split connections).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -99,45 +100,52 @@ impl Connection {
     /// and connecting, with TLS handshakes and peer headers) or belong to another kind of
     /// listener (the HTTP engine) are boxed, so an idle relayed connection keeps only the
     /// relay's state (its per-connection memory, `midway-bench --idle`).
-    pub(super) async fn serve(mut self, mut client: TcpStream) {
-        let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
-        let started = Instant::now();
-        if self
-            .listener
-            .proxy_protocol
-            .expects_header_from(self.peer.ip())
-        {
-            let cancel = self.cancel.clone();
-            let taken = tokio::select! {
-                _ = cancel.cancelled() => return,
-                taken = self.take_proxy_header(&mut client) => taken,
+    ///
+    /// An `async move` block, not an async fn: an async fn stores each argument twice in its
+    /// future (the argument and the local it becomes).
+    pub(super) fn serve(self, client: TcpStream) -> impl Future<Output = ()> {
+        let (mut this, mut client) = (self, client);
+        async move {
+            let _active =
+                ActiveGuard::new(this.shared.clone(), Metrics::listener(&this.listener.name));
+            let started = Instant::now();
+            if this
+                .listener
+                .proxy_protocol
+                .expects_header_from(this.peer.ip())
+            {
+                let cancel = this.cancel.clone();
+                let taken = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    taken = this.take_proxy_header(&mut client) => taken,
+                };
+                if let Err(err) = taken {
+                    this.refuse(&err, "connection not relayed");
+                    close_now(client);
+                    return;
+                }
+            }
+            if let Some(http) = this.http.clone() {
+                Box::pin(this.serve_http(client, http, started)).await;
+                return;
+            }
+            let (local, _) = this.profiles();
+            let opened = tokio::select! {
+                _ = this.cancel.cancelled() => {
+                    tracing::debug!("cancelled during setup");
+                    return;
+                }
+                opened = Box::pin(this.open(client, local)) => opened,
             };
-            if let Err(err) = taken {
-                self.refuse(&err, "connection not relayed");
-                close_now(client);
-                return;
-            }
+            let client = match opened {
+                Ok(client) => client,
+                Err(err) => {
+                    this.refuse(&err, "connection not relayed");
+                    return;
+                }
+            };
+            this.split(client, started).await;
         }
-        if let Some(http) = self.http.clone() {
-            Box::pin(self.serve_http(client, http, started)).await;
-            return;
-        }
-        let (local, _) = self.profiles();
-        let opened = tokio::select! {
-            _ = self.cancel.cancelled() => {
-                tracing::debug!("cancelled during setup");
-                return;
-            }
-            opened = Box::pin(self.open(client, local)) => opened,
-        };
-        let client = match opened {
-            Ok(client) => client,
-            Err(err) => {
-                self.refuse(&err, "connection not relayed");
-                return;
-            }
-        };
-        self.split(client, started).await;
     }
 
     /// Serves a stream of a QUIC peer listener's tunnel, which needs no opening: the header,
@@ -189,20 +197,22 @@ impl Connection {
     }
 
     /// Finds the target, connects onward and relays.
-    async fn split(&self, client: PeerLink, started: Instant) {
-        // Boxed: finding the target and connecting are large states that end before the relay
-        // starts; inline, their slots would stay in the task for the connection's whole life.
-        let Some((split, _chain)) = Box::pin(self.prepare_split(client, started)).await else {
-            return;
-        };
-        relay::relay(
-            split,
-            &self.listener,
-            &self.shared,
-            self.generation.config.idle_timeout,
-            self.cancel.clone(),
-        )
-        .await;
+    fn split(&self, client: PeerLink, started: Instant) -> impl Future<Output = ()> + '_ {
+        async move {
+            // Boxed: finding the target and connecting are large states that end before the relay
+            // starts; inline, their slots would stay in the task for the connection's whole life.
+            let Some((split, _chain)) = Box::pin(self.prepare_split(client, started)).await else {
+                return;
+            };
+            relay::relay(
+                split,
+                &self.listener,
+                &self.shared,
+                self.generation.config.idle_timeout,
+                self.cancel.clone(),
+            )
+            .await;
+        }
     }
 
     /// Finds the target and connects onward: the split connection ready to relay, with the

@@ -2,8 +2,10 @@
 //! follows the memory guard's caps, samples tcp_info while bytes move, and at the end logs
 //! the connection and feeds the byte counters and histograms with final values.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -57,246 +59,241 @@ pub(super) struct Split {
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
 /// passes without a byte, or `cancel` fires; then logs the connection and counts it.
-pub(super) async fn relay(
+pub(super) fn relay<'a>(
     split: Split,
-    listener: &Arc<ListenerConfig>,
-    shared: &Shared,
+    listener: &'a Arc<ListenerConfig>,
+    shared: &'a Shared,
     idle_timeout: Duration,
     cancel: CancellationToken,
-) {
-    // `split` is used field by field, not destructured: an async fn keeps a parameter's slot
-    // and every local it is moved into for its whole life, so a destructured copy would be
-    // stored twice in every connection's task.
-    let name = &listener.name;
-    let metrics = &shared.metrics;
-    // A QUIC stream has no socket of its own to cap.
-    let sockets: Vec<_> = [
-        ("local", split.client.tcp(), split.adjustable.0),
-        ("remote", split.server.tcp(), split.adjustable.1),
-    ]
-    .into_iter()
-    .filter_map(|(side, socket, adjustable)| Some((side, socket?, adjustable)))
-    .collect();
-    let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
-    // Paced at its share of the subscriber's access link while it lives (when one covers the
-    // client); the share follows the socket by its inode after the relay took it.
-    let _access_share = shared
-        .access_links
-        .as_ref()
-        .and_then(|links| links.join(split.client_addr.ip(), split.client.tcp()?));
-    let transports = (split.client.transport(), split.server.transport());
-    let counters = Arc::new(RelayCounters::default());
-    // Listed by the control socket until the relay ends; `cancel` is this connection's own.
-    let _registered = shared.registry.register(Entry {
-        listener: listener.clone(),
-        client: split.client_addr,
-        target: split.target,
-        started: split.started,
-        counters: counters.clone(),
-        sockets: [
-            SocketId::of(split.client.tcp()),
-            SocketId::of(split.server.tcp()),
-        ],
-        segments: [
-            (split.segments.0, transports.0),
-            (split.segments.1, transports.1),
-        ],
-        peer: split.peer,
-        cancel: cancel.clone(),
-    });
-    counters
-        .client_to_server
-        .fetch_add(split.sent_at_connect, Ordering::Relaxed);
-    // The relay owns and closes both sockets; it hands them to this callback just before,
-    // so the end-of-connection log and histograms get final values, not a stale sample.
-    let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
-    let on_close: OnClose = {
-        let slot = final_stats.clone();
-        Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
-            let _ = slot.set((
-                midway_tcp::tcp_stats(client).ok(),
-                midway_tcp::tcp_stats(server).ok(),
-            ));
-        })
-    };
-    let options = RelayOptions {
-        idle_timeout: Some(idle_timeout),
-        counters: counters.clone(),
-        on_close: Some(on_close),
-        client_prefix: Vec::new(),
-        park_after: Some(PARK_AFTER),
-    };
-    let mut sampler = SegmentSampler::new(
-        name,
-        (split.client.tcp(), split.segments.0),
-        (split.server.tcp(), split.segments.1),
-    );
-    sampler.sample(metrics);
-    let congestion_controls = sampler.count_congestion_controls(metrics);
-    let mut bytes = ByteReporter::new(name);
-    // Boxed, and only where DSCP is carried: most connections never run it.
-    let server_class = listener
-        .carry_dscp
-        .then(|| ServerClassCarrier::new(split.server.tcp(), split.client.tcp()))
-        .flatten()
-        .map(|carrier| Box::pin(carrier.run(counters.clone())));
+) -> impl Future<Output = ()> + 'a {
+    async move {
+        // `split` is used field by field, not destructured: an async fn keeps a parameter's slot
+        // and every local it is moved into for its whole life, so a destructured copy would be
+        // stored twice in every connection's task.
+        let name = &listener.name;
+        let metrics = &shared.metrics;
+        // A QUIC stream has no socket of its own to cap.
+        let sockets: Vec<_> = [
+            ("local", split.client.tcp(), split.adjustable.0),
+            ("remote", split.server.tcp(), split.adjustable.1),
+        ]
+        .into_iter()
+        .filter_map(|(side, socket, adjustable)| Some((side, socket?, adjustable)))
+        .collect();
+        let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
+        // Paced at its share of the subscriber's access link while it lives (when one covers the
+        // client); the share follows the socket by its inode after the relay took it.
+        let _access_share = shared
+            .access_links
+            .as_ref()
+            .and_then(|links| links.join(split.client_addr.ip(), split.client.tcp()?));
+        let transports = (split.client.transport(), split.server.transport());
+        let counters = Arc::new(RelayCounters::default());
+        // Listed by the control socket until the relay ends; `cancel` is this connection's own.
+        let _registered = shared.registry.register(Entry {
+            listener: listener.clone(),
+            client: split.client_addr,
+            target: split.target,
+            started: split.started,
+            counters: counters.clone(),
+            sockets: [
+                SocketId::of(split.client.tcp()),
+                SocketId::of(split.server.tcp()),
+            ],
+            segments: [
+                (split.segments.0, transports.0),
+                (split.segments.1, transports.1),
+            ],
+            peer: split.peer,
+            cancel: cancel.clone(),
+        });
+        counters
+            .client_to_server
+            .fetch_add(split.sent_at_connect, Ordering::Relaxed);
+        // The relay owns and closes both sockets; it hands them to this callback just before,
+        // so the end-of-connection log and histograms get final values, not a stale sample.
+        let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
+        let on_close: OnClose = {
+            let slot = final_stats.clone();
+            Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
+                let _ = slot.set((
+                    midway_tcp::tcp_stats(client).ok(),
+                    midway_tcp::tcp_stats(server).ok(),
+                ));
+            })
+        };
+        let options = RelayOptions {
+            idle_timeout: Some(idle_timeout),
+            counters: counters.clone(),
+            on_close: Some(on_close),
+            client_prefix: Vec::new(),
+            park_after: Some(PARK_AFTER),
+        };
+        let mut sampler = SegmentSampler::new(
+            name,
+            (split.client.tcp(), split.segments.0),
+            (split.server.tcp(), split.segments.1),
+        );
+        sampler.sample(metrics);
+        let congestion_controls = sampler.count_congestion_controls(metrics);
+        let mut bytes = ByteReporter::new(name);
+        // Boxed, and only where DSCP is carried: most connections never run it.
+        let server_class = listener
+            .carry_dscp
+            .then(|| ServerClassCarrier::new(split.server.tcp(), split.client.tcp()))
+            .flatten()
+            .map(|carrier| Box::pin(carrier.run(counters.clone())));
 
-    // On the heap, once: a future moved into another async block is stored again in each
-    // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
-    // relay's few kilobytes in every connection's task. Boxed, each copy is a pointer.
-    let mut relay = Box::pin(relay_segments(
-        split.client,
-        split.server,
-        listener,
-        shared,
-        options,
-        cancel,
-    ));
-    let (started, segments, sent_at_connect) =
-        (split.started, split.segments, split.sent_at_connect);
-    let result = {
-        let sampled_relay = std::pin::pin!(async {
-            let mut carry_server_class = server_class;
-            let mut tick = tokio::time::interval_at(
-                tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
-                TCP_INFO_SAMPLE_INTERVAL,
-            );
-            loop {
-                tokio::select! {
-                    result = &mut relay => break result,
-                    () = async {
-                        if let Some(carrier) = carry_server_class.as_mut() {
-                            carrier.as_mut().await;
-                        }
-                    }, if carry_server_class.is_some() => carry_server_class = None,
-                    _ = tick.tick() => {
-                        let moved = (
-                            counters.client_to_server.load(Ordering::Relaxed),
-                            counters.server_to_client.load(Ordering::Relaxed),
-                        );
-                        // An idle connection's tcp_info does not change: skip the syscalls,
-                        // which matters with thousands of idle connections.
-                        if moved != bytes.reported {
-                            // The relay future owns both sockets and is alive here, so their
-                            // fds are open (and SocketId checks the inode anyway).
-                            sampler.sample_live(metrics);
-                            bytes.report(metrics, moved.0, moved.1);
+        // On the heap, once: a future moved into another async block is stored again in each
+        // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
+        // relay's few kilobytes in every connection's task. Boxed, each copy is a pointer.
+        let mut relay = relay_segments(
+            split.client,
+            split.server,
+            listener,
+            shared,
+            options,
+            cancel,
+        );
+        let (started, segments, sent_at_connect) =
+            (split.started, split.segments, split.sent_at_connect);
+        let result = {
+            let sampled_relay = std::pin::pin!(async {
+                let mut carry_server_class = server_class;
+                let mut tick = tokio::time::interval_at(
+                    tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
+                    TCP_INFO_SAMPLE_INTERVAL,
+                );
+                loop {
+                    tokio::select! {
+                        result = &mut relay => break result,
+                        () = async {
+                            if let Some(carrier) = carry_server_class.as_mut() {
+                                carrier.as_mut().await;
+                            }
+                        }, if carry_server_class.is_some() => carry_server_class = None,
+                        _ = tick.tick() => {
+                            let moved = (
+                                counters.client_to_server.load(Ordering::Relaxed),
+                                counters.server_to_client.load(Ordering::Relaxed),
+                            );
+                            // An idle connection's tcp_info does not change: skip the syscalls,
+                            // which matters with thousands of idle connections.
+                            if moved != bytes.reported {
+                                // The relay future owns both sockets and is alive here, so their
+                                // fds are open (and SocketId checks the inode anyway).
+                                sampler.sample_live(metrics);
+                                bytes.report(metrics, moved.0, moved.1);
+                            }
                         }
                     }
                 }
-            }
-        });
-        memory::following_caps(memory.as_mut(), sampled_relay).await
-    }
-    .map(|mut report| {
-        report.client_to_server_bytes += sent_at_connect;
-        report
-    });
-    let duration = started.elapsed();
-    if let Some((local, remote)) = final_stats.get() {
-        sampler.record_final(metrics, local.clone(), remote.clone());
-    }
-    sampler.finish(metrics);
-    let (local, remote) = (&sampler.local.last, &sampler.remote.last);
-    match result {
-        Ok(report) => {
-            bytes.report(
-                metrics,
-                report.client_to_server_bytes,
-                report.server_to_client_bytes,
-            );
-            log_end(
-                &report,
-                duration,
-                (local.as_ref(), remote.as_ref()),
-                segments,
-                transports,
-                &congestion_controls,
-                sampler.last_sample_age(),
-            );
+            });
+            memory::following_caps(memory.as_mut(), sampled_relay).await
         }
-        Err(err) => {
-            bytes.report(
-                metrics,
-                counters.client_to_server.load(Ordering::Relaxed),
-                counters.server_to_client.load(Ordering::Relaxed),
-            );
-            metrics
-                .relay_errors
-                .get_or_create(&Metrics::listener(name))
-                .inc();
-            tracing::warn!(
-                error = %ErrorChain(&err),
-                bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
-                bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
-                duration_ms = duration.as_millis() as u64,
-                "relay failed"
-            );
+        .map(|mut report| {
+            report.client_to_server_bytes += sent_at_connect;
+            report
+        });
+        let duration = started.elapsed();
+        if let Some((local, remote)) = final_stats.get() {
+            sampler.record_final(metrics, local.clone(), remote.clone());
+        }
+        sampler.finish(metrics);
+        let (local, remote) = (&sampler.local.last, &sampler.remote.last);
+        match result {
+            Ok(report) => {
+                bytes.report(
+                    metrics,
+                    report.client_to_server_bytes,
+                    report.server_to_client_bytes,
+                );
+                log_end(
+                    &report,
+                    duration,
+                    (local.as_ref(), remote.as_ref()),
+                    segments,
+                    transports,
+                    &congestion_controls,
+                    sampler.last_sample_age(),
+                );
+            }
+            Err(err) => {
+                bytes.report(
+                    metrics,
+                    counters.client_to_server.load(Ordering::Relaxed),
+                    counters.server_to_client.load(Ordering::Relaxed),
+                );
+                metrics
+                    .relay_errors
+                    .get_or_create(&Metrics::listener(name))
+                    .inc();
+                tracing::warn!(
+                    error = %ErrorChain(&err),
+                    bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
+                    bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
+                    duration_ms = duration.as_millis() as u64,
+                    "relay failed"
+                );
+            }
         }
     }
 }
+
+/// The relay of one connection, on the heap: it lives as long as the connection, so it is the
+/// chosen relay's future alone, with no wrapper of its own.
+type SegmentsRelay<'a> =
+    Pin<Box<dyn Future<Output = Result<RelayReport, midway_relay::RelayError>> + Send + 'a>>;
 
 /// Two plain sockets: midway-relay's splice or spool relay with the listener's model. A TLS or
 /// QUIC peer segment: the stream relay (copies through the library, so no splice, and no
 /// spool: the listener's buffer size per direction), against a plain socket or, in the middle
 /// midway of an encrypted chain, against another peer stream.
-async fn relay_segments(
+fn relay_segments<'a>(
     client: PeerLink,
     server: PeerLink,
-    listener: &ListenerConfig,
-    shared: &Shared,
+    listener: &'a ListenerConfig,
+    shared: &'a Shared,
     options: RelayOptions,
     cancel: CancellationToken,
-) -> Result<RelayReport, midway_relay::RelayError> {
+) -> SegmentsRelay<'a> {
     let buffer_bytes = match &listener.relay {
         RelayModel::Buffer(buffer) => buffer.buffer_bytes,
         RelayModel::Spool(spool) => spool.buffer_bytes,
     };
     match (client, server) {
-        (PeerLink::Tcp(client), PeerLink::Tcp(server)) => {
-            midway_relay::relay(
-                client,
-                server,
-                &listener.relay,
-                &shared.resources,
-                options,
-                cancel,
-            )
-            .await
-        }
-        (PeerLink::Tcp(client), server) => {
-            Box::pin(midway_relay::relay_peer_stream(
-                client,
-                server,
-                PeerSide::Server,
-                buffer_bytes,
-                options,
-                cancel,
-            ))
-            .await
-        }
-        (client, PeerLink::Tcp(server)) => {
-            Box::pin(midway_relay::relay_peer_stream(
-                server,
-                client,
-                PeerSide::Client,
-                buffer_bytes,
-                options,
-                cancel,
-            ))
-            .await
-        }
+        (PeerLink::Tcp(client), PeerLink::Tcp(server)) => Box::pin(midway_relay::relay(
+            client,
+            server,
+            &listener.relay,
+            &shared.resources,
+            options,
+            cancel,
+        )),
+        (PeerLink::Tcp(client), server) => Box::pin(midway_relay::relay_peer_stream(
+            client,
+            server,
+            PeerSide::Server,
+            buffer_bytes,
+            options,
+            cancel,
+        )),
+        (client, PeerLink::Tcp(server)) => Box::pin(midway_relay::relay_peer_stream(
+            server,
+            client,
+            PeerSide::Client,
+            buffer_bytes,
+            options,
+            cancel,
+        )),
         // The middle midway of an encrypted chain.
-        (client, server) => {
-            Box::pin(midway_relay::relay_peer_streams(
-                client,
-                server,
-                buffer_bytes,
-                options,
-                cancel,
-            ))
-            .await
-        }
+        (client, server) => Box::pin(midway_relay::relay_peer_streams(
+            client,
+            server,
+            buffer_bytes,
+            options,
+            cancel,
+        )),
     }
 }
 
