@@ -197,6 +197,10 @@ impl Connection {
     }
 
     /// Finds the target, connects onward and relays.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would store its arguments twice for the connection's life"
+    )]
     fn split(&self, client: PeerLink, started: Instant) -> impl Future<Output = ()> + '_ {
         async move {
             // Boxed: finding the target and connecting are large states that end before the relay

@@ -59,6 +59,10 @@ pub(super) struct Split {
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
 /// passes without a byte, or `cancel` fires; then logs the connection and counts it.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would store its arguments twice for the connection's life"
+)]
 pub(super) fn relay<'a>(
     split: Split,
     listener: &'a Arc<ListenerConfig>,
