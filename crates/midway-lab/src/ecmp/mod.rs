@@ -222,8 +222,7 @@ impl Lab<'_> {
             let id = self.next_id;
             self.next_id += 1;
             let client = self.clients[i as usize % self.clients.len()];
-            let handle =
-                flows::start_flow(&self.topology, CLIENT, client, self.server, id, shape)?;
+            let handle = flows::start_flow(&self.topology, CLIENT, client, self.server, id, shape)?;
             pending.push((id, handle));
             if shape == Shape::Short && pending.len() == SHORT_PARALLEL {
                 results.extend(flows::join(std::mem::take(&mut pending)));
@@ -268,8 +267,8 @@ fn run_variant(options: &EcmpOptions, spreading: Spreading) -> anyhow::Result<Ve
     });
     std::fs::create_dir_all(&dir)?;
     let tag = midway_labnet::fresh_tag();
-    let topology = Topology::build(&net::topology_spec(), &tag, SEED)
-        .context("cannot build the topology")?;
+    let topology =
+        Topology::build(&net::topology_spec(), &tag, SEED).context("cannot build the topology")?;
     // The clients' link's IPv4 prefix ("10.0.1.0/24"): the extra client addresses go in it.
     let client_net = topology.link_prefix(CLIENT, EDGE).to_string();
     let (network, len) = client_net
@@ -388,7 +387,8 @@ fn run_phases(lab: &mut Lab<'_>) -> anyhow::Result<Vec<PhaseData>> {
 fn report_text(phases: &[PhaseData]) -> (String, bool) {
     let mut md = String::new();
     let mut sections = String::new();
-    let mut summary = String::from("| spreading | phase | claim | measured | verdict |\n|---|---|---|---|---|\n");
+    let mut summary =
+        String::from("| spreading | phase | claim | measured | verdict |\n|---|---|---|---|---|\n");
     let mut all_hold = true;
     for phase in phases {
         let claims = report::claims(phase);
@@ -419,7 +419,11 @@ fn report_text(phases: &[PhaseData]) -> (String, bool) {
     let _ = writeln!(
         md,
         "Verdict: **{}**.\n\n## All claims\n\n{summary}\n## Phases\n\n{sections}",
-        if all_hold { "every claim holds" } else { "some claims fail" }
+        if all_hold {
+            "every claim holds"
+        } else {
+            "some claims fail"
+        }
     );
     (md, all_hold)
 }

@@ -170,7 +170,11 @@ pub(crate) fn run_in(topology: &Topology, host: &str, argv: &[String]) -> anyhow
 }
 
 /// Runs every command in `host`, in order.
-pub(crate) fn apply(topology: &Topology, host: &str, commands: &[Vec<String>]) -> anyhow::Result<()> {
+pub(crate) fn apply(
+    topology: &Topology,
+    host: &str,
+    commands: &[Vec<String>],
+) -> anyhow::Result<()> {
     commands
         .iter()
         .try_for_each(|argv| run_in(topology, host, argv).map(drop))

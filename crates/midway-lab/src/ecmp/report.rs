@@ -161,7 +161,8 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
             .collect()
     };
     let complete = |v: &FlowView<'_>| v.complete();
-    let split_where_syn = |v: &FlowView<'_>| v.syn_at().is_some_and(|g| v.split == SplitBy::Gateway(g));
+    let split_where_syn =
+        |v: &FlowView<'_>| v.syn_at().is_some_and(|g| v.split == SplitBy::Gateway(g));
     let mut claims = Vec::new();
     match phase.expect {
         Expect::Spread => {
@@ -240,7 +241,10 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
             claims.push(all_of(&all, "every new flow completes".into(), complete));
             claims.push(all_of(
                 &all,
-                format!("every new flow goes through {} and is split there", gw_name(alive)),
+                format!(
+                    "every new flow goes through {} and is split there",
+                    gw_name(alive)
+                ),
                 |v| v.syn_at() == Some(alive) && v.split == SplitBy::Gateway(alive),
             ));
         }
@@ -252,10 +256,17 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
             if resilient {
                 claims.push(none_of(
                     &not_on(gw),
-                    format!("no running flow is moved to {} (its buckets are busy)", gw_name(gw)),
+                    format!(
+                        "no running flow is moved to {} (its buckets are busy)",
+                        gw_name(gw)
+                    ),
                     moved,
                 ));
-                claims.push(all_of(&all, "every running flow completes".into(), complete));
+                claims.push(all_of(
+                    &all,
+                    "every running flow completes".into(),
+                    complete,
+                ));
             } else {
                 claims.push(Claim {
                     text: format!(
@@ -273,7 +284,11 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
                     ),
                     complete,
                 ));
-                claims.push(all_of(&stayers, "flows left in place complete".into(), complete));
+                claims.push(all_of(
+                    &stayers,
+                    "flows left in place complete".into(),
+                    complete,
+                ));
             }
         }
     }
@@ -305,7 +320,11 @@ pub(crate) fn phase_markdown(phase: &PhaseData, claims: &[Claim]) -> String {
         );
     }
     let gateways = phase.counters.len();
-    let _ = write!(md, "\n<details><summary>{} flows</summary>\n\n| flow | client | SYN at |", phase.flows.len());
+    let _ = write!(
+        md,
+        "\n<details><summary>{} flows</summary>\n\n| flow | client | SYN at |",
+        phase.flows.len()
+    );
     for g in 0..gateways {
         let _ = write!(md, " {} up / down |", gw_name(g));
     }
@@ -358,7 +377,10 @@ mod tests {
             name: "p".into(),
             what: "w".into(),
             expect,
-            flows: vec![flow(1, 1000, Outcome::Complete), flow(2, 2000, Outcome::Complete)],
+            flows: vec![
+                flow(1, 1000, Outcome::Complete),
+                flow(2, 2000, Outcome::Complete),
+            ],
             counters: vec![c1, c2],
             server_seen: [(1, gw[0]), (2, gw[1])].into(),
             gateway_addrs: gw.to_vec(),
@@ -371,7 +393,14 @@ mod tests {
         let mut p = phase(Expect::Spread);
         assert!(claims(&p).iter().all(|c| c.holds), "{:?}", claims(&p));
         // Flow 1's replies come back through gw2: asymmetric.
-        p.counters[1].insert(p.flows[0].client, FlowCount { syn: 0, up: 0, down: 3 });
+        p.counters[1].insert(
+            p.flows[0].client,
+            FlowCount {
+                syn: 0,
+                up: 0,
+                down: 3,
+            },
+        );
         let c = claims(&p);
         assert!(!c[2].holds);
         assert_eq!(c[2].measured, "1 of 2");
@@ -381,7 +410,14 @@ mod tests {
     fn a_spread_over_one_gateway_fails() {
         let mut p = phase(Expect::Spread);
         p.counters[1].clear();
-        p.counters[0].insert(p.flows[1].client, FlowCount { syn: 1, up: 8, down: 8 });
+        p.counters[0].insert(
+            p.flows[1].client,
+            FlowCount {
+                syn: 1,
+                up: 8,
+                down: 8,
+            },
+        );
         p.server_seen.insert(2, p.gateway_addrs[0]);
         assert!(!claims(&p)[1].holds);
     }
@@ -410,13 +446,33 @@ mod tests {
 
     #[test]
     fn a_return_judges_moved_flows_apart_from_the_others() {
-        let mut p = phase(Expect::GatewayReturns { gw: 1, resilient: false });
+        let mut p = phase(Expect::GatewayReturns {
+            gw: 1,
+            resilient: false,
+        });
         // Both flows started on gw1; flow 2 moved to gw2 and was reset.
-        p.counters[0].insert(p.flows[1].client, FlowCount { syn: 1, up: 5, down: 5 });
-        p.counters[1].insert(p.flows[1].client, FlowCount { syn: 0, up: 1, down: 1 });
+        p.counters[0].insert(
+            p.flows[1].client,
+            FlowCount {
+                syn: 1,
+                up: 5,
+                down: 5,
+            },
+        );
+        p.counters[1].insert(
+            p.flows[1].client,
+            FlowCount {
+                syn: 0,
+                up: 1,
+                down: 1,
+            },
+        );
         p.flows[1].outcome = Outcome::Reset;
         assert!(claims(&p).iter().all(|c| c.holds), "{:?}", claims(&p));
-        p.expect = Expect::GatewayReturns { gw: 1, resilient: true };
+        p.expect = Expect::GatewayReturns {
+            gw: 1,
+            resilient: true,
+        };
         let c = claims(&p);
         assert!(!c[0].holds && !c[1].holds);
     }
