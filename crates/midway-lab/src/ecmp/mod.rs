@@ -72,7 +72,11 @@ pub fn run_ecmp(options: &EcmpOptions) -> anyhow::Result<(PathBuf, bool)> {
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
     let mut phases = Vec::new();
-    for spreading in [Spreading::Multipath, Spreading::Resilient] {
+    for spreading in [
+        Spreading::Multipath,
+        Spreading::Resilient { objects: 1 },
+        Spreading::Resilient { objects: 2 },
+    ] {
         phases.extend(run_variant(options, spreading)?);
     }
     let (text, all_hold) = report_text(&phases);
@@ -91,6 +95,8 @@ struct Lab<'a> {
     clients: Vec<Ipv4Addr>,
     server: Ipv4Addr,
     next_id: u32,
+    /// What the phase's event found (the buckets the kernel saw busy), for its report.
+    notes: Vec<String>,
 }
 
 fn v4(ip: IpAddr) -> anyhow::Result<Ipv4Addr> {
@@ -125,8 +131,13 @@ impl Lab<'_> {
     /// Puts gateway `g`'s next hop back on both routers (what a health check does when it sees
     /// the gateway again). The nexthop objects of the other gateways are left as they are: a
     /// resilient group keeps their buckets.
-    fn route_return(&self, g: usize) -> anyhow::Result<()> {
-        let returning = format!(" id {} ", net::nexthop_id(g));
+    fn route_return(&mut self, g: usize) -> anyhow::Result<()> {
+        let returning: Vec<String> = match self.spreading {
+            Spreading::Multipath => Vec::new(),
+            Spreading::Resilient { objects } => (0..objects)
+                .map(|k| format!(" id {} ", net::nexthop_id(g, k)))
+                .collect(),
+        };
         for (router, prefix) in [(EDGE, self.server_prefix()), (CORE, self.client_prefix())] {
             let hops = net::next_hops(&self.topology, router);
             let commands: Vec<Vec<String>> =
@@ -135,10 +146,17 @@ impl Lab<'_> {
                     .filter(|argv| {
                         let line = format!("{} ", argv.join(" "));
                         !line.starts_with("ip nexthop replace id ")
-                            || line.contains(&returning)
+                            || returning.iter().any(|id| line.contains(id))
                             || line.contains(" group ")
                     })
                     .collect();
+            if matches!(self.spreading, Spreading::Resilient { .. }) {
+                let (busy, buckets) = net::busy_buckets(&self.topology, router)?;
+                self.notes.push(format!(
+                    "Just before the return, {router} saw {busy} of its {buckets} buckets busy (a packet within the last {} s).",
+                    net::RESILIENT_IDLE_SECS
+                ));
+            }
             net::apply(&self.topology, router, &commands)?;
         }
         Ok(())
@@ -255,6 +273,7 @@ impl Lab<'_> {
             server_seen,
             gateway_addrs,
             routes: net::routes_text(&self.topology, EDGE),
+            notes: std::mem::take(&mut self.notes),
         })
     }
 }
@@ -263,7 +282,8 @@ impl Lab<'_> {
 fn run_variant(options: &EcmpOptions, spreading: Spreading) -> anyhow::Result<Vec<PhaseData>> {
     let dir = options.out.join(match spreading {
         Spreading::Multipath => "multipath",
-        Spreading::Resilient => "resilient",
+        Spreading::Resilient { objects: 1 } => "resilient",
+        Spreading::Resilient { .. } => "resilient-paired",
     });
     std::fs::create_dir_all(&dir)?;
     let tag = midway_labnet::fresh_tag();
@@ -302,6 +322,7 @@ fn run_variant(options: &EcmpOptions, spreading: Spreading) -> anyhow::Result<Ve
         clients,
         server,
         next_id: 1,
+        notes: Vec::new(),
     };
     let result = run_phases(&mut lab);
     // Stop the midways before the topology goes.
@@ -314,7 +335,9 @@ fn run_variant(options: &EcmpOptions, spreading: Spreading) -> anyhow::Result<Ve
 }
 
 fn run_phases(lab: &mut Lab<'_>) -> anyhow::Result<Vec<PhaseData>> {
-    let resilient = lab.spreading == Spreading::Resilient;
+    // A resilient group keeps a busy bucket where it is, but the kernel only marks buckets
+    // busy while it hashes, which it does with more than one member in the group.
+    let keeps_running_flows = matches!(lab.spreading, Spreading::Resilient { objects } if objects > 1);
     lab.route(&[true, true])?;
     for g in 0..GATEWAYS.len() {
         net::install_watch(&lab.topology, GATEWAYS[g], PORT)?;
@@ -363,7 +386,10 @@ fn run_phases(lab: &mut Lab<'_>) -> anyhow::Result<Vec<PhaseData>> {
     phases.push(lab.phase(
         "gateway returns",
         "gw2 gone. 16 long flows, all through gw1; 1.5 s in, gw2 comes back: its midway starts, then the routers' links to it come up and its next hop is put back on both routers (as a health check would).",
-        Expect::GatewayReturns { gw: 1, resilient },
+        Expect::GatewayReturns {
+            gw: 1,
+            keeps_running_flows,
+        },
         Shape::Long,
         |lab| {
             lab.start_midway(1)?;

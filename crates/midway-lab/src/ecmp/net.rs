@@ -20,9 +20,10 @@ pub(crate) const SERVER: &str = "server";
 pub(crate) const GATEWAYS: [&str; 2] = ["gw1", "gw2"];
 /// Table of the per-flow counters on each gateway (midway's own is `midway`).
 const WATCH_TABLE: &str = "ecmpwatch";
-/// Nexthop ids of the resilient variant: gateway i is `NEXTHOP_BASE + i`, the group is
-/// `GROUP_ID`.
+/// Nexthop ids of the resilient variants: object k of gateway i is `NEXTHOP_BASE + i +
+/// NEXTHOP_STRIDE * k`, the group is `GROUP_ID`.
 const NEXTHOP_BASE: u32 = 1;
+const NEXTHOP_STRIDE: u32 = 10;
 const GROUP_ID: u32 = 100;
 /// Buckets of the resilient group, and how long a bucket must be idle before it may move to
 /// another next hop (seconds).
@@ -39,21 +40,25 @@ pub(crate) enum Spreading {
     /// `ip route ... nexthop via A ... nexthop via B ...`: hash-threshold over the live next hops.
     Multipath,
     /// `ip nexthop add id .. group ..  type resilient`: a bucket keeps its next hop while busy.
-    Resilient,
+    /// `objects` next hop objects per gateway: the kernel hashes a packet to a bucket (and so
+    /// marks the bucket busy) only while the group has more than one member, so with two
+    /// gateways, one object each, the survivor's buckets all look idle when the other returns.
+    Resilient { objects: u32 },
 }
 
 impl Spreading {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Spreading::Multipath => "multipath route",
-            Spreading::Resilient => "resilient nexthop group",
+            Spreading::Resilient { objects: 1 } => "resilient nexthop group",
+            Spreading::Resilient { .. } => "resilient nexthop group, two next hops per gateway",
         }
     }
 }
 
-/// The nexthop id of gateway `g` in the resilient variant.
-pub(crate) fn nexthop_id(g: usize) -> u32 {
-    NEXTHOP_BASE + g as u32
+/// The nexthop id of gateway `g`'s object `k` in the resilient variants.
+pub(crate) fn nexthop_id(g: usize, k: u32) -> u32 {
+    NEXTHOP_BASE + g as u32 + NEXTHOP_STRIDE * k
 }
 
 /// One link direction: a fixed one-way delay, no rate limit, no loss.
@@ -136,18 +141,20 @@ pub(crate) fn ecmp_commands(
             }
             commands.push(route);
         }
-        Spreading::Resilient => {
+        Spreading::Resilient { objects } => {
             for (i, hop) in &live {
-                commands.push(words(&format!(
-                    "ip nexthop replace id {} via {} dev {}",
-                    nexthop_id(*i),
-                    hop.via,
-                    hop.dev
-                )));
+                for k in 0..objects {
+                    commands.push(words(&format!(
+                        "ip nexthop replace id {} via {} dev {}",
+                        nexthop_id(*i, k),
+                        hop.via,
+                        hop.dev
+                    )));
+                }
             }
             let members: Vec<String> = live
                 .iter()
-                .map(|(i, _)| (nexthop_id(*i)).to_string())
+                .flat_map(|(i, _)| (0..objects).map(|k| nexthop_id(*i, k).to_string()))
                 .collect();
             commands.push(words(&format!(
                 "ip nexthop replace id {GROUP_ID} group {} type resilient buckets {RESILIENT_BUCKETS} idle_timer {RESILIENT_IDLE_SECS}",
@@ -294,6 +301,36 @@ pub(crate) fn parse_set(text: &str) -> Vec<(SocketAddrV4, u64)> {
         .collect()
 }
 
+/// The resilient group's buckets on `router` that the kernel saw carry a packet within the
+/// idle timer, and all of them (`ip -s nexthop bucket show`; iproute2 6.1's `nhid` filter
+/// does not work, so the dump is filtered here).
+pub(crate) fn busy_buckets(topology: &Topology, router: &str) -> anyhow::Result<(usize, usize)> {
+    let argv: Vec<String> = ["ip", "-s", "nexthop", "bucket", "show"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let out = run_in(topology, router, &argv)?;
+    Ok(parse_busy_buckets(&out))
+}
+
+fn parse_busy_buckets(dump: &str) -> (usize, usize) {
+    let group = GROUP_ID.to_string();
+    let idle_times: Vec<f64> = dump
+        .lines()
+        .filter(|line| line.split_whitespace().nth(1) == Some(group.as_str()))
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "idle_time")?;
+            words.get(at + 1)?.parse().ok()
+        })
+        .collect();
+    let busy = idle_times
+        .iter()
+        .filter(|t| **t < f64::from(RESILIENT_IDLE_SECS))
+        .count();
+    (busy, idle_times.len())
+}
+
 /// `ip route` (and `ip nexthop`) of a router, for the report.
 pub(crate) fn routes_text(topology: &Topology, router: &str) -> String {
     let mut text = String::new();
@@ -353,7 +390,7 @@ mod tests {
     #[test]
     fn a_resilient_group_holds_the_live_next_hops_and_the_route_points_at_it() {
         let c = joined(&ecmp_commands(
-            Spreading::Resilient,
+            Spreading::Resilient { objects: 1 },
             "10.0.1.0/24",
             &hops(),
             &[false, true],
@@ -367,6 +404,32 @@ mod tests {
                 "ip route replace 10.0.1.0/24 nhid 100".to_owned(),
             ]
         );
+    }
+
+    #[test]
+    fn paired_objects_put_every_gateway_in_the_group_twice() {
+        let c = joined(&ecmp_commands(
+            Spreading::Resilient { objects: 2 },
+            "10.0.1.0/24",
+            &hops(),
+            &[true, false],
+        ));
+        assert_eq!(
+            c[2..],
+            [
+                "ip nexthop replace id 1 via 10.0.2.2 dev to-gw1".to_owned(),
+                "ip nexthop replace id 11 via 10.0.2.2 dev to-gw1".to_owned(),
+                "ip nexthop replace id 100 group 1/11 type resilient buckets 32 idle_timer 2"
+                    .to_owned(),
+                "ip route replace 10.0.1.0/24 nhid 100".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn busy_buckets_are_those_used_within_the_idle_timer() {
+        let dump = "id 100 index 0 idle_time 0.01 nhid 2 \nid 100 index 1 idle_time 13.63 nhid 1 \nid 7 index 0 idle_time 0 nhid 3 \nid 100 index 2 idle_time 1.99 nhid 1 \n";
+        assert_eq!(parse_busy_buckets(dump), (2, 3));
     }
 
     #[test]

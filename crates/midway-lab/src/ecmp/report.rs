@@ -24,7 +24,10 @@ pub(crate) enum Expect {
     /// Only gateway `alive` is there: new flows go through it, split.
     Survivor { alive: usize },
     /// Gateway `gw` comes back while flows run through the others.
-    GatewayReturns { gw: usize, resilient: bool },
+    GatewayReturns {
+        gw: usize,
+        keeps_running_flows: bool,
+    },
 }
 
 /// One phase as recorded.
@@ -42,6 +45,8 @@ pub(crate) struct PhaseData {
     pub gateway_addrs: Vec<IpAddr>,
     /// The clients' router's routes and nexthops at the end of the phase.
     pub routes: String,
+    /// What the phase's event found.
+    pub notes: Vec<String>,
 }
 
 /// Who the server saw a flow come from.
@@ -248,12 +253,15 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
                 |v| v.syn_at() == Some(alive) && v.split == SplitBy::Gateway(alive),
             ));
         }
-        Expect::GatewayReturns { gw, resilient } => {
+        Expect::GatewayReturns {
+            gw,
+            keeps_running_flows,
+        } => {
             let moved = |v: &FlowView<'_>| v.counts.get(gw).is_some_and(|c| c.up > 0);
             let stayers: Vec<&FlowView<'_>> =
                 not_on(gw).into_iter().filter(|v| !moved(v)).collect();
             let movers: Vec<&FlowView<'_>> = not_on(gw).into_iter().filter(|v| moved(v)).collect();
-            if resilient {
+            if keeps_running_flows {
                 claims.push(none_of(
                     &not_on(gw),
                     format!(
@@ -270,7 +278,7 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
             } else {
                 claims.push(Claim {
                     text: format!(
-                        "some running flows are rehashed to {} when it returns",
+                        "some running flows are moved to {} when it returns",
                         gw_name(gw)
                     ),
                     measured: format!("{} of {}", movers.len(), not_on(gw).len()),
@@ -279,7 +287,7 @@ pub(crate) fn claims(phase: &PhaseData) -> Vec<Claim> {
                 claims.push(none_of(
                     &movers,
                     format!(
-                        "a rehashed flow does not survive: {}'s midway does not know it and resets it",
+                        "a moved flow does not survive: {}'s midway does not know it and resets it",
                         gw_name(gw)
                     ),
                     complete,
@@ -309,6 +317,9 @@ pub(crate) fn phase_markdown(phase: &PhaseData, claims: &[Claim]) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "### {}: {}\n", phase.variant, phase.name);
     let _ = writeln!(md, "{}\n", phase.what);
+    for note in &phase.notes {
+        let _ = writeln!(md, "{note}\n");
+    }
     let _ = writeln!(md, "| claim | measured | verdict |\n|---|---|---|");
     for claim in claims {
         let _ = writeln!(
@@ -385,6 +396,7 @@ mod tests {
             server_seen: [(1, gw[0]), (2, gw[1])].into(),
             gateway_addrs: gw.to_vec(),
             routes: String::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -448,7 +460,7 @@ mod tests {
     fn a_return_judges_moved_flows_apart_from_the_others() {
         let mut p = phase(Expect::GatewayReturns {
             gw: 1,
-            resilient: false,
+            keeps_running_flows: false,
         });
         // Both flows started on gw1; flow 2 moved to gw2 and was reset.
         p.counters[0].insert(
@@ -471,7 +483,7 @@ mod tests {
         assert!(claims(&p).iter().all(|c| c.holds), "{:?}", claims(&p));
         p.expect = Expect::GatewayReturns {
             gw: 1,
-            resilient: true,
+            keeps_running_flows: true,
         };
         let c = claims(&p);
         assert!(!c[0].holds && !c[1].holds);
