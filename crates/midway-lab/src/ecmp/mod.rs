@@ -337,10 +337,11 @@ fn run_variant(options: &EcmpOptions, spreading: Spreading) -> anyhow::Result<Ve
 fn run_phases(lab: &mut Lab<'_>) -> anyhow::Result<Vec<PhaseData>> {
     // A resilient group keeps a busy bucket where it is, but the kernel only marks buckets
     // busy while it hashes, which it does with more than one member in the group.
-    let keeps_running_flows = matches!(lab.spreading, Spreading::Resilient { objects } if objects > 1);
+    let keeps_running_flows =
+        matches!(lab.spreading, Spreading::Resilient { objects } if objects > 1);
     lab.route(&[true, true])?;
-    for g in 0..GATEWAYS.len() {
-        net::install_watch(&lab.topology, GATEWAYS[g], PORT)?;
+    for (g, gateway) in GATEWAYS.iter().enumerate() {
+        net::install_watch(&lab.topology, gateway, PORT)?;
         lab.start_midway(g)?;
     }
     let mut phases = Vec::new();
