@@ -18,6 +18,7 @@
 mod cases;
 mod cli;
 mod concurrency;
+mod ecmp;
 mod netlog;
 mod netstat;
 mod plan;
@@ -31,5 +32,6 @@ mod web;
 mod workload;
 
 pub use cli::{check_summary, execute, run, LabCommand, RunOptions, RunSummary};
+pub use ecmp::{run_ecmp, EcmpOptions};
 pub use plan::{build_plan, PlanOptions, Point};
 pub use scenario::{BulkAmount, LoadedScenario, Scenario, ScenarioError, Workload};
