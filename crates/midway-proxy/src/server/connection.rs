@@ -454,9 +454,10 @@ impl Connection {
         }
         // Counted by the memory guard while served; the caps reach the client socket here and
         // new upstream sockets in `upstream_connector` (pooled ones are shared by clients).
+        let client_id = SocketId::new(&client);
         let mut memory = MemoryCaps::register(
             self.shared.socket_memory.as_ref(),
-            &[("local", &client, leaves_buffers(local))],
+            &[("local", client_id, leaves_buffers(local))],
         );
         let _access_share = self
             .shared
@@ -472,7 +473,7 @@ impl Connection {
             target: None,
             started,
             counters: counters.clone(),
-            sockets: [SocketId::new(&client), SocketId::of(None)],
+            sockets: [client_id, SocketId::of(None)],
             segments: [("local", "tcp"), ("remote", "tcp")],
             peer: None,
             cancel: self.cancel.clone(),

@@ -81,7 +81,13 @@ pub(super) async fn following_caps<F: Future>(
 pub(super) fn cap_once(guard: &SocketMemory, stream: &TcpStream, adjustable: Adjustable) {
     let caps = guard.caps();
     if caps.is_some() {
-        CappedSocket::new("upstream", stream, adjustable, guard.autotune_max()).apply(caps);
+        CappedSocket::new(
+            "upstream",
+            SocketId::new(stream),
+            adjustable,
+            guard.autotune_max(),
+        )
+        .apply(caps);
     }
 }
 
@@ -100,7 +106,7 @@ impl MemoryCaps {
     /// the buffers its profile leaves alone.
     pub(super) fn register(
         guard: Option<&Arc<SocketMemory>>,
-        sockets: &[(&'static str, &TcpStream, Adjustable)],
+        sockets: &[(&'static str, SocketId, Adjustable)],
     ) -> Option<MemoryCaps> {
         let guard = guard?;
         let max = guard.autotune_max();
@@ -109,7 +115,7 @@ impl MemoryCaps {
             caps: guard.subscribe(),
             sockets: sockets
                 .iter()
-                .map(|&(side, stream, adjustable)| CappedSocket::new(side, stream, adjustable, max))
+                .map(|&(side, socket, adjustable)| CappedSocket::new(side, socket, adjustable, max))
                 .collect(),
         };
         let now = *caps.caps.borrow_and_update();
@@ -148,13 +154,13 @@ struct CappedSocket {
 impl CappedSocket {
     fn new(
         side: &'static str,
-        stream: &TcpStream,
+        socket: SocketId,
         adjustable: Adjustable,
         autotune_max: BufferCaps,
     ) -> CappedSocket {
         CappedSocket {
             side,
-            socket: SocketId::new(stream),
+            socket,
             capper: SocketCapper::new(adjustable, autotune_max),
         }
     }
@@ -204,7 +210,7 @@ mod tests {
                 send: kib << 10,
             })
         };
-        let mut capped = CappedSocket::new("local", &registered, both, max);
+        let mut capped = CappedSocket::new("local", SocketId::new(&registered), both, max);
         capped.apply(caps(128));
         assert_eq!(
             recv(registered.as_raw_fd()),

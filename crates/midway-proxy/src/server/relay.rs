@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -76,13 +76,18 @@ pub(super) fn relay<'a>(
         // stored twice in every connection's task.
         let name = &listener.name;
         let metrics = &shared.metrics;
+        // Each socket's id once (an fstat each), copied to every holder below.
+        let ids = [
+            SocketId::of(split.client.tcp()),
+            SocketId::of(split.server.tcp()),
+        ];
         // A QUIC stream has no socket of its own to cap.
         let sockets: Vec<_> = [
-            ("local", split.client.tcp(), split.adjustable.0),
-            ("remote", split.server.tcp(), split.adjustable.1),
+            ("local", split.client.tcp(), ids[0], split.adjustable.0),
+            ("remote", split.server.tcp(), ids[1], split.adjustable.1),
         ]
         .into_iter()
-        .filter_map(|(side, socket, adjustable)| Some((side, socket?, adjustable)))
+        .filter_map(|(side, socket, id, adjustable)| socket.map(|_| (side, id, adjustable)))
         .collect();
         let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
         // Paced at its share of the subscriber's access link while it lives (when one covers the
@@ -100,10 +105,7 @@ pub(super) fn relay<'a>(
             target: split.target,
             started: split.started,
             counters: counters.clone(),
-            sockets: [
-                SocketId::of(split.client.tcp()),
-                SocketId::of(split.server.tcp()),
-            ],
+            sockets: ids,
             segments: [
                 (split.segments.0, transports.0),
                 (split.segments.1, transports.1),
@@ -133,13 +135,11 @@ pub(super) fn relay<'a>(
             client_prefix: Vec::new(),
             park_after: Some(PARK_AFTER),
         };
-        let mut sampler = SegmentSampler::new(
-            name,
-            (split.client.tcp(), split.segments.0),
-            (split.server.tcp(), split.segments.1),
-        );
-        sampler.sample(metrics);
-        let congestion_controls = sampler.count_congestion_controls(metrics);
+        let mut sampler =
+            SegmentSampler::new(name, (ids[0], split.segments.0), (ids[1], split.segments.1));
+        // The sockets are still this task's here: read them directly, no inode check.
+        let congestion_controls =
+            sampler.first_sample(metrics, (split.client.tcp(), split.server.tcp()));
         let mut bytes = ByteReporter::new(name);
         // Boxed, and only where DSCP is carried: most connections never run it.
         let server_class = listener
@@ -401,9 +401,9 @@ struct Segment {
 }
 
 impl Segment {
-    fn new(listener: &str, (stream, segment): (Option<&TcpStream>, &'static str)) -> Segment {
+    fn new(listener: &str, (socket, segment): (SocketId, &'static str)) -> Segment {
         Segment {
-            socket: SocketId::of(stream),
+            socket,
             labels: SegmentLabels {
                 listener: listener.to_string(),
                 segment,
@@ -414,10 +414,19 @@ impl Segment {
     }
 
     fn sample(&mut self, metrics: &Metrics) -> bool {
-        let Some(fd) = self.socket.borrow() else {
-            return false;
+        let stats = match self.socket.borrow() {
+            Some(fd) => midway_tcp::tcp_stats(fd),
+            None => return false,
         };
-        match midway_tcp::tcp_stats(fd) {
+        self.take(metrics, stats)
+    }
+
+    fn sample_fd(&mut self, metrics: &Metrics, fd: BorrowedFd<'_>) -> bool {
+        self.take(metrics, midway_tcp::tcp_stats(fd))
+    }
+
+    fn take<E>(&mut self, metrics: &Metrics, stats: Result<TcpStats, E>) -> bool {
+        match stats {
             Ok(stats) => {
                 self.record(metrics, stats);
                 true
@@ -467,8 +476,8 @@ impl SegmentSampler {
     /// `client` and `server` with their segment labels (local or peer, remote or peer).
     fn new(
         listener: &str,
-        client: (Option<&TcpStream>, &'static str),
-        server: (Option<&TcpStream>, &'static str),
+        client: (SocketId, &'static str),
+        server: (SocketId, &'static str),
     ) -> SegmentSampler {
         SegmentSampler {
             local: Segment::new(listener, client),
@@ -478,10 +487,18 @@ impl SegmentSampler {
         }
     }
 
-    /// Counts both segments by the congestion control in force on them; returns their names.
-    fn count_congestion_controls(&mut self, metrics: &Metrics) -> (Option<String>, Option<String>) {
-        let count = |segment: &mut Segment| {
-            let fd = segment.socket.borrow()?;
+    /// The sample right after connect, from the sockets themselves (still the caller's), and
+    /// the count of both segments by the congestion control in force on them; returns their
+    /// names.
+    fn first_sample(
+        &mut self,
+        metrics: &Metrics,
+        (client, server): (Option<&TcpStream>, Option<&TcpStream>),
+    ) -> (Option<String>, Option<String>) {
+        let mut sampled = false;
+        let mut first = |segment: &mut Segment, stream: Option<&TcpStream>| {
+            let fd = stream?.as_fd();
+            sampled |= segment.sample_fd(metrics, fd);
             let name = midway_sys::tcp_info::congestion_control_of(fd).ok()?;
             metrics
                 .segment_congestion_control
@@ -493,7 +510,15 @@ impl SegmentSampler {
                 .inc();
             Some(name)
         };
-        (count(&mut self.local), count(&mut self.remote))
+        let names = (
+            first(&mut self.local, client),
+            first(&mut self.remote, server),
+        );
+        if sampled {
+            self.last_sample = Instant::now();
+            self.last_observed = false;
+        }
+        names
     }
 
     /// Reads both sockets' tcp_info (retransmit counter updated at once).

@@ -7,6 +7,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use tokio::net::TcpStream;
 
+/// Copied freely: each holder checks the inode on its own before touching the fd.
+#[derive(Clone, Copy)]
 pub(super) struct SocketId {
     fd: RawFd,
     /// `None` once the socket is known to be gone (or could not be identified).
