@@ -175,11 +175,14 @@ impl BenchNet {
             }
         }
         // Thousands of short connections per second would run out of ephemeral ports otherwise.
+        // The range starts above every port the bench listens on (all below 10000): with 1024 a
+        // proxy's outgoing socket could take the next case's listening port and hold it in
+        // TIME_WAIT, and that case's bind then failed ("Address already in use").
         for host in [Host::Client, Host::Router, Host::Gateway] {
             if !hosts.contains(&host) {
                 continue;
             }
-            net.write_sysctl(host, "net.ipv4.ip_local_port_range", "1024 65000")?;
+            net.write_sysctl(host, "net.ipv4.ip_local_port_range", "10000 65000")?;
             net.write_sysctl(host, "net.ipv4.tcp_tw_reuse", "1")?;
         }
         Ok(net)

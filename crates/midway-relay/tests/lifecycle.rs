@@ -352,8 +352,9 @@ async fn spool_disk_full_falls_back_to_memory() {
     drop(tmpfs);
 }
 
-/// The per-connection state of an idle relay is its future (plus the two sockets); keep it far
-/// below the 16 KiB per idle split connection the benchmarks allow.
+/// The per-connection state of an idle (parked) relay is this future (plus the two sockets);
+/// the running relay is boxed inside it and freed while parked. It was 1,008 bytes when parking
+/// came (the arguments stored twice by an async fn), 840 since.
 #[tokio::test]
 async fn relay_future_is_small() {
     let res = resources(1 << 30, 4);
@@ -373,7 +374,7 @@ async fn relay_future_is_small() {
     );
     let size = std::mem::size_of_val(&future);
     eprintln!("relay future: {size} bytes");
-    assert!(size <= 8 * 1024, "relay future is {size} bytes");
+    assert!(size <= 1024, "relay future is {size} bytes");
 }
 
 /// `on_close` runs once, after the bytes moved, with the relay's own two sockets still open

@@ -514,3 +514,25 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future a function returns, without calling it.
+    fn future_size<A, B, F: Future>(_: fn(A, B) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Every connection's task holds this future (plus tokio's header) for its whole life, idle
+    /// or not: the largest part of the memory an idle connection costs (`midway-bench --idle`).
+    /// It was 4,240 bytes before the relay parked and the long-lived layers stored their
+    /// arguments once (docs/results/bench); this keeps it from growing back unnoticed. A new
+    /// state that needs more belongs in a box of its own.
+    #[test]
+    fn the_connection_future_stays_small() {
+        let size = future_size(Connection::serve);
+        eprintln!("Connection::serve's future is {size} bytes");
+        assert!(size <= 2560, "Connection::serve's future is {size} bytes");
+    }
+}
