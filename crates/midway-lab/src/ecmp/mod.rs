@@ -434,12 +434,23 @@ fn report_text(phases: &[PhaseData]) -> (String, bool) {
         sections.push_str(&report::phase_markdown(phase, &claims));
     }
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let tree = crate::provenance::SourceTree::of(std::path::Path::new("."));
+    let state = match tree.state.as_deref() {
+        Some(midway_report::TREE_CLEAN) => "clean".to_string(),
+        Some(other) => format!("with uncommitted changes ({other})"),
+        None => "tree state not recorded".to_string(),
+    };
     let _ = writeln!(md, "# Several gateways behind ECMP\n");
     let _ = writeln!(
         md,
-        "Written by `cargo run --locked --release -p midway-lab --example ecmp` (crates/midway-lab/src/ecmp). Design: docs/ecmp.md. Kernel {}, midway commit {}.\n",
+        "Written by `cargo run --locked --release -p midway-lab --example ecmp` (crates/midway-lab/src/ecmp). Design: docs/ecmp.md. Kernel {}.\n",
         kernel.trim(),
-        commit().unwrap_or_else(|| "unknown".into())
+    );
+    let _ = writeln!(
+        md,
+        "- Source trees: `{}` {state}: {} phases\n",
+        tree.commit,
+        phases.len()
     );
     let _ = writeln!(md, "```\n                 +-- gw1 (midway) --+\nclient -- edge --+                  +-- core -- server\n (4 addresses)   +-- gw2 (midway) --+\n```\n");
     let _ = writeln!(md, "`edge` spreads client-to-server flows over gw1 and gw2, `core` server-to-client packets, both with `net.ipv4.fib_multipath_hash_policy=1` (L4 hash). Each midway intercepts transparently on its interface toward `edge` and connects to the server from its own address (`spoof_client_address = false`). Each gateway counts every flow's packets per direction in its own nftables table (`up`: arriving from `edge`; `down`: leaving toward `edge`, forwarded or sent by midway), and the server records from which address each flow came: a gateway's (split there) or the client's (routed unsplit). Links: 1 ms one way, 10 ms to the server, no loss, no rate limit.\n");
@@ -453,15 +464,4 @@ fn report_text(phases: &[PhaseData]) -> (String, bool) {
         }
     );
     (md, all_hold)
-}
-
-/// The commit of the source tree, for the report's header.
-fn commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
