@@ -96,6 +96,17 @@ pub struct RelayCounters {
     pub parks: AtomicU64,
 }
 
+impl RelayCounters {
+    /// Bytes read from one side and not yet delivered, in buffers or pipes (the spool apart).
+    pub fn held_now(&self) -> u64 {
+        self.held_client_to_server
+            .load(std::sync::atomic::Ordering::Relaxed)
+            + self
+                .held_server_to_client
+                .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Called once with (client, server) sockets right before the relay closes them.
 ///
 /// The relay owns both sockets and closes them when it ends, so this is the caller's last

@@ -16,6 +16,17 @@ const PARK_AFTER: Duration = Duration::from_millis(50);
 /// Long enough past `PARK_AFTER` that the relay has parked.
 const PARKED: Duration = Duration::from_millis(300);
 
+/// A spliced buffer relay that parks after `PARK_AFTER`, without an idle timeout.
+async fn parking(res: &TestResources) -> Relayed {
+    relayed_parking(
+        buffer_model(16 * 1024, true),
+        &res.resources,
+        None,
+        PARK_AFTER,
+    )
+    .await
+}
+
 async fn exchange(relayed: &mut Relayed, size: usize) {
     let sent = vec![7u8; size];
     relayed.client.write_all(&sent).await.unwrap();
@@ -105,13 +116,7 @@ async fn the_idle_timeout_ends_a_parked_connection_with_fins() {
 #[tokio::test]
 async fn cancelling_a_parked_connection_resets_both_ends() {
     let res = resources(1 << 30, 4);
-    let mut relayed = relayed_parking(
-        buffer_model(16 * 1024, true),
-        &res.resources,
-        None,
-        PARK_AFTER,
-    )
-    .await;
+    let mut relayed = parking(&res).await;
     exchange(&mut relayed, 10).await;
     tokio::time::sleep(PARKED).await;
     assert_eq!(relayed.counters.parks.load(Ordering::Relaxed), 1);
@@ -132,13 +137,7 @@ async fn cancelling_a_parked_connection_resets_both_ends() {
 async fn a_reset_reaching_a_parked_connection_is_carried_across() {
     for reset_by_client in [true, false] {
         let res = resources(1 << 30, 4);
-        let mut relayed = relayed_parking(
-            buffer_model(16 * 1024, true),
-            &res.resources,
-            None,
-            PARK_AFTER,
-        )
-        .await;
+        let mut relayed = parking(&res).await;
         exchange(&mut relayed, 10).await;
         tokio::time::sleep(PARKED).await;
         assert_eq!(relayed.counters.parks.load(Ordering::Relaxed), 1);
@@ -171,13 +170,7 @@ async fn a_reset_reaching_a_parked_connection_is_carried_across() {
 #[tokio::test]
 async fn a_parked_connection_holds_no_buffer_or_pipe() {
     let res = resources(1 << 30, 4);
-    let mut relayed = relayed_parking(
-        buffer_model(16 * 1024, true),
-        &res.resources,
-        None,
-        PARK_AFTER,
-    )
-    .await;
+    let mut relayed = parking(&res).await;
     exchange(&mut relayed, 50_000).await;
     tokio::time::sleep(PARKED).await;
     assert_eq!(relayed.counters.parks.load(Ordering::Relaxed), 1);
@@ -193,13 +186,7 @@ async fn a_parked_connection_holds_no_buffer_or_pipe() {
 #[tokio::test]
 async fn a_fresh_connection_starts_parked_and_the_server_may_speak_first() {
     let res = resources(1 << 30, 4);
-    let mut relayed = relayed_parking(
-        buffer_model(16 * 1024, true),
-        &res.resources,
-        None,
-        PARK_AFTER,
-    )
-    .await;
+    let mut relayed = parking(&res).await;
     // Nothing has run that could park.
     tokio::time::sleep(PARKED).await;
     assert_eq!(relayed.counters.parks.load(Ordering::Relaxed), 0);

@@ -267,15 +267,7 @@ pub(crate) async fn run(
             };
             loop {
                 ctx.idle_expired(Some(after)).await;
-                let held = options
-                    .counters
-                    .held_client_to_server
-                    .load(Ordering::Relaxed)
-                    + options
-                        .counters
-                        .held_server_to_client
-                        .load(Ordering::Relaxed);
-                if held == 0 {
+                if options.counters.held_now() == 0 {
                     return;
                 }
                 // Quiet but holding bytes (a destination that stopped reading): look again later.
@@ -327,15 +319,8 @@ pub(crate) async fn run(
         }));
     }
     // Read before the gauges are cleared below: what the directions held when they stopped.
-    let held_in_relay = options
-        .counters
-        .held_client_to_server
-        .load(Ordering::Relaxed)
-        + options
-            .counters
-            .held_server_to_client
-            .load(Ordering::Relaxed)
-        + options.counters.spooled_now.load(Ordering::Relaxed);
+    let held_in_relay =
+        options.counters.held_now() + options.counters.spooled_now.load(Ordering::Relaxed);
     // The direction futures are gone: leased pipes still holding bytes were closed, buffers freed.
     options
         .counters
