@@ -148,8 +148,11 @@ fn listening(port: u16) -> bool {
 async fn haproxy(bind_options: &str, server: &str) -> (Haproxy, SocketAddr) {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
+    // `retries 0`: midway resets a refused client's connection right after reading its
+    // header, and HAProxy may take that reset for a failed connect and try again, which would
+    // count one refusal twice.
     let config = format!(
-        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+        "defaults\n  mode tcp\n  retries 0\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
          frontend front\n  bind 127.0.0.1:{port} {bind_options}\n  default_backend back\n\
          backend back\n  {server}\n"
     );
