@@ -1,15 +1,18 @@
 //! `--check-concurrency`: does measuring N topologies at once change the results?
 //!
 //! The same points (same seeds) run twice, once with the baseline's jobs and once with N. Each
-//! cell (experiment, case, sweep value) is compared by the ratio of the median throughputs, with a
-//! 95 % bootstrap interval over the repetitions paired by their index (a repetition has the same
-//! seed in both runs). A cell "differs" when the interval excludes 1; otherwise no difference was
-//! found at this number of repetitions, which is not proof of none: the interval's width says how
-//! large a difference could still hide. Pure: records in, rows out.
+//! cell (experiment, case, sweep value) is compared by the median of the per-repetition ratios of
+//! throughput (a repetition has the same seed in both runs, so each pair shares its emulated
+//! conditions), with the exact order-statistic interval of that median
+//! ([`midway_report::interval`]: 93.8 % with 5 pairs, 95 % or more from 6). A cell "differs" when
+//! the interval excludes 1; otherwise no difference was found at this number of repetitions,
+//! which is not proof of none: the interval's width says how large a difference could still hide.
+//! Pure: records in, rows out.
 
 use std::collections::BTreeMap;
 
-use midway_report::stats::{self, Interval, Resampling};
+use midway_report::interval::{self, Interval};
+use midway_report::stats;
 use midway_report::RunRecord;
 
 /// (experiment, case, sweep value as text) of a cell.
@@ -26,16 +29,17 @@ pub(crate) struct ConcurrencyRow {
     pub baseline_median: f64,
     /// Median throughput (Mbit/s) with N jobs.
     pub parallel_median: f64,
-    /// `parallel_median / baseline_median`.
+    /// Median of the per-repetition ratios `parallel / baseline`.
     pub ratio: f64,
-    /// 95 % paired bootstrap interval of the ratio; `None` with fewer than two pairs.
+    /// Order-statistic interval of that median; `None` with fewer than two pairs.
     pub interval: Option<Interval>,
 }
 
 /// Whether a cell's throughput moved between the two loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConcurrencyVerdict {
-    /// Fewer than two paired repetitions: no interval.
+    /// Too few paired repetitions for an interval of at least
+    /// [`interval::MIN_VERDICT_LEVEL`].
     TooFewRuns,
     /// The interval of the ratio excludes 1.
     Differs,
@@ -59,6 +63,7 @@ impl ConcurrencyRow {
     pub(crate) fn verdict(&self) -> ConcurrencyVerdict {
         match self.interval {
             None => ConcurrencyVerdict::TooFewRuns,
+            Some(i) if i.level < interval::MIN_VERDICT_LEVEL => ConcurrencyVerdict::TooFewRuns,
             Some(i) if i.low > 1.0 || i.high < 1.0 => ConcurrencyVerdict::Differs,
             Some(_) => ConcurrencyVerdict::NoDifferenceFound,
         }
@@ -105,14 +110,13 @@ pub(crate) fn compare(baseline: &[RunRecord], parallel: &[RunRecord]) -> Vec<Con
                 .collect();
             let parallel_values: Vec<f64> = pairs.iter().map(|(p, _)| *p).collect();
             let baseline_values: Vec<f64> = pairs.iter().map(|(_, s)| *s).collect();
-            let baseline_median = stats::median(&baseline_values)?;
-            let parallel_median = stats::median(&parallel_values)?;
+            let ratios = interval::paired_ratios(&pairs);
             Some(ConcurrencyRow {
                 pairs: pairs.len(),
-                baseline_median,
-                parallel_median,
-                ratio: parallel_median / baseline_median,
-                interval: stats::bootstrap_interval(Resampling::Paired(&pairs), stats::median),
+                baseline_median: stats::median(&baseline_values)?,
+                parallel_median: stats::median(&parallel_values)?,
+                ratio: stats::median(&ratios)?,
+                interval: interval::median_interval(&ratios).ok(),
                 key,
             })
         })

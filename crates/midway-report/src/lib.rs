@@ -8,17 +8,19 @@
 //! report page load time. An optional `claims.toml` beside the results adds the "paper vs lab"
 //! table and annotations of the plots (format in [`claims`]).
 //!
-//! Layers: `record` (the line format, [`RunRecord`]), [`stats`] (pure numbers), `analysis`
+//! Layers: `record` (the line format, [`RunRecord`]), [`stats`] (pure numbers), [`interval`]
+//! (confidence intervals of those numbers), `analysis`
 //! (records grouped into experiments, points and cases, no I/O), [`claims`] (the claims file, its
 //! checks and plot annotations, no I/O but [`claims::load`]), `markdown` (text of the report, no
 //! I/O), `plot` (plotters figures) and [`write_report`], which reads and writes the files. Only
-//! `stats` and `claims` are public modules; the rest is reached through the items re-exported
-//! here.
+//! `stats`, `interval` and `claims` are public modules; the rest is reached through the items
+//! re-exported here.
 
 #![forbid(unsafe_code)]
 
 mod analysis;
 pub mod claims;
+pub mod interval;
 mod markdown;
 mod plot;
 mod record;

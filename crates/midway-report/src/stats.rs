@@ -13,14 +13,7 @@
 //! `GoS = 1` means twice as fast. The share of runs with `GoS > 0` is that paper's "guarantee of
 //! performance improvement".
 //!
-//! Confidence intervals are percentile bootstrap intervals (Efron & Tibshirani, "An Introduction
-//! to the Bootstrap", 1993, ch. 13): the statistic is recomputed on [`BOOTSTRAP_RESAMPLES`]
-//! resamples of the repetitions drawn with replacement, and the interval runs from the 2.5th to
-//! the 97.5th percentile of those values. A ratio of two cases measured at the same point (same
-//! seeds, so the same emulated losses) resamples the pairs together; otherwise each side is
-//! resampled alone. The generator has a fixed seed, so a report rebuilt from the same records
-//! prints the same intervals. With 3-5 repetitions the interval of a median is wide (it cannot be
-//! narrower than the spread of the middle runs): that width is the honest uncertainty.
+//! Confidence intervals of these numbers are [`crate::interval`]'s.
 
 /// Sorts the finite values ascending and drops NaN and infinities (a failed measurement must not
 /// move a quantile).
@@ -134,101 +127,6 @@ pub fn share_positive(gains: &[f64]) -> PositiveShare {
     }
 }
 
-/// Resamples behind a bootstrap interval: enough that the interval's ends move by less than the
-/// reports' printed precision when the generator's seed changes.
-pub const BOOTSTRAP_RESAMPLES: usize = 4000;
-/// Two-sided confidence level of the reports' intervals.
-pub const INTERVAL_LEVEL: f64 = 0.95;
-/// Fewest repetitions per side an interval is computed from; with one run there is no spread.
-pub const MIN_REPETITIONS: usize = 2;
-/// The bootstrap generator's fixed seed (reports must be reproducible from their records).
-const BOOTSTRAP_SEED: u64 = 0x6d69_6477_6179;
-
-/// A confidence interval, `low <= high`, in the unit of the statistic.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Interval {
-    /// Lower end.
-    pub low: f64,
-    /// Upper end.
-    pub high: f64,
-}
-
-/// What an interval is computed over.
-#[derive(Debug, Clone, Copy)]
-pub enum Resampling<'a> {
-    /// The statistic of one set of repetitions.
-    One(&'a [f64]),
-    /// The ratio of the statistics of two sides measured in pairs `(a, b)` (same seed): pairs
-    /// are drawn together.
-    Paired(&'a [(f64, f64)]),
-    /// The ratio of the statistics of two independent sides, each drawn alone.
-    Independent(&'a [f64], &'a [f64]),
-}
-
-/// Percentile bootstrap interval (see the module docs) of `statistic` over `data`: the statistic
-/// itself for [`Resampling::One`], the ratio `statistic(a) / statistic(b)` otherwise. `None` with
-/// fewer than [`MIN_REPETITIONS`] values on a side or when the statistic is undefined on most
-/// resamples (a zero denominator).
-pub fn bootstrap_interval(
-    data: Resampling<'_>,
-    statistic: impl Fn(&[f64]) -> Option<f64>,
-) -> Option<Interval> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(BOOTSTRAP_SEED);
-    let draw = |values: &[f64], into: &mut Vec<f64>, rng: &mut rand_chacha::ChaCha8Rng| {
-        into.clear();
-        into.extend((0..values.len()).map(|_| values[rng.gen_range(0..values.len())]));
-    };
-    let enough = |n: usize| n >= MIN_REPETITIONS;
-    match data {
-        Resampling::One(v) if !enough(v.len()) => return None,
-        Resampling::Paired(p) if !enough(p.len()) => return None,
-        Resampling::Independent(a, b) if !enough(a.len()) || !enough(b.len()) => return None,
-        _ => {}
-    }
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b != 0.0 => Some(a / b),
-        _ => None,
-    };
-    let (mut left, mut right) = (Vec::new(), Vec::new());
-    let mut estimates = Vec::with_capacity(BOOTSTRAP_RESAMPLES);
-    for _ in 0..BOOTSTRAP_RESAMPLES {
-        let estimate = match data {
-            Resampling::One(values) => {
-                draw(values, &mut left, &mut rng);
-                statistic(&left)
-            }
-            Resampling::Paired(pairs) => {
-                left.clear();
-                right.clear();
-                for _ in 0..pairs.len() {
-                    let (a, b) = pairs[rng.gen_range(0..pairs.len())];
-                    left.push(a);
-                    right.push(b);
-                }
-                ratio(statistic(&left), statistic(&right))
-            }
-            Resampling::Independent(a, b) => {
-                draw(a, &mut left, &mut rng);
-                draw(b, &mut right, &mut rng);
-                ratio(statistic(&left), statistic(&right))
-            }
-        };
-        if let Some(value) = estimate.filter(|v| v.is_finite()) {
-            estimates.push(value);
-        }
-    }
-    if estimates.len() * 2 < BOOTSTRAP_RESAMPLES {
-        return None;
-    }
-    estimates.sort_by(f64::total_cmp);
-    let tail = (1.0 - INTERVAL_LEVEL) / 2.0;
-    Some(Interval {
-        low: quantile_sorted(&estimates, tail)?,
-        high: quantile_sorted(&estimates, 1.0 - tail)?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,43 +220,5 @@ mod tests {
         assert_eq!(gain_of_medians(&split, &baseline_b), Some(-0.2));
         let gains = paired_gains(split.into_iter().zip(baseline_b));
         assert_eq!(median(&gains), Some(0.2));
-    }
-
-    #[test]
-    fn bootstrap_interval_of_a_median_lies_within_the_runs() {
-        let runs = [9.0, 10.0, 11.0, 10.5, 9.5];
-        let interval = bootstrap_interval(Resampling::One(&runs), median).unwrap();
-        assert!(interval.low >= 9.0 && interval.high <= 11.0, "{interval:?}");
-        assert!(interval.low < 10.0 && interval.high > 10.0, "{interval:?}");
-        // Reproducible: the same records give the same interval.
-        assert_eq!(
-            bootstrap_interval(Resampling::One(&runs), median),
-            Some(interval)
-        );
-        // No spread, no interval width; one run, no interval.
-        let same = bootstrap_interval(Resampling::One(&[4.0; 5]), median).unwrap();
-        assert_eq!((same.low, same.high), (4.0, 4.0));
-        assert_eq!(bootstrap_interval(Resampling::One(&[4.0]), median), None);
-    }
-
-    #[test]
-    fn pairing_narrows_a_ratio_whose_sides_move_together() {
-        // Each pair shares its conditions (same seed): B is always 2 x A, though both vary a lot
-        // from pair to pair. Paired, the ratio is exactly 0.5; resampled apart it is not.
-        let pairs = [(1.0, 2.0), (5.0, 10.0), (3.0, 6.0), (8.0, 16.0), (2.0, 4.0)];
-        let paired = bootstrap_interval(Resampling::Paired(&pairs), median).unwrap();
-        assert_eq!((paired.low, paired.high), (0.5, 0.5));
-        let (a, b): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
-        let apart = bootstrap_interval(Resampling::Independent(&a, &b), median).unwrap();
-        assert!(apart.low < 0.5 && apart.high > 0.5, "{apart:?}");
-    }
-
-    #[test]
-    fn a_zero_denominator_gives_no_interval() {
-        let a = [1.0, 2.0, 3.0];
-        assert_eq!(
-            bootstrap_interval(Resampling::Independent(&a, &[0.0, 0.0, 0.0]), median),
-            None
-        );
     }
 }

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use crate::analysis::{Analysis, CaseRow, Experiment, THROUGHPUT_METRIC};
 use crate::markdown::number;
-use crate::stats::{self, Interval, Resampling};
 
+use super::judge::{self, CloseCall, Measured, PointOutcome, Summary};
 use super::model::{AxisValue, Check, Claim, Criterion, Operand, Stat};
 use super::{GOS_METRIC, GOS_POSITIVE_SHARE_METRIC};
 
@@ -52,6 +52,8 @@ pub(crate) struct ClaimRow {
     pub measured: String,
     pub verdict: Verdict,
     pub why_not: Option<String>,
+    /// Cells of a judged claim whose number is nearer the threshold than its interval is wide.
+    pub close_calls: Vec<CloseCall>,
 }
 
 /// Checks every claim (or target) against the analysed results.
@@ -70,21 +72,23 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 .experiments
                 .iter()
                 .find(|e| e.name == claim.experiment);
-            let (measured, verdict) = match (experiment, &claim.check) {
+            let (measured, verdict, close_calls) = match (experiment, &claim.check) {
                 (None, _) => (
                     "-".to_string(),
                     Verdict::NoData(format!(
                         "experiment `{}` not in the results",
                         claim.experiment
                     )),
+                    Vec::new(),
                 ),
                 (Some(experiment), None) => (
                     overview(experiment),
                     Verdict::NotTested("no machine check".to_string()),
+                    Vec::new(),
                 ),
                 (Some(experiment), Some(check)) => match check.criterion() {
                     Ok(criterion) => run_check(analysis, experiment, check, criterion),
-                    Err(why) => (String::new(), Verdict::Invalid(why)),
+                    Err(why) => (String::new(), Verdict::Invalid(why), Vec::new()),
                 },
             };
             // A claim the lab does not test is "not tested" whatever its check measured.
@@ -104,6 +108,11 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 (None, Some(note)) => Some(format!("Note: {note}")),
                 (why, None) => why,
             };
+            // Only a judged claim's close calls ask for more runs.
+            let close_calls = match verdict {
+                Verdict::Agrees | Verdict::Inconclusive | Verdict::Disagrees => close_calls,
+                _ => Vec::new(),
+            };
             ClaimRow {
                 figure: claim.figure.clone(),
                 experiment: claim.experiment.clone(),
@@ -111,6 +120,7 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 measured,
                 verdict,
                 why_not,
+                close_calls,
             }
         })
         .collect()
@@ -139,35 +149,6 @@ fn overview(experiment: &Experiment) -> String {
         format!("median page load s: {}", parts.join("; "))
     } else {
         format!("median Mbit/s: {}", parts.join("; "))
-    }
-}
-
-/// A summarised measurement of one operand, with how it was counted when that helps a reader.
-struct Measured {
-    value: f64,
-    /// E.g. "4/5 runs" for a share.
-    detail: Option<String>,
-    /// The repetitions the value summarises, each with its run's seed when it has one (a gain
-    /// of splitting is already a pair of runs and has none).
-    samples: Vec<(Option<u64>, f64)>,
-    /// How `samples` are summarised into `value`.
-    summary: Summary,
-}
-
-/// How an operand's repetitions are summarised.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Summary {
-    Stat(Stat),
-    /// The mean of 0/1 indicators: a share.
-    Share,
-}
-
-impl Summary {
-    fn of(self, values: &[f64]) -> Option<f64> {
-        match self {
-            Summary::Stat(stat) => stat.of(values),
-            Summary::Share => stats::mean(values),
-        }
     }
 }
 
@@ -360,114 +341,16 @@ fn value_text(measured: &Measured, metric: &str) -> String {
 
 /// "needs >= 0.9: met by 0.060" — how far the compared number is from the accepted range.
 fn target_text(compared: f64, criterion: Criterion) -> String {
-    let distance = match criterion {
-        Criterion::Above { bound, .. } | Criterion::Below { bound, .. } => (compared - bound).abs(),
-        Criterion::Within { low, high } => (compared - low).abs().min((compared - high).abs()),
-    };
     let verdict = if criterion.accepts(compared) {
         "met by"
     } else {
         "missed by"
     };
-    format!("needs {}: {verdict} {}", criterion.text(), number(distance))
-}
-
-/// How one point of a check came out.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum PointOutcome {
-    Holds,
-    Fails,
-    Unsure,
-}
-
-/// The point's outcome: it holds when the number and its whole interval are accepted, fails
-/// when the whole interval is rejected, and is unsure otherwise (or without an interval).
-fn judge(criterion: Criterion, compared: f64, interval: Option<Interval>) -> PointOutcome {
-    match interval {
-        Some(i)
-            if compared.is_finite()
-                && criterion.accepts(compared)
-                && criterion.accepts_all(i.low, i.high) =>
-        {
-            PointOutcome::Holds
-        }
-        Some(i) if criterion.rejects_all(i.low, i.high) => PointOutcome::Fails,
-        _ => PointOutcome::Unsure,
-    }
-}
-
-/// The bootstrap interval of A's summary, or of A's over B's: the runs paired by seed when both
-/// sides were measured with the same seeds (cases at one point), else each side resampled alone.
-/// The second value says whether the runs were paired.
-fn interval_of(a: &Measured, b: Option<&Measured>) -> (Option<Interval>, bool) {
-    let values = |m: &Measured| m.samples.iter().map(|(_, v)| *v).collect::<Vec<_>>();
-    let Some(b) = b else {
-        let summary = a.summary;
-        return (
-            stats::bootstrap_interval(Resampling::One(&values(a)), |v| summary.of(v)),
-            false,
-        );
-    };
-    if a.summary != b.summary {
-        return (None, false);
-    }
-    let summary = a.summary;
-    let seeds = |m: &Measured| -> Option<Vec<u64>> {
-        let mut seeds: Vec<u64> = m.samples.iter().map(|(s, _)| *s).collect::<Option<_>>()?;
-        seeds.sort_unstable();
-        let before = seeds.len();
-        seeds.dedup();
-        (seeds.len() == before).then_some(seeds)
-    };
-    match (seeds(a), seeds(b)) {
-        (Some(sa), Some(sb)) if sa == sb => {
-            let pairs: Vec<(f64, f64)> = a
-                .samples
-                .iter()
-                .filter_map(|(seed, va)| {
-                    let vb = b.samples.iter().find(|(s, _)| s == seed)?.1;
-                    Some((*va, vb))
-                })
-                .collect();
-            (
-                stats::bootstrap_interval(Resampling::Paired(&pairs), |v| summary.of(v)),
-                true,
-            )
-        }
-        _ => (
-            stats::bootstrap_interval(Resampling::Independent(&values(a), &values(b)), |v| {
-                summary.of(v)
-            }),
-            false,
-        ),
-    }
-}
-
-/// "95 % interval 0.91..1.20 (5 paired runs)", or why there is none. The run counts let a
-/// reader see a cell measured fewer than 5 times.
-fn interval_text(
-    interval: Option<Interval>,
-    paired: bool,
-    a: &Measured,
-    b: Option<&Measured>,
-) -> String {
-    let runs = match (paired, b) {
-        (true, _) => format!("{} paired runs", a.samples.len()),
-        (false, Some(b)) => format!("{} and {} runs", a.samples.len(), b.samples.len()),
-        (false, None) => format!("{} runs", a.samples.len()),
-    };
-    match interval {
-        Some(i) => format!(
-            "{:.0} % interval {}..{} ({runs})",
-            stats::INTERVAL_LEVEL * 100.0,
-            number(i.low),
-            number(i.high),
-        ),
-        None => format!(
-            "no interval (fewer than {} runs a side)",
-            stats::MIN_REPETITIONS
-        ),
-    }
+    format!(
+        "needs {}: {verdict} {}",
+        criterion.text(),
+        number(judge::distance(criterion, compared))
+    )
 }
 
 fn run_check(
@@ -475,10 +358,10 @@ fn run_check(
     experiment: &Experiment,
     check: &Check,
     criterion: Criterion,
-) -> (String, Verdict) {
+) -> (String, Verdict, Vec<CloseCall>) {
     let experiment_a = match operand_experiment(analysis, experiment, &check.a) {
         Ok(found) => found,
-        Err(why) => return (String::new(), Verdict::NoData(why)),
+        Err(why) => return (String::new(), Verdict::NoData(why), Vec::new()),
     };
     let experiment_b = match check
         .b
@@ -487,11 +370,12 @@ fn run_check(
         .transpose()
     {
         Ok(found) => found.unwrap_or(experiment),
-        Err(why) => return (String::new(), Verdict::NoData(why)),
+        Err(why) => return (String::new(), Verdict::NoData(why), Vec::new()),
     };
     let points = check_points(experiment_a, check);
     let mut parts = Vec::new();
     let mut outcomes = Vec::new();
+    let mut close_calls = Vec::new();
     for (xa, xb) in points {
         let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
         let (xa, xb) = (xa.as_ref(), xb.as_ref());
@@ -500,10 +384,10 @@ fn run_check(
             .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))
         {
             Ok(a) => a,
-            Err(why) => return (parts.join("; "), Verdict::NoData(why)),
+            Err(why) => return (parts.join("; "), Verdict::NoData(why), Vec::new()),
         };
         let label_a = operand_label(&check.a, metric_a, check.stat, xa);
-        match &check.b {
+        let (label, measured, compared, b) = match &check.b {
             Some(b_operand) => {
                 let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
                 let b = match find_row(experiment_b, &b_operand.case, xb)
@@ -511,32 +395,41 @@ fn run_check(
                     .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))
                 {
                     Ok(b) => b,
-                    Err(why) => return (parts.join("; "), Verdict::NoData(why)),
+                    Err(why) => return (parts.join("; "), Verdict::NoData(why), Vec::new()),
                 };
                 let label_b = operand_label(b_operand, metric_b, check.stat, xb);
-                let ratio = a.value / b.value;
-                let (interval, paired) = interval_of(&a, Some(&b));
-                outcomes.push(judge(criterion, ratio, interval));
-                parts.push(format!(
-                    "{label_a} / {label_b} = {} / {} = {}, {}, {}",
+                let compared = judge::compare(&a, Some(&b));
+                // A paired median is judged on the median of the per-pair ratios, which is not
+                // the ratio of the two medians shown before it.
+                let ratio = if compared.paired && a.summary == Summary::Stat(Stat::Median) {
+                    format!("; median of the paired ratios {}", number(compared.value))
+                } else {
+                    format!(" = {}", number(compared.value))
+                };
+                let measured = format!(
+                    " = {} / {}{ratio}",
                     value_text(&a, metric_a),
                     value_text(&b, metric_b),
-                    number(ratio),
-                    interval_text(interval, paired, &a, Some(&b)),
-                    target_text(ratio, criterion)
-                ));
+                );
+                (
+                    format!("{label_a} / {label_b}"),
+                    measured,
+                    compared,
+                    Some(b),
+                )
             }
             None => {
-                let (interval, paired) = interval_of(&a, None);
-                outcomes.push(judge(criterion, a.value, interval));
-                parts.push(format!(
-                    "{label_a} = {}, {}, {}",
-                    value_text(&a, metric_a),
-                    interval_text(interval, paired, &a, None),
-                    target_text(a.value, criterion)
-                ));
+                let measured = format!(" = {}", value_text(&a, metric_a));
+                (label_a, measured, judge::compare(&a, None), None)
             }
-        }
+        };
+        outcomes.push(judge::judge(criterion, &compared));
+        close_calls.extend(judge::close_call(criterion, &compared, &label));
+        parts.push(format!(
+            "{label}{measured}, {}, {}",
+            judge::interval_text(&compared, &a, b.as_ref()),
+            target_text(compared.value, criterion)
+        ));
     }
     let verdict = if outcomes.contains(&PointOutcome::Fails) {
         Verdict::Disagrees
@@ -545,5 +438,5 @@ fn run_check(
     } else {
         Verdict::Inconclusive
     };
-    (parts.join("; "), verdict)
+    (parts.join("; "), verdict, close_calls)
 }

@@ -85,6 +85,7 @@
 //! read, judged, shown.
 
 mod evaluate;
+mod judge;
 mod model;
 mod render;
 #[cfg(test)]

@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use super::evaluate::{evaluate, ClaimRow, Verdict};
 use super::model::ClaimsFile;
 use crate::analysis::Analysis;
+use crate::interval;
 // The report's own cell escaping, so a claims row and a results row escape alike.
-use crate::markdown::cell;
+use crate::markdown::{cell, number};
 
 /// The verdict categories in the order the counts list them.
 const CATEGORIES: [&str; 6] = [
@@ -49,12 +50,36 @@ pub(crate) fn counts(rows: &[ClaimRow]) -> String {
         .join(", ")
 }
 
-const HOW_TO_READ: &str = "Numbers are medians of the runs above unless a row says mean; a ratio \
-is case A's number over case B's. Each compared number has a 95 % bootstrap interval over the \
-repetitions (runs of two cases at one point share their seed and are resampled as pairs). A \
-claim **agrees** when the number and its whole interval meet the check, **disagrees** when the \
-whole interval misses it, and is **inconclusive** otherwise; \"met by\" / \"missed by\" is the \
-distance of the number from the accepted range.";
+/// How to read the tables; the levels and thresholds come from [`crate::interval`].
+fn how_to_read() -> String {
+    let percent = |x: f64| {
+        format!("{:.1}", x * 100.0)
+            .trim_end_matches(".0")
+            .to_string()
+    };
+    format!(
+        "Numbers are medians of the runs above unless a row says mean; a ratio is case A's \
+         number over case B's, and for runs of two cases paired by seed (same emulated \
+         conditions) the median of the per-pair ratios. Each compared number has an interval \
+         over the repetitions, labelled with the level it has at its number of runs: for a \
+         median or a paired ratio the exact order-statistic interval, which holds for any \
+         distribution ({} % with 5 runs, where it runs from the smallest to the largest run; \
+         {} % or more from 6 runs on); for a ratio of two unpaired medians the two medians' \
+         intervals combined (\"≥\": at least that level); for a mean a t interval (Student's, \
+         or Fieller's for a ratio; exact for normal runs, not otherwise); for a share the \
+         Clopper-Pearson interval. A claim **agrees** when the number and its whole interval \
+         meet the check at every point, **disagrees** when the whole interval misses it at a \
+         point, and is **inconclusive** otherwise (also where an interval's level is below {} \
+         %). \"Runs deterministic\" marks runs that agree to within {} %: the repetitions then \
+         show that the emulation repeats itself, not a sampling spread, and the verdict rests \
+         on the number alone. \"met by\" / \"missed by\" is the distance of the number from \
+         the accepted range.",
+        percent(interval::median_level(5)),
+        percent(interval::TARGET_LEVEL),
+        percent(interval::MIN_VERDICT_LEVEL),
+        percent(interval::DETERMINISTIC_SPREAD),
+    )
+}
 
 fn table(rows: &[ClaimRow]) -> String {
     let mut text = String::new();
@@ -86,6 +111,50 @@ fn table(rows: &[ClaimRow]) -> String {
     text
 }
 
+/// The cells of judged claims whose number is nearer the threshold than its interval is wide,
+/// with the runs that would settle them; empty when there are none.
+fn close_calls(heading: &str, rows: &[ClaimRow]) -> String {
+    let mut text = String::new();
+    let calls: Vec<_> = rows
+        .iter()
+        .flat_map(|row| row.close_calls.iter().map(move |call| (row, call)))
+        .collect();
+    if calls.is_empty() {
+        return text;
+    }
+    let _ = writeln!(
+        text,
+        "\n### {heading}: verdicts that turn on less than their interval's width\n\n\
+         In these cells the number lies nearer the check's threshold than its interval is wide, \
+         so the verdict rests on less than the runs' own spread. An interval narrows as one \
+         over the square root of the runs, so about runs x (width / distance)^2 would bring its \
+         width below the distance (an estimate from this spread; none settles a number on the \
+         threshold). Deterministic runs are not listed: more of them repeat the same number.\n"
+    );
+    let _ = writeln!(
+        text,
+        "| figure | experiment | verdict | cell | distance | width | runs | runs needed |"
+    );
+    let _ = writeln!(text, "|---|---|---|---|---|---|---|---|");
+    for (row, call) in calls {
+        let needed = call
+            .runs_needed
+            .map_or("none settles it".to_string(), |n| n.to_string());
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {} | {} | {} | {} | {needed} |",
+            cell(&row.figure),
+            cell(&row.experiment),
+            row.verdict.category(),
+            cell(&call.cell),
+            number(call.distance),
+            number(call.width),
+            call.runs,
+        );
+    }
+    text
+}
+
 /// The markdown sections: the claims file's problems (if any), the paper's claims, midway's
 /// targets. A file with targets only (a probe of midway's own, no paper) has no paper section and
 /// no [`VERDICTS_LINE`], so it never passes for a reproduction.
@@ -110,10 +179,11 @@ pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow
         }
         text.push('\n');
     }
-    let _ = writeln!(text, "{HOW_TO_READ}\n");
+    let _ = writeln!(text, "{}\n", how_to_read());
     if !claims.is_empty() {
         let _ = writeln!(text, "{VERDICTS_LINE} {}.\n", counts(claims));
         text.push_str(&table(claims));
+        text.push_str(&close_calls("The paper's claims", claims));
         if !targets.is_empty() {
             let _ = writeln!(text, "\n{TARGETS_HEADING}\n");
         }
@@ -121,6 +191,7 @@ pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow
     if !targets.is_empty() {
         let _ = writeln!(text, "Verdicts of the targets: {}.\n", counts(targets));
         text.push_str(&table(targets));
+        text.push_str(&close_calls("midway's targets", targets));
     }
     text
 }

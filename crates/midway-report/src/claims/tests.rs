@@ -230,14 +230,15 @@ op = "<="
 open_side = "test: the ordering only"
 value = 0.5"#,
     );
-    // One load in five (30 s) went the other way: a resample can put it in the middle, so
-    // the interval reaches 3.0 and the claim is not shown, though the median meets it.
+    // One load in five (30 s) went the other way: with 5 runs the median's interval runs from
+    // the smallest to the largest paired ratio, so it reaches 3.0 and the claim is not shown,
+    // though the median meets it.
     assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
     assert_eq!(
         row.measured,
         "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-         = 2.000 s / 10.000 s = 0.200, 95 % interval 0.200..3.00 (5 paired runs), \
-         needs <= 0.5: met by 0.300"
+         = 2.000 s / 10.000 s; median of the paired ratios 0.200, 93.8 % interval 0.200..3.00 \
+         (5 paired runs), needs <= 0.5: met by 0.300"
     );
     // A number names the text sweep value that reads as it; without x every cell counts.
     let row = check_one(
@@ -252,7 +253,7 @@ value = 0.4"#,
     assert_eq!(row.verdict, Verdict::Disagrees, "{}", row.measured);
     assert!(
         row.measured
-            .contains("@ 1.1 = 3.000 s / 6.000 s = 0.500, 95 % interval 0.500..0.500 (5 paired runs), needs <= 0.4: missed by 0.100"),
+            .contains("@ 1.1 = 3.000 s / 6.000 s; median of the paired ratios 0.500, runs deterministic (5 paired runs within 0.1 %, interval 0.500..0.500), needs <= 0.4: missed by 0.100"),
         "{}",
         row.measured
     );
@@ -268,8 +269,8 @@ value = 3.5"#,
     assert_eq!(row.verdict, Verdict::Agrees, "{}", row.measured);
     assert_eq!(
         row.measured,
-        "midway-http median page_load_seconds @ 1.1 = 3.000 s, 95 % interval 3.00..3.00 (5 runs), \
-         needs < 3.5: met by 0.500"
+        "midway-http median page_load_seconds @ 1.1 = 3.000 s, runs deterministic (5 runs within \
+         0.1 %, interval 3.00..3.00), needs < 3.5: met by 0.500"
     );
 }
 
@@ -294,13 +295,17 @@ value = 0.5"#
     // mean misses it; with one run in five so far out, neither interval decides.
     let median = check("median");
     assert_eq!(median.verdict, Verdict::Inconclusive, "{}", median.measured);
-    assert!(median.measured.contains("= 0.200,"), "{}", median.measured);
+    assert!(
+        median.measured.contains("paired ratios 0.200,"),
+        "{}",
+        median.measured
+    );
     let mean = check("mean");
     assert_eq!(mean.verdict, Verdict::Inconclusive, "{}", mean.measured);
     assert!(
         mean.measured.contains(
             "midway-http mean page_load_seconds @ 1.0 / direct mean page_load_seconds @ 1.0 \
-             = 7.600 s / 10.000 s = 0.760, 95 % interval 0.200..1.88 (5 paired runs), \
+             = 7.600 s / 10.000 s = 0.760, 95 % t interval -0.795..2.31 (5 paired runs), \
              needs <= 0.5: missed by 0.260"
         ),
         "{}",
@@ -339,13 +344,13 @@ value = {value}"#
         )
     };
     // Four of five repetitions loaded faster than direct's 10 s: the share meets 0.8, but five
-    // runs cannot show a share of 0.8 (the interval reaches 0.4).
+    // runs cannot show a share of 0.8 (the Clopper-Pearson interval reaches 0.284).
     let met = share(0.8);
     assert_eq!(met.verdict, Verdict::Inconclusive, "{}", met.measured);
     assert_eq!(
         met.measured,
         "midway-http gos_positive_share @ 1.0 = 0.800 (4/5 runs with GoS > 0), \
-         95 % interval 0.400..1.00 (5 runs), needs >= 0.8: met by 0.000"
+         ≥ 95 % interval 0.284..0.995 (5 runs), needs >= 0.8: met by 0.000"
     );
     let missed = share(0.9);
     assert_eq!(missed.verdict, Verdict::Inconclusive, "{}", missed.measured);
@@ -354,13 +359,19 @@ value = {value}"#
         "{}",
         missed.measured
     );
-    // At HTTP/1.1 every run was faster: the share is 1 in every resample.
+    // At HTTP/1.1 every run was faster, yet 5 of 5 cannot show a share of 0.8 either: a true
+    // share of 0.5 gives 5 of 5 once in 32 runs, so the interval reaches down to 0.478.
     let all = check_one(
         &analysis,
         "metric = \"gos_positive_share\"\na = { case = \"midway-http\", x = \"1.1\" }\n\
          op = \">=\"\nvalue = 0.8\nopen_side = \"a share\"",
     );
-    assert_eq!(all.verdict, Verdict::Agrees, "{}", all.measured);
+    assert_eq!(all.verdict, Verdict::Inconclusive, "{}", all.measured);
+    assert!(
+        all.measured.contains("≥ 95 % interval 0.478..1.00"),
+        "{}",
+        all.measured
+    );
     // The median paired gain: 10 / 2 - 1 = 4 in four repetitions.
     let gos = check_one(
         &analysis,
@@ -559,7 +570,7 @@ fn a_margin_inside_the_run_to_run_spread_is_inconclusive() {
     assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
     assert!(
         row.measured
-            .contains("= 1.05, 95 % interval 0.800..1.30 (5 paired runs)"),
+            .contains("paired ratios 1.05, 93.8 % interval 0.800..1.30 (5 paired runs)"),
         "{}",
         row.measured
     );
