@@ -61,11 +61,17 @@
 //! axis value: 1 for 1 % loss, bytes for a size). Without `x` in both A and B the check runs at
 //! every sweep value case A has ("in every cell").
 //!
-//! Verdicts. The compared number (A, or A / B) gets a 95 % percentile bootstrap interval over
-//! the repetitions ([`crate::stats::bootstrap_interval`]; runs of two cases at one point share
-//! their seed and are resampled as pairs). A cell holds when the number and its whole interval
-//! are in the accepted range, fails when the whole interval is outside it, and is unsure
-//! otherwise (also with fewer than two runs a side). A claim **agrees** when every cell holds,
+//! Verdicts. The compared number (A, or A / B) gets a confidence interval over the repetitions
+//! from [`crate::interval`], labelled with the level it has at its number of runs: exact order
+//! statistics for a median and for runs of two cases paired by seed (the compared number is then
+//! the median of the per-pair ratios), two order-statistic intervals combined for unpaired
+//! medians, Student's t or Fieller's interval for means, Clopper-Pearson for a share. A cell
+//! holds when the number and its whole interval are in the accepted range, fails when the whole
+//! interval is outside it, and is unsure otherwise (also with fewer than two runs a side, or an
+//! interval below [`crate::interval::MIN_VERDICT_LEVEL`] from runs that are not deterministic).
+//! Runs that agree to within [`crate::interval::DETERMINISTIC_SPREAD`] are named deterministic
+//! in the cell, and cells nearer their threshold than their interval is wide are listed under
+//! each table with the runs that would settle them ([`crate::interval::runs_needed`]). A claim **agrees** when every cell holds,
 //! **disagrees** when one fails, and is **inconclusive** otherwise; it is **not tested** when
 //! the file says why (or it has no check), **no data** when runs are missing, and an **invalid
 //! check** when the check is malformed ([`ClaimsFile::problems`] lists those, and the report
@@ -80,7 +86,8 @@
 //!
 //! The files, one job each: `model.rs` is the claims file as it is written (its types, its
 //! [`ClaimsFile::problems`] and [`parse`]); `evaluate.rs` checks every claim against the
-//! analysed results (`evaluate`); `render.rs` turns the checked rows into the markdown tables
+//! analysed results (`evaluate`), `judge.rs` one cell of a check (its interval and outcome);
+//! `render.rs` turns the checked rows into the markdown tables
 //! (`render`). This file holds the only I/O ([`load`]). The split follows the path of a claim:
 //! read, judged, shown.
 
