@@ -423,8 +423,9 @@ fn run_check(
                 (label_a, measured, judge::compare(&a, None), None)
             }
         };
-        outcomes.push(judge::judge(criterion, &compared));
-        close_calls.extend(judge::close_call(criterion, &compared, &label));
+        let outcome = judge::judge(criterion, &compared);
+        outcomes.push(outcome);
+        close_calls.extend(judge::close_call(criterion, &compared, outcome, &label));
         parts.push(format!(
             "{label}{measured}, {}, {}",
             judge::interval_text(&compared, &a, b.as_ref()),

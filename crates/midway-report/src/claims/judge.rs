@@ -214,16 +214,20 @@ pub(crate) struct CloseCall {
 }
 
 /// The cell as a [`CloseCall`] when its distance from the threshold is below its interval's
-/// width. Deterministic runs are left out: more of them would repeat the same number.
+/// width and its outcome is unsure. A cell whose whole interval already clears or misses the
+/// threshold is decided, however near the number is (the interval counts the runs' spread);
+/// deterministic runs are left out too, as more of them would repeat the same number.
 pub(super) fn close_call(
     criterion: Criterion,
     compared: &Compared,
+    outcome: PointOutcome,
     cell: &str,
 ) -> Option<CloseCall> {
     let interval = compared.interval.as_ref().ok()?;
     let distance = distance(criterion, compared.value);
     let width = interval.width();
-    (!compared.deterministic && distance < width).then(|| CloseCall {
+    let turns = outcome == PointOutcome::Unsure && distance < width;
+    (turns && !compared.deterministic).then(|| CloseCall {
         cell: cell.to_string(),
         runs: compared.runs,
         distance,

@@ -70,8 +70,8 @@
 //! interval is outside it, and is unsure otherwise (also with fewer than two runs a side, or an
 //! interval below [`crate::interval::MIN_VERDICT_LEVEL`] from runs that are not deterministic).
 //! Runs that agree to within [`crate::interval::DETERMINISTIC_SPREAD`] are named deterministic
-//! in the cell, and cells nearer their threshold than their interval is wide are listed under
-//! each table with the runs that would settle them ([`crate::interval::runs_needed`]). A claim **agrees** when every cell holds,
+//! in the cell, and unsure cells nearer their threshold than their interval is wide are listed
+//! under each table with the runs that would settle them ([`crate::interval::runs_needed`]). A claim **agrees** when every cell holds,
 //! **disagrees** when one fails, and is **inconclusive** otherwise; it is **not tested** when
 //! the file says why (or it has no check), **no data** when runs are missing, and an **invalid
 //! check** when the check is malformed ([`ClaimsFile::problems`] lists those, and the report

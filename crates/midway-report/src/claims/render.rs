@@ -125,11 +125,14 @@ fn close_calls(heading: &str, rows: &[ClaimRow]) -> String {
     let _ = writeln!(
         text,
         "\n### {heading}: verdicts that turn on less than their interval's width\n\n\
-         In these cells the number lies nearer the check's threshold than its interval is wide, \
-         so the verdict rests on less than the runs' own spread. An interval narrows as one \
-         over the square root of the runs, so about runs x (width / distance)^2 would bring its \
-         width below the distance (an estimate from this spread; none settles a number on the \
-         threshold). Deterministic runs are not listed: more of them repeat the same number.\n"
+         In these cells the interval reaches across the check's threshold and the number lies \
+         nearer the threshold than the interval is wide, so the cell's outcome rests on less \
+         than the runs' own spread. An interval narrows as one over the square root of the \
+         runs, so about runs x (width / distance)^2 would bring its width below the distance, \
+         and an interval around the number would then no longer reach the threshold (an \
+         estimate from this spread; no number of runs settles a number on the threshold). Cells \
+         whose whole interval clears or misses the threshold are decided and not listed, nor \
+         are deterministic runs: more of them repeat the same number.\n"
     );
     let _ = writeln!(
         text,

@@ -585,6 +585,49 @@ fn a_margin_inside_the_run_to_run_spread_is_inconclusive() {
 }
 
 #[test]
+fn a_cell_inside_its_own_spread_asks_for_more_runs_and_a_decided_one_does_not() {
+    let file = ratio_claim("op = \">\"\nvalue = 1.0\nopen_side = \"ordering\"");
+    // Paired ratios 0.8..1.3 around 1.05: 0.05 from the threshold, 0.5 wide, so about
+    // 5 x (0.5 / 0.05)^2 = 500 runs.
+    let analysis = paired_runs(&[8.0, 12.0, 10.5, 9.0, 13.0], &[10.0; 5]);
+    let row = evaluate(&file.claims, &analysis).remove(0);
+    assert_eq!(row.close_calls.len(), 1, "{:?}", row.close_calls);
+    let call = &row.close_calls[0];
+    assert_eq!(
+        call.cell,
+        "proxy median throughput @ 0 / direct median throughput @ 0"
+    );
+    assert_eq!((call.runs, call.runs_needed), (5, Some(500)));
+    assert!((call.distance - 0.05).abs() < 1e-9 && (call.width - 0.5).abs() < 1e-9);
+    let table = render(&file, std::slice::from_ref(&row), &[]);
+    assert!(
+        table.contains(
+            "### The paper's claims: verdicts that turn on less than their interval's width"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("| 0.050 | 0.500 | 5 | 500 |"), "{table}");
+    // Every run ahead, by more than the spread: decided, nothing to list, no section.
+    let analysis = paired_runs(&[12.0, 12.5, 13.0, 12.2, 12.8], &[10.0; 5]);
+    let row = evaluate(&file.claims, &analysis).remove(0);
+    assert_eq!(row.verdict, Verdict::Agrees);
+    assert!(row.close_calls.is_empty(), "{:?}", row.close_calls);
+    assert!(!render(&file, &[row], &[]).contains("verdicts that turn on"));
+    // Deterministic runs 0.02 % apart, 0.01 % above the threshold: the interval straddles it,
+    // yet more runs would repeat the same numbers, so the cell is named, not listed.
+    let analysis = paired_runs(&[10.001, 10.0, 10.002, 10.001, 9.9995], &[10.0; 5]);
+    let row = evaluate(&file.claims, &analysis).remove(0);
+    assert_eq!(row.verdict, Verdict::Inconclusive, "{}", row.measured);
+    assert!(
+        row.measured
+            .contains("runs deterministic (5 paired runs within 0.1 %, interval 1.000..1.00)"),
+        "{}",
+        row.measured
+    );
+    assert!(row.close_calls.is_empty(), "{:?}", row.close_calls);
+}
+
+#[test]
 fn a_two_sided_check_fails_when_the_effect_is_zero_or_too_large() {
     // The paper's effect: a proxy 25 % faster, within 0.1.
     let file = ratio_claim("op = \"within\"\nvalue = 1.25\ntolerance = 0.1");
