@@ -473,7 +473,7 @@ fn web_experiment_reports_page_load_time_and_claims_annotate_plots() {
     assert!(
         report.contains(
             "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-             = 3.500 s / 9.000 s; median of the paired ratios 0.389, 93.8 % interval \
+             = 3.500 s / 9.000 s, median of the paired ratios 0.389, 93.8 % interval \
              0.375..0.400 (5 paired runs), needs <= 0.5: met by 0.111 | agrees |"
         ),
         "{report}"

@@ -402,7 +402,7 @@ fn run_check(
                 // A paired median is judged on the median of the per-pair ratios, which is not
                 // the ratio of the two medians shown before it.
                 let ratio = if compared.paired && a.summary == Summary::Stat(Stat::Median) {
-                    format!("; median of the paired ratios {}", number(compared.value))
+                    format!(", median of the paired ratios {}", number(compared.value))
                 } else {
                     format!(" = {}", number(compared.value))
                 };

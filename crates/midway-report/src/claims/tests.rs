@@ -237,7 +237,7 @@ value = 0.5"#,
     assert_eq!(
         row.measured,
         "midway-http median page_load_seconds @ 1.0 / direct median page_load_seconds @ 1.0 \
-         = 2.000 s / 10.000 s; median of the paired ratios 0.200, 93.8 % interval 0.200..3.00 \
+         = 2.000 s / 10.000 s, median of the paired ratios 0.200, 93.8 % interval 0.200..3.00 \
          (5 paired runs), needs <= 0.5: met by 0.300"
     );
     // A number names the text sweep value that reads as it; without x every cell counts.
@@ -253,7 +253,7 @@ value = 0.4"#,
     assert_eq!(row.verdict, Verdict::Disagrees, "{}", row.measured);
     assert!(
         row.measured
-            .contains("@ 1.1 = 3.000 s / 6.000 s; median of the paired ratios 0.500, runs deterministic (5 paired runs within 0.1 %, interval 0.500..0.500), needs <= 0.4: missed by 0.100"),
+            .contains("@ 1.1 = 3.000 s / 6.000 s, median of the paired ratios 0.500, runs deterministic (5 paired runs within 0.1 %, interval 0.500..0.500), needs <= 0.4: missed by 0.100"),
         "{}",
         row.measured
     );
