@@ -86,9 +86,12 @@
 
 mod evaluate;
 mod model;
+mod predict;
+mod reading;
 mod render;
 #[cfg(test)]
 mod tests;
+mod trend;
 
 use std::fs;
 use std::io;
@@ -97,10 +100,14 @@ use std::path::{Path, PathBuf};
 pub(crate) use evaluate::known_metrics;
 pub use model::{
     parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Criterion, Operand, PaperPoint,
-    PlotSpec, ReferenceLine, Stat,
+    PlotSpec, ReferenceLine, SanityCheck, Stat, Trend,
+};
+pub use predict::{SegmentPath, Prediction, ResponseFunction, FRAME_BYTES, SEGMENT_BYTES};
+pub use reading::{
+    Convention, Reading, ALMOST_SHARE, NO_EFFECT_BAND, SMALLEST_QUALITATIVE_RATIO,
 };
 pub(crate) use render::append_table;
-pub use render::VERDICTS_LINE;
+pub use render::{SANITY_HEADING, VERDICTS_LINE};
 
 /// File name of the claims inside a results folder.
 pub const CLAIMS_FILE: &str = "claims.toml";

@@ -739,3 +739,37 @@ open_side = "the issue asks only to beat it"
         "{text}"
     );
 }
+
+/// The claims files the repository ships: the reproductions' (scenarios/repro) and those beside a
+/// plain scenario (scenarios/NAME.claims.toml).
+fn shipped_claims_files() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut files = Vec::new();
+    for dir in [root.join("repro"), root] {
+        for entry in std::fs::read_dir(&dir).expect("scenarios folder") {
+            let path = entry.expect("entry").path();
+            if path.to_string_lossy().ends_with(".claims.toml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn every_shipped_claim_follows_the_reading_of_its_words() {
+    let files = shipped_claims_files();
+    assert!(files.len() >= 7, "{files:?}");
+    let mut problems = Vec::new();
+    for path in &files {
+        let file = parse(&std::fs::read_to_string(path).expect("read"))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        problems.extend(
+            file.problems()
+                .into_iter()
+                .map(|p| format!("{}: {p}", path.display())),
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
