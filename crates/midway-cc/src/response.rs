@@ -82,8 +82,8 @@ mod tests {
         // inverse (0.078 / p)^(1 / 1.2) within 3 % of it.
         assert!(close(reno_window(1e-5), 385.8, 0.001));
         assert!(close(highspeed_window(1e-5), 1795.0, 0.001));
-        let table_inverse = (highspeed::LOSS_RATE_COEFFICIENT / 1e-5)
-            .powf(1.0 / highspeed::LOSS_RATE_EXPONENT);
+        let table_inverse =
+            (highspeed::LOSS_RATE_COEFFICIENT / 1e-5).powf(1.0 / highspeed::LOSS_RATE_EXPONENT);
         assert!(close(table_inverse, highspeed_window(1e-5), 0.03));
         assert_eq!(gentle_highspeed_window(1e-5), highspeed_window(1e-5));
     }

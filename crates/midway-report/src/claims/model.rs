@@ -214,9 +214,11 @@ impl Check {
     /// compares no value, and runs over every sweep value, so it names none.
     fn trend_criterion(&self, trend: Trend) -> Result<Criterion, String> {
         if self.op.is_some() || self.value.is_some() || self.tolerance.is_some() {
-            return Err("a `trend` check has no `op`, `value` or `tolerance`: it is judged by \
+            return Err(
+                "a `trend` check has no `op`, `value` or `tolerance`: it is judged by \
                         the rank correlation over the sweep"
-                .into());
+                    .into(),
+            );
         }
         if self.open_side.is_some() {
             return Err("a `trend` check has no open side: drop `open_side`".into());

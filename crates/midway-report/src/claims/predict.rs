@@ -128,7 +128,8 @@ fn path_of(prediction: &Prediction, experiment: &Experiment) -> Result<SegmentPa
     };
     let link = &prediction.link;
     let direction = &prediction.direction;
-    let rtt_ms = number(format!("{link}.a_to_b.delay_ms"))? + number(format!("{link}.b_to_a.delay_ms"))?;
+    let rtt_ms =
+        number(format!("{link}.a_to_b.delay_ms"))? + number(format!("{link}.b_to_a.delay_ms"))?;
     let path = SegmentPath {
         rate_bps: number(format!("{link}.{direction}.rate_bps"))?,
         rtt_s: rtt_ms / 1000.0,
@@ -155,7 +156,11 @@ pub(crate) fn render(predictions: &[Prediction], analysis: &Analysis) -> String 
             .iter()
             .find(|e| e.name == prediction.experiment)
         else {
-            let _ = writeln!(text, "No data: experiment `{}` not in the results.", prediction.experiment);
+            let _ = writeln!(
+                text,
+                "No data: experiment `{}` not in the results.",
+                prediction.experiment
+            );
             continue;
         };
         let path = match path_of(prediction, experiment) {

@@ -111,15 +111,18 @@ fn phrases_in(text: &str) -> Vec<(&'static str, &'static [Convention])> {
 /// followed within a few words by "increases", "grows" or "bigger" ("as the loss increases",
 /// "shrinks as the remote RTT grows").
 fn trend_phrase(text: &str) -> Option<&'static str> {
-    const FIXED: [&str; 4] = ["grows with", "the more so", "falling with", "becomes greater"];
+    const FIXED: [&str; 4] = [
+        "grows with",
+        "the more so",
+        "falling with",
+        "becomes greater",
+    ];
     if let Some(word) = FIXED.iter().find(|w| text.contains(**w)) {
         return Some(word);
     }
     let rising = ["increase", "grow", "bigger", "larger"];
     text.match_indices("as ")
-        .filter(|(at, _)| {
-            *at == 0 || !text[..*at].ends_with(|c: char| c.is_alphanumeric())
-        })
+        .filter(|(at, _)| *at == 0 || !text[..*at].ends_with(|c: char| c.is_alphanumeric()))
         .any(|(at, _)| {
             let after: String = text[at + 3..].chars().take(60).collect();
             rising.iter().any(|r| after.contains(r))
@@ -300,9 +303,7 @@ impl Reading {
                 let admits = match criterion {
                     Criterion::Above { bound, .. } => bound >= up - SLACK,
                     Criterion::Below { bound, .. } => bound <= down + SLACK,
-                    Criterion::Within { low, high } => {
-                        low >= up - SLACK || high <= down + SLACK
-                    }
+                    Criterion::Within { low, high } => low >= up - SLACK || high <= down + SLACK,
                 };
                 if admits {
                     None
@@ -347,8 +348,10 @@ fn ratio_space(check: &Check, criterion: Criterion) -> Result<Criterion, String>
                 high: high + 1.0,
             },
         }),
-        (None, _) => Err("a reading of the paper's words bounds a ratio: the check needs `b` \
+        (None, _) => Err(
+            "a reading of the paper's words bounds a ratio: the check needs `b` \
                           (or the metric `gos`)"
-            .into()),
+                .into(),
+        ),
     }
 }

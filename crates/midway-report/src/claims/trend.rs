@@ -10,7 +10,7 @@ use crate::stats::{self, Interval};
 
 /// The seed of the trend bootstrap (fixed: a report rebuilt from the same records prints the
 /// same interval). Its own, so a trend does not share draws with the per-point intervals.
-const TREND_SEED: u64 = 0x7472_656e_64;
+const TREND_SEED: u64 = 0x0074_7265_6e64;
 
 /// The runs of one sweep point behind the compared number.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,6 +168,10 @@ mod tests {
         let i = interval(&flat, median).expect("interval");
         assert!(i.low < 0.0 && i.high > 0.0, "{i:?}");
         // One run a point: no interval.
-        assert!(interval(&[PointRuns::One(vec![1.0]), PointRuns::One(vec![2.0])], median).is_none());
+        assert!(interval(
+            &[PointRuns::One(vec![1.0]), PointRuns::One(vec![2.0])],
+            median
+        )
+        .is_none());
     }
 }
