@@ -114,6 +114,8 @@
 //! into the markdown tables (`render`). This file holds the only I/O ([`load`]). The split follows the path of a claim:
 //! read, judged, shown.
 
+#[cfg(test)]
+mod conventions_tests;
 mod evaluate;
 mod model;
 mod predict;
