@@ -8,7 +8,8 @@ use crate::analysis::{Analysis, CaseRow, Experiment, THROUGHPUT_METRIC};
 use crate::markdown::number;
 use crate::stats::{self, Interval, Resampling};
 
-use super::model::{AxisValue, Check, Claim, Criterion, Operand, Stat};
+use super::model::{AxisValue, Check, Claim, Criterion, Operand, SanityCheck, Stat};
+use super::trend::{self, PointRuns};
 use super::{GOS_METRIC, GOS_POSITIVE_SHARE_METRIC};
 
 /// Result of checking one claim.
@@ -111,6 +112,54 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 measured,
                 verdict,
                 why_not,
+            }
+        })
+        .collect()
+}
+
+/// One sanity check, checked: its outcome is a [`Verdict`] of the same rules, which the table
+/// words as "as expected" / "unexpected" / "unsure".
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SanityRow {
+    pub figure: String,
+    pub experiment: String,
+    pub says: String,
+    pub settled_by: String,
+    pub measured: String,
+    pub verdict: Verdict,
+    pub note: Option<String>,
+}
+
+/// Checks every sanity check against the analysed results.
+pub(crate) fn evaluate_sanity(checks: &[SanityCheck], analysis: &Analysis) -> Vec<SanityRow> {
+    checks
+        .iter()
+        .map(|sanity| {
+            let experiment = analysis
+                .experiments
+                .iter()
+                .find(|e| e.name == sanity.experiment);
+            let (measured, verdict) = match (experiment, sanity.check.criterion()) {
+                (None, _) => (
+                    "-".to_string(),
+                    Verdict::NoData(format!(
+                        "experiment `{}` not in the results",
+                        sanity.experiment
+                    )),
+                ),
+                (Some(_), Err(why)) => (String::new(), Verdict::Invalid(why)),
+                (Some(experiment), Ok(criterion)) => {
+                    run_check(analysis, experiment, &sanity.check, criterion)
+                }
+            };
+            SanityRow {
+                figure: sanity.figure.clone(),
+                experiment: sanity.experiment.clone(),
+                says: sanity.says.clone(),
+                settled_by: sanity.settled_by.clone(),
+                measured,
+                verdict,
+                note: sanity.note.clone(),
             }
         })
         .collect()
@@ -396,6 +445,30 @@ fn judge(criterion: Criterion, compared: f64, interval: Option<Interval>) -> Poi
     }
 }
 
+/// The runs of A and B as pairs when both sides were measured with the same seeds (cases at one
+/// point), each seed once; `None` otherwise.
+fn paired_values(a: &Measured, b: &Measured) -> Option<Vec<(f64, f64)>> {
+    let seeds = |m: &Measured| -> Option<Vec<u64>> {
+        let mut seeds: Vec<u64> = m.samples.iter().map(|(s, _)| *s).collect::<Option<_>>()?;
+        seeds.sort_unstable();
+        let before = seeds.len();
+        seeds.dedup();
+        (seeds.len() == before).then_some(seeds)
+    };
+    if seeds(a)? != seeds(b)? {
+        return None;
+    }
+    Some(
+        a.samples
+            .iter()
+            .filter_map(|(seed, va)| {
+                let vb = b.samples.iter().find(|(s, _)| s == seed)?.1;
+                Some((*va, vb))
+            })
+            .collect(),
+    )
+}
+
 /// The bootstrap interval of A's summary, or of A's over B's: the runs paired by seed when both
 /// sides were measured with the same seeds (cases at one point), else each side resampled alone.
 /// The second value says whether the runs were paired.
@@ -412,29 +485,12 @@ fn interval_of(a: &Measured, b: Option<&Measured>) -> (Option<Interval>, bool) {
         return (None, false);
     }
     let summary = a.summary;
-    let seeds = |m: &Measured| -> Option<Vec<u64>> {
-        let mut seeds: Vec<u64> = m.samples.iter().map(|(s, _)| *s).collect::<Option<_>>()?;
-        seeds.sort_unstable();
-        let before = seeds.len();
-        seeds.dedup();
-        (seeds.len() == before).then_some(seeds)
-    };
-    match (seeds(a), seeds(b)) {
-        (Some(sa), Some(sb)) if sa == sb => {
-            let pairs: Vec<(f64, f64)> = a
-                .samples
-                .iter()
-                .filter_map(|(seed, va)| {
-                    let vb = b.samples.iter().find(|(s, _)| s == seed)?.1;
-                    Some((*va, vb))
-                })
-                .collect();
-            (
-                stats::bootstrap_interval(Resampling::Paired(&pairs), |v| summary.of(v)),
-                true,
-            )
-        }
-        _ => (
+    match paired_values(a, b) {
+        Some(pairs) => (
+            stats::bootstrap_interval(Resampling::Paired(&pairs), |v| summary.of(v)),
+            true,
+        ),
+        None => (
             stats::bootstrap_interval(Resampling::Independent(&values(a), &values(b)), |v| {
                 summary.of(v)
             }),
@@ -470,6 +526,69 @@ fn interval_text(
     }
 }
 
+/// One point of a check, measured: A, and B when the check has one.
+struct PointMeasure {
+    x: Option<AxisValue>,
+    a: Measured,
+    label_a: String,
+    metric_a: String,
+    b: Option<(Measured, String, String)>,
+}
+
+impl PointMeasure {
+    fn compared(&self) -> f64 {
+        match &self.b {
+            Some((b, _, _)) => self.a.value / b.value,
+            None => self.a.value,
+        }
+    }
+
+    /// "A / B = 1.000 / 2.000 = 0.500" or "A = 1.000".
+    fn text(&self) -> String {
+        match &self.b {
+            Some((b, label_b, metric_b)) => format!(
+                "{} / {label_b} = {} / {} = {}",
+                self.label_a,
+                value_text(&self.a, &self.metric_a),
+                value_text(b, metric_b),
+                number(self.compared())
+            ),
+            None => format!("{} = {}", self.label_a, value_text(&self.a, &self.metric_a)),
+        }
+    }
+}
+
+/// A and B of `check` at sweep values `xa` and `xb`, or why they cannot be measured.
+fn measure_point(
+    check: &Check,
+    (experiment_a, experiment_b): (&Experiment, &Experiment),
+    xa: Option<&AxisValue>,
+    xb: Option<&AxisValue>,
+) -> Result<PointMeasure, String> {
+    let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
+    let a = find_row(experiment_a, &check.a.case, xa)
+        .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
+        .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))?;
+    let b = match &check.b {
+        Some(b_operand) => {
+            let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
+            let b = find_row(experiment_b, &b_operand.case, xb)
+                .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
+                .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))?;
+            let label_b = operand_label(b_operand, metric_b, check.stat, xb);
+            Some((b, label_b, metric_b.to_string()))
+        }
+        None => None,
+    };
+    Ok(PointMeasure {
+        x: xa.cloned(),
+        label_a: operand_label(&check.a, metric_a, check.stat, xa),
+        metric_a: metric_a.to_string(),
+        a,
+        b,
+    })
+}
+
 fn run_check(
     analysis: &Analysis,
     experiment: &Experiment,
@@ -492,51 +611,38 @@ fn run_check(
     let points = check_points(experiment_a, check);
     let mut parts = Vec::new();
     let mut outcomes = Vec::new();
+    let mut measured = Vec::new();
     for (xa, xb) in points {
-        let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
-        let (xa, xb) = (xa.as_ref(), xb.as_ref());
-        let a = match find_row(experiment_a, &check.a.case, xa)
-            .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
-            .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))
-        {
-            Ok(a) => a,
+        let point = match measure_point(
+            check,
+            (experiment_a, experiment_b),
+            xa.as_ref(),
+            xb.as_ref(),
+        ) {
+            Ok(point) => point,
             Err(why) => return (parts.join("; "), Verdict::NoData(why)),
         };
-        let label_a = operand_label(&check.a, metric_a, check.stat, xa);
-        match &check.b {
-            Some(b_operand) => {
-                let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
-                let b = match find_row(experiment_b, &b_operand.case, xb)
-                    .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
-                    .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))
-                {
-                    Ok(b) => b,
-                    Err(why) => return (parts.join("; "), Verdict::NoData(why)),
-                };
-                let label_b = operand_label(b_operand, metric_b, check.stat, xb);
-                let ratio = a.value / b.value;
-                let (interval, paired) = interval_of(&a, Some(&b));
-                outcomes.push(judge(criterion, ratio, interval));
-                parts.push(format!(
-                    "{label_a} / {label_b} = {} / {} = {}, {}, {}",
-                    value_text(&a, metric_a),
-                    value_text(&b, metric_b),
-                    number(ratio),
-                    interval_text(interval, paired, &a, Some(&b)),
-                    target_text(ratio, criterion)
-                ));
-            }
-            None => {
-                let (interval, paired) = interval_of(&a, None);
-                outcomes.push(judge(criterion, a.value, interval));
-                parts.push(format!(
-                    "{label_a} = {}, {}, {}",
-                    value_text(&a, metric_a),
-                    interval_text(interval, paired, &a, None),
-                    target_text(a.value, criterion)
-                ));
-            }
+        if check.trend.is_none() {
+            let compared = point.compared();
+            let b = point.b.as_ref().map(|(b, _, _)| b);
+            let (interval, paired) = interval_of(&point.a, b);
+            outcomes.push(judge(criterion, compared, interval));
+            parts.push(format!(
+                "{}, {}, {}",
+                point.text(),
+                interval_text(interval, paired, &point.a, b),
+                target_text(compared, criterion)
+            ));
         }
+        measured.push(point);
+    }
+    if check.trend.is_some() {
+        let covered = |p: &PointMeasure| match (check.from_x, &p.x) {
+            (Some(from), Some(AxisValue::Number(x))) => *x >= from,
+            _ => true,
+        };
+        measured.retain(covered);
+        return trend_check(&measured, criterion);
     }
     let verdict = if outcomes.contains(&PointOutcome::Fails) {
         Verdict::Disagrees
@@ -546,4 +652,92 @@ fn run_check(
         Verdict::Inconclusive
     };
     (parts.join("; "), verdict)
+}
+
+/// Fewest sweep points a trend is judged on: with two, any difference is a "trend".
+const MIN_TREND_POINTS: usize = 3;
+
+/// The rank correlation of the compared number with the sweep and its interval, judged by
+/// `criterion` (above or below zero).
+fn trend_check(points: &[PointMeasure], criterion: Criterion) -> (String, Verdict) {
+    let values: Vec<String> = points
+        .iter()
+        .map(|p| {
+            let x = p.x.as_ref().map(ToString::to_string).unwrap_or_default();
+            format!("{x}: {}", number(p.compared()))
+        })
+        .collect();
+    let label = match points.first() {
+        Some(p) => match &p.b {
+            Some((_, label_b, _)) => format!("{} / {label_b}", p.label_a),
+            None => p.label_a.clone(),
+        },
+        None => String::new(),
+    };
+    // The labels name the first point's sweep value; the trend runs over all of them.
+    let label = points
+        .first()
+        .and_then(|p| p.x.as_ref())
+        .map_or(label.clone(), |x| label.replace(&format!(" @ {x}"), ""));
+    if points.len() < MIN_TREND_POINTS {
+        return (
+            format!("{label} by sweep value: {}", values.join(", ")),
+            Verdict::NoData(format!(
+                "a trend needs at least {MIN_TREND_POINTS} sweep points, the results have {}",
+                points.len()
+            )),
+        );
+    }
+    let compared: Vec<f64> = points.iter().map(PointMeasure::compared).collect();
+    let rho = trend::spearman(&compared);
+    let runs: Vec<PointRuns> = points.iter().map(point_runs).collect();
+    let summary = points[0].a.summary;
+    let interval = trend::interval(&runs, |v| summary.of(v));
+    let interval_text = match interval {
+        Some(i) => format!(
+            "{:.0} % interval {}..{}",
+            stats::INTERVAL_LEVEL * 100.0,
+            number(i.low),
+            number(i.high)
+        ),
+        None => format!(
+            "no interval (fewer than {} runs a side somewhere)",
+            stats::MIN_REPETITIONS
+        ),
+    };
+    let outcome = judge(criterion, rho, interval);
+    let verdict = match outcome {
+        PointOutcome::Holds => Verdict::Agrees,
+        PointOutcome::Fails => Verdict::Disagrees,
+        PointOutcome::Unsure => Verdict::Inconclusive,
+    };
+    (
+        format!(
+            "{label} by sweep value: {}; Spearman's rank correlation with the sweep {}, {}, \
+             needs {} (a {} trend over all {} points)",
+            values.join(", "),
+            number(rho),
+            interval_text,
+            criterion.text(),
+            if matches!(criterion, Criterion::Below { .. }) {
+                "falling"
+            } else {
+                "rising"
+            },
+            points.len()
+        ),
+        verdict,
+    )
+}
+
+/// The runs behind a point's compared number, paired by seed where both sides share them.
+fn point_runs(point: &PointMeasure) -> PointRuns {
+    let values = |m: &Measured| m.samples.iter().map(|(_, v)| *v).collect::<Vec<_>>();
+    match &point.b {
+        None => PointRuns::One(values(&point.a)),
+        Some((b, _, _)) => match paired_values(&point.a, b) {
+            Some(pairs) => PointRuns::Paired(pairs),
+            None => PointRuns::Independent(values(&point.a), values(b)),
+        },
+    }
 }
