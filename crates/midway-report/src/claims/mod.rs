@@ -81,7 +81,8 @@
 //! The files, one job each: `model.rs` is the claims file as it is written (its types, its
 //! [`ClaimsFile::problems`] and [`parse`]); `evaluate.rs` checks every claim against the
 //! analysed results (`evaluate`); `render.rs` turns the checked rows into the markdown tables
-//! (`render`). This file holds the only I/O ([`load`]). The split follows the path of a claim:
+//! (`render`); `verdicts.rs` gives the verdicts as data ([`verdicts`]) to a program comparing two
+//! sets of records. This file holds the only I/O ([`load`]). The split follows the path of a claim:
 //! read, judged, shown.
 
 mod evaluate;
@@ -89,6 +90,7 @@ mod model;
 mod render;
 #[cfg(test)]
 mod tests;
+mod verdicts;
 
 use std::fs;
 use std::io;
@@ -101,6 +103,7 @@ pub use model::{
 };
 pub(crate) use render::append_table;
 pub use render::VERDICTS_LINE;
+pub use verdicts::{verdicts, JudgedClaim, Verdicts};
 
 /// File name of the claims inside a results folder.
 pub const CLAIMS_FILE: &str = "claims.toml";
