@@ -111,7 +111,9 @@
 //! [`ClaimsFile::problems`] and [`parse`]); `reading.rs` the conventions of the papers' words;
 //! `evaluate.rs` checks every claim and sanity check against the analysed results (`evaluate`),
 //! `trend.rs` the trends; `predict.rs` the predicted shares; `render.rs` turns the checked rows
-//! into the markdown tables (`render`). This file holds the only I/O ([`load`]). The split follows the path of a claim:
+//! into the markdown tables (`render`); `verdicts.rs` gives the verdicts as data ([`verdicts`])
+//! to a program comparing two sets of records. This file holds the only I/O ([`load`]). The
+//! split follows the path of a claim:
 //! read, judged, shown.
 
 #[cfg(test)]
@@ -124,6 +126,7 @@ mod render;
 #[cfg(test)]
 mod tests;
 mod trend;
+mod verdicts;
 
 use std::fs;
 use std::io;
@@ -138,6 +141,7 @@ pub use predict::{Prediction, ResponseFunction, SegmentPath, FRAME_BYTES, SEGMEN
 pub use reading::{Convention, Reading, ALMOST_SHARE, NO_EFFECT_BAND, SMALLEST_QUALITATIVE_RATIO};
 pub(crate) use render::append_table;
 pub use render::{SANITY_HEADING, VERDICTS_LINE};
+pub use verdicts::{verdicts, JudgedClaim, Verdicts};
 
 /// File name of the claims inside a results folder.
 pub const CLAIMS_FILE: &str = "claims.toml";
