@@ -15,6 +15,8 @@
 //!   in IEICE Trans. Commun. E89-B(3), 2006), the variant the overlay paper runs between its TCP
 //!   proxies: HighSpeed TCP's increase while the path is not filling, Reno's while the RTT is
 //!   raised, HighSpeed TCP's decrease.
+//! * [`response`]: the response functions (average window at a random loss rate) of Reno,
+//!   HighSpeed TCP and gentle HighSpeed TCP, which predict a flow's share of a path.
 //! * [`window`]: the window both share: Reno slow start and the kernel's `cwnd_cnt` additive
 //!   increase.
 //!
@@ -26,4 +28,5 @@
 
 pub mod gentle_highspeed;
 pub mod highspeed;
+pub mod response;
 pub mod window;

@@ -112,6 +112,13 @@ pub enum LabCommand {
         #[arg(long)]
         allow_dirty: bool,
     },
+    /// Artifact check: rerun the `[artifact]` subset of every paper's scenario (under an hour;
+    /// --smoke: about 2 minutes) and print, claim by claim, whether its verdict matches the
+    /// committed full run's. Exits with an error only when the run fails: a covered verdict may
+    /// differ without the artifact being broken (another machine's timing; a claim whose
+    /// interval straddles its bound comes out either way), so differences are for the reader to
+    /// weigh; --fail-on-difference makes them an error.
+    Artifact(crate::artifact::ArtifactArgs),
     /// Run a paper's reproduction as a Slurm job array: pins the current commit (a clone of it
     /// beside the results, and a midway built from it), submits one shard per array task (one
     /// task per node unless --share-nodes), waits, merges the shards' results and builds the
@@ -213,6 +220,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
                 out,
                 plan: PlanOptions {
                     quick,
+                    artifact: None,
                     experiments: experiment,
                     cases: case,
                     repetitions,
@@ -278,6 +286,7 @@ pub fn execute(cmd: LabCommand) -> anyhow::Result<()> {
             };
             run_and_summarise(&options)
         }
+        LabCommand::Artifact(args) => crate::artifact::execute(&args),
         LabCommand::Slurm {
             paper,
             out,
@@ -415,6 +424,9 @@ pub fn check_summary(loaded: &LoadedScenario) -> anyhow::Result<String> {
         full.len(),
         quick.len()
     );
+    if let Some(line) = crate::artifact::check_line(loaded)? {
+        let _ = writeln!(text, "  {line}");
+    }
     if let Some(missing) = missing_congestion_controls(&full) {
         let _ = writeln!(text, "  warning: {missing}");
     }

@@ -12,9 +12,11 @@
 //! Layers (private modules): `units` and `scenario` (parsing and validation, no I/O but reading
 //! the file), `plan` and `cases` (pure), `workload` (sockets, testable on loopback), `web`
 //! (midway-web's origin, loader and Chromium in the hosts), `runner` (namespaces, processes),
-//! `cli` (the `midway lab` subcommands, [`LabCommand`] and [`execute`]).
+//! `cli` (the `midway lab` subcommands, [`LabCommand`] and [`execute`]), `artifact` (`midway lab
+//! artifact`: a subset of every reproduction rerun, its verdicts set beside the committed ones).
 #![forbid(unsafe_code)]
 
+mod artifact;
 mod cases;
 mod cli;
 mod concurrency;
@@ -31,7 +33,8 @@ mod units;
 mod web;
 mod workload;
 
+pub use artifact::ArtifactArgs;
 pub use cli::{check_summary, execute, run, LabCommand, RunOptions, RunSummary};
 pub use ecmp::{run_ecmp, EcmpOptions};
 pub use plan::{build_plan, PlanOptions, Point};
-pub use scenario::{BulkAmount, LoadedScenario, Scenario, ScenarioError, Workload};
+pub use scenario::{ArtifactForm, BulkAmount, LoadedScenario, Scenario, ScenarioError, Workload};

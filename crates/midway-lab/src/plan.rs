@@ -1,5 +1,6 @@
 //! The plan of a run: experiments x sweep values x cases x repetitions, expanded into points in a
-//! fixed order, with `--quick`, `--experiment`, `--repetitions`, `--shard` and `--resume` applied.
+//! fixed order, with `--quick`, the `[artifact]` subset, `--experiment`, `--repetitions`,
+//! `--shard` and `--resume` applied.
 //! Pure: no I/O, no clock; the seed of a point depends only on the base seed and its coordinates.
 
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
@@ -9,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::scenario::{derived_axis_value, LoadedScenario, Scenario, ScenarioError};
+use crate::scenario::{derived_axis_value, ArtifactForm, LoadedScenario, Scenario, ScenarioError};
 
 /// Options that shape a plan (the run's command-line flags).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +18,9 @@ pub struct PlanOptions {
     /// `--quick`: first, middle and last sweep value, one repetition, the file's `[quick]`
     /// overrides.
     pub quick: bool,
+    /// Only the cells of the file's `[artifact]` section (of this form), at its repetitions:
+    /// what `midway lab artifact` reruns. A file without the section plans nothing.
+    pub artifact: Option<ArtifactForm>,
     /// Run only these experiments (all when empty).
     pub experiments: Vec<String>,
     /// Run only these cases of each experiment (all when empty).
@@ -66,6 +70,9 @@ pub enum PlanError {
     /// `--repetitions 0`.
     #[error("--repetitions must be at least 1")]
     ZeroRepetitions,
+    /// `--quick` and the artifact subset together: each shapes the points its own way.
+    #[error("--quick and the artifact subset cannot be combined")]
+    QuickArtifact,
 }
 
 impl std::str::FromStr for Shard {
@@ -168,6 +175,9 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
     if options.repetitions == Some(0) {
         return Err(PlanError::ZeroRepetitions);
     }
+    if options.quick && options.artifact.is_some() {
+        return Err(PlanError::QuickArtifact);
+    }
     let base_seed = options.seed.unwrap_or(loaded.base.seed);
     let mut points = Vec::new();
     for experiment in &loaded.file.experiments {
@@ -175,12 +185,25 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
         if !options.experiments.is_empty() && !options.experiments.contains(name) {
             continue;
         }
+        // The artifact's (sweep index, case) cells of this experiment; `None`: every cell.
+        let artifact_cells = match options.artifact {
+            None => None,
+            Some(form) => {
+                let section = loaded.file.artifact.as_ref();
+                match section.and_then(|a| a.cells(experiment, form)) {
+                    Some(cells) => Some(cells),
+                    None => continue,
+                }
+            }
+        };
+        let file_repetitions = match (options.artifact, &loaded.file.artifact) {
+            (Some(_), Some(artifact)) => *artifact.repetitions.get_ref(),
+            _ => *experiment.repetitions.get_ref(),
+        };
         let repetitions = if options.quick {
             1
         } else {
-            options
-                .repetitions
-                .unwrap_or(*experiment.repetitions.get_ref())
+            options.repetitions.unwrap_or(file_repetitions)
         };
         let fixed = loaded.fixed_overrides(experiment, options.quick);
         // (sweep index, x value, scenario) per value kept.
@@ -195,7 +218,13 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
                 let indices: Vec<usize> = if options.quick {
                     quick_indices(count)
                 } else {
-                    (0..count).collect()
+                    (0..count)
+                        .filter(|i| {
+                            artifact_cells
+                                .as_ref()
+                                .is_none_or(|cells| cells.iter().any(|(index, _)| index == i))
+                        })
+                        .collect()
                 };
                 for index in indices {
                     let mut all = fixed.clone();
@@ -215,8 +244,20 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
         }
         // Parameters equal at every value of this experiment; the varying ones are the sweep's
         // (the report would otherwise split the experiment into variants by them).
-        let flats: Vec<BTreeMap<String, Value>> =
+        // The artifact subset judges its values over the whole sweep, so its records carry the
+        // parameters the full run's do and the claims find the same cells in both.
+        let mut flats: Vec<BTreeMap<String, Value>> =
             values.iter().map(|(_, _, s)| s.flat_params()).collect();
+        if let (Some(_), Some(sweep)) = (options.artifact, &experiment.sweep) {
+            let kept: Vec<Option<usize>> = values.iter().map(|(i, _, _)| *i).collect();
+            for index in 0..sweep.values.get_ref().len() {
+                if !kept.contains(&Some(index)) {
+                    let mut all = fixed.clone();
+                    all.extend(loaded.sweep_overrides(sweep, index));
+                    flats.push(loaded.point_scenario(&all)?.flat_params());
+                }
+            }
+        }
         let constant: BTreeMap<String, Value> = flats
             .first()
             .map(|first| {
@@ -237,7 +278,10 @@ pub fn build_plan(loaded: &LoadedScenario, options: &PlanOptions) -> Result<Vec<
             for repetition in 0..repetitions {
                 let seed = point_seed(base_seed, name, sweep_index.unwrap_or(0), repetition);
                 let chosen = experiment.cases.iter().filter(|case| {
-                    options.cases.is_empty() || options.cases.contains(case.get_ref())
+                    (options.cases.is_empty() || options.cases.contains(case.get_ref()))
+                        && artifact_cells.as_ref().is_none_or(|cells| {
+                            cells.contains(&(sweep_index.unwrap_or(0), case.get_ref().clone()))
+                        })
                 });
                 for case in chosen {
                     points.push(Point {
@@ -441,6 +485,80 @@ set = { "workload.bytes" = "2MB" }
         assert_eq!(points[0].params["bytes"], serde_json::json!(100_000));
         let indices: Vec<_> = points.iter().filter_map(|p| p.sweep_index).collect();
         assert_eq!(indices, [0, 0, 2, 2, 3, 3]);
+    }
+
+    fn with_artifact(section: &str) -> Result<LoadedScenario, ScenarioError> {
+        LoadedScenario::from_text(
+            std::path::Path::new("t.toml"),
+            format!("{SCENARIO}\n[artifact]\n{section}"),
+        )
+    }
+
+    #[test]
+    fn the_artifact_subset_keeps_its_cells_with_the_full_runs_parameters_and_seeds() {
+        let loaded = with_artifact(
+            "repetitions = 3\n\
+             [[artifact.experiments]]\nname = \"delay\"\ncases = [\"midway\"]\nvalues = [\"20ms\"]\n\
+             [[artifact.experiments]]\nname = \"delay\"\ncases = [\"direct\"]\nvalues = [\"40ms\"]\nsmoke = true\n",
+        )
+        .unwrap();
+        let subset = |form| PlanOptions {
+            artifact: Some(form),
+            ..PlanOptions::default()
+        };
+        let points = build_plan(&loaded, &subset(ArtifactForm::Full)).unwrap();
+        let cells: Vec<(Option<usize>, &str, u32)> = points
+            .iter()
+            .map(|p| (p.sweep_index, p.case.as_str(), p.repetition))
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                (Some(1), "midway", 0),
+                (Some(1), "midway", 1),
+                (Some(1), "midway", 2),
+                (Some(3), "direct", 0),
+                (Some(3), "direct", 1),
+                (Some(3), "direct", 2),
+            ],
+            "the entries' cells, at the section's repetitions; `single` is in no entry"
+        );
+        // The records of a cell name it as the full run's do: same parameters (the swept one
+        // is not taken for a constant although one value is kept per case), same seeds.
+        let full = build_plan(&loaded, &PlanOptions::default()).unwrap();
+        for point in points.iter().filter(|p| p.repetition < 2) {
+            assert!(
+                full.iter().any(|f| f.experiment == point.experiment
+                    && f.case == point.case
+                    && f.params == point.params
+                    && f.seed == point.seed),
+                "{:?}",
+                point.params
+            );
+        }
+        let smoke = build_plan(&loaded, &subset(ArtifactForm::Smoke)).unwrap();
+        assert_eq!(smoke.len(), 3);
+        assert!(build_plan(&self::loaded(), &subset(ArtifactForm::Full))
+            .unwrap()
+            .is_empty());
+        let quick_too = PlanOptions {
+            quick: true,
+            ..subset(ArtifactForm::Full)
+        };
+        assert!(build_plan(&loaded, &quick_too).is_err());
+    }
+
+    #[test]
+    fn an_artifact_section_naming_what_the_file_lacks_is_refused() {
+        for (section, message) in [
+            ("repetitions = 5\n[[artifact.experiments]]\nname = \"nope\"\n", "not an experiment"),
+            ("repetitions = 5\n[[artifact.experiments]]\nname = \"single\"\ncases = [\"direct\"]\n", "no case `direct`"),
+            ("repetitions = 5\n[[artifact.experiments]]\nname = \"delay\"\nvalues = [\"15ms\"]\n", "sweeps no value"),
+            ("repetitions = 0\n[[artifact.experiments]]\nname = \"delay\"\n", "at least 1"),
+        ] {
+            let error = with_artifact(section).unwrap_err().to_string();
+            assert!(error.contains(message), "{error}");
+        }
     }
 
     #[test]

@@ -237,17 +237,38 @@ fn every_reproduction_plans_and_its_claims_name_what_it_runs() {
             claims_path.display(),
             problems.join("\n")
         );
-        for claim in claims.claims.iter().chain(&claims.targets) {
-            cases_of(&claim.experiment);
-            let Some(check) = &claim.check else { continue };
+        let checks = claims
+            .claims
+            .iter()
+            .chain(&claims.targets)
+            .map(|claim| (&claim.says, &claim.experiment, claim.check.as_ref()))
+            .chain(
+                claims
+                    .sanity
+                    .iter()
+                    .map(|sanity| (&sanity.says, &sanity.experiment, Some(&sanity.check))),
+            );
+        for (says, claim_experiment, check) in checks {
+            cases_of(claim_experiment);
+            let Some(check) = check else { continue };
             for operand in std::iter::once(&check.a).chain(check.b.as_ref()) {
-                let experiment = operand.experiment.as_deref().unwrap_or(&claim.experiment);
+                let experiment = operand.experiment.as_deref().unwrap_or(claim_experiment);
                 assert!(
                     cases_of(experiment).contains(&operand.case),
-                    "{}: claim `{}` names case `{}`, which experiment `{experiment}` does not run",
+                    "{}: claim `{says}` names case `{}`, which experiment `{experiment}` does not run",
                     claims_path.display(),
-                    claim.says,
                     operand.case
+                );
+            }
+        }
+        for prediction in &claims.predictions {
+            let cases = cases_of(&prediction.experiment);
+            for case in prediction.cases.keys() {
+                assert!(
+                    cases.contains(case),
+                    "{}: a prediction names case `{case}`, which experiment `{}` does not run",
+                    claims_path.display(),
+                    prediction.experiment
                 );
             }
         }
@@ -273,7 +294,8 @@ fn the_overlay_reproduction_has_the_papers_paths_and_a_competing_reno_flow() {
         .unwrap()
     };
     let all = quick(&[]);
-    // Minimum RTT: 18 ms short, 43 ms long (25 ms more, taken as round trip), both layouts.
+    // Minimum RTT: 18 ms short, 43 ms long (25 ms more, taken as round trip), both layouts;
+    // 102 ms on the long fat segment (100 ms between the midways).
     let rtt_ms = |point: &midway_lab::Point| -> f64 {
         point
             .scenario
@@ -283,7 +305,9 @@ fn the_overlay_reproduction_has_the_papers_paths_and_a_competing_reno_flow() {
             .sum()
     };
     for point in &all {
-        let expected = if point.experiment.ends_with("-long") {
+        let expected = if point.experiment == "long-fat" {
+            102.0
+        } else if point.experiment.ends_with("-long") {
             43.0
         } else {
             18.0
@@ -327,5 +351,9 @@ fn the_overlay_reproduction_has_the_papers_paths_and_a_competing_reno_flow() {
     // What runs before the peer listener and the BPF congestion controls land: direct only.
     let direct_only = quick(&["direct"]);
     assert!(direct_only.iter().all(|p| p.case == "direct"));
-    assert_eq!(direct_only.len(), 9, "3 + 3 buffers, fig10 x 2, fig11");
+    assert_eq!(
+        direct_only.len(),
+        9,
+        "3 + 3 buffers, fig10 x 2, fig11 (long-fat has none)"
+    );
 }

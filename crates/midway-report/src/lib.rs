@@ -25,6 +25,7 @@ mod markdown;
 mod plot;
 mod record;
 pub mod stats;
+pub mod summary;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};

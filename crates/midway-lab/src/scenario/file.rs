@@ -41,6 +41,9 @@ pub struct ScenarioFile {
     pub quick: QuickFile,
     /// The `[[experiments]]` entries, in file order.
     pub experiments: Vec<ExperimentFile>,
+    /// The subset `midway lab artifact` reruns (see `artifact`); absent: none.
+    #[serde(default)]
+    pub artifact: Option<super::artifact::ArtifactFile>,
 }
 
 /// A `[hosts.NAME]` table: one network namespace.

@@ -12,11 +12,13 @@
 //! The module's files follow those stages: `file` (what a scenario TOML contains; a link
 //! direction's `outages` and `udp` keys are in `impairments`), `validate` and
 //! `validate_workload` (the checks), `model` (the validated form and its conversion to the
-//! emulator's), `overrides` (sweep and `set` paths applied to the TOML tree).
+//! emulator's), `overrides` (sweep and `set` paths applied to the TOML tree), `artifact` (the
+//! `[artifact]` subset of a reproduction).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+mod artifact;
 mod file;
 mod impairments;
 mod model;
@@ -24,6 +26,7 @@ mod overrides;
 mod validate;
 mod validate_workload;
 
+pub use artifact::ArtifactForm;
 pub(crate) use file::*;
 pub use model::*;
 pub(crate) use overrides::*;
@@ -140,6 +143,7 @@ impl LoadedScenario {
         };
         let base = validate(&file).map_err(|(span, message)| here(&span, message))?;
         validate_experiments(&file, &base).map_err(|(span, message)| here(&span, message))?;
+        artifact::validate_artifact(&file).map_err(|(span, message)| here(&span, message))?;
         let loaded = LoadedScenario {
             path: path.to_path_buf(),
             text,

@@ -56,7 +56,7 @@ pub(super) fn apply_established(
 /// their writes. With Nagle on, the short tail of every relayed chunk (or every small HTTP
 /// response piece) waits for the ACK of the data before it, which on a delayed-ACK receiver
 /// costs up to its delayed-ACK time per chunk, and under load keeps megabytes queued in the
-/// socket (see docs/results/bench/README.md, "Session 2 profile"). HAProxy and Squid also set
+/// socket (see docs/results/bench/README.md, "A profile of the relay"). HAProxy and Squid also set
 /// TCP_NODELAY on both sides. A profile can still ask for Nagle with `nodelay = false`.
 fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), SetupError> {
     if profile.nodelay.is_none() {

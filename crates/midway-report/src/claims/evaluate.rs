@@ -8,7 +8,8 @@ use crate::analysis::{Analysis, CaseRow, Experiment, THROUGHPUT_METRIC};
 use crate::markdown::number;
 
 use super::judge::{self, CloseCall, Measured, PointOutcome, Summary};
-use super::model::{AxisValue, Check, Claim, Criterion, Operand, Stat};
+use super::model::{AxisValue, Check, Claim, Criterion, Operand, SanityCheck, Stat};
+use super::trend::{self, PointRuns};
 use super::{GOS_METRIC, GOS_POSITIVE_SHARE_METRIC};
 
 /// Result of checking one claim.
@@ -121,6 +122,56 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 verdict,
                 why_not,
                 close_calls,
+            }
+        })
+        .collect()
+}
+
+/// One sanity check, checked: its outcome is a [`Verdict`] of the same rules, which the table
+/// words as "as expected" / "unexpected" / "unsure".
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SanityRow {
+    pub figure: String,
+    pub experiment: String,
+    pub says: String,
+    pub settled_by: String,
+    pub measured: String,
+    pub verdict: Verdict,
+    pub note: Option<String>,
+}
+
+/// Checks every sanity check against the analysed results.
+pub(crate) fn evaluate_sanity(checks: &[SanityCheck], analysis: &Analysis) -> Vec<SanityRow> {
+    checks
+        .iter()
+        .map(|sanity| {
+            let experiment = analysis
+                .experiments
+                .iter()
+                .find(|e| e.name == sanity.experiment);
+            let (measured, verdict) = match (experiment, sanity.check.criterion()) {
+                (None, _) => (
+                    "-".to_string(),
+                    Verdict::NoData(format!(
+                        "experiment `{}` not in the results",
+                        sanity.experiment
+                    )),
+                ),
+                (Some(_), Err(why)) => (String::new(), Verdict::Invalid(why)),
+                (Some(experiment), Ok(criterion)) => {
+                    let (measured, verdict, _close_calls) =
+                        run_check(analysis, experiment, &sanity.check, criterion);
+                    (measured, verdict)
+                }
+            };
+            SanityRow {
+                figure: sanity.figure.clone(),
+                experiment: sanity.experiment.clone(),
+                says: sanity.says.clone(),
+                settled_by: sanity.settled_by.clone(),
+                measured,
+                verdict,
+                note: sanity.note.clone(),
             }
         })
         .collect()
@@ -353,6 +404,55 @@ fn target_text(compared: f64, criterion: Criterion) -> String {
     )
 }
 
+/// One point of a check, measured: A, and B when the check has one.
+struct PointMeasure {
+    x: Option<AxisValue>,
+    a: Measured,
+    label_a: String,
+    metric_a: String,
+    b: Option<(Measured, String, String)>,
+}
+
+impl PointMeasure {
+    fn compared(&self) -> f64 {
+        match &self.b {
+            Some((b, _, _)) => self.a.value / b.value,
+            None => self.a.value,
+        }
+    }
+}
+
+/// A and B of `check` at sweep values `xa` and `xb`, or why they cannot be measured.
+fn measure_point(
+    check: &Check,
+    (experiment_a, experiment_b): (&Experiment, &Experiment),
+    xa: Option<&AxisValue>,
+    xb: Option<&AxisValue>,
+) -> Result<PointMeasure, String> {
+    let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
+    let a = find_row(experiment_a, &check.a.case, xa)
+        .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
+        .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))?;
+    let b = match &check.b {
+        Some(b_operand) => {
+            let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
+            let b = find_row(experiment_b, &b_operand.case, xb)
+                .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
+                .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))?;
+            let label_b = operand_label(b_operand, metric_b, check.stat, xb);
+            Some((b, label_b, metric_b.to_string()))
+        }
+        None => None,
+    };
+    Ok(PointMeasure {
+        x: xa.cloned(),
+        label_a: operand_label(&check.a, metric_a, check.stat, xa),
+        metric_a: metric_a.to_string(),
+        a,
+        b,
+    })
+}
+
 fn run_check(
     analysis: &Analysis,
     experiment: &Experiment,
@@ -376,61 +476,63 @@ fn run_check(
     let mut parts = Vec::new();
     let mut outcomes = Vec::new();
     let mut close_calls = Vec::new();
+    let mut measured = Vec::new();
     for (xa, xb) in points {
-        let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
-        let (xa, xb) = (xa.as_ref(), xb.as_ref());
-        let a = match find_row(experiment_a, &check.a.case, xa)
-            .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
-            .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))
-        {
-            Ok(a) => a,
+        let point = match measure_point(
+            check,
+            (experiment_a, experiment_b),
+            xa.as_ref(),
+            xb.as_ref(),
+        ) {
+            Ok(point) => point,
             Err(why) => return (parts.join("; "), Verdict::NoData(why), Vec::new()),
         };
-        let label_a = operand_label(&check.a, metric_a, check.stat, xa);
-        let (label, measured, compared, b) = match &check.b {
-            Some(b_operand) => {
-                let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
-                let b = match find_row(experiment_b, &b_operand.case, xb)
-                    .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
-                    .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))
-                {
-                    Ok(b) => b,
-                    Err(why) => return (parts.join("; "), Verdict::NoData(why), Vec::new()),
-                };
-                let label_b = operand_label(b_operand, metric_b, check.stat, xb);
-                let compared = judge::compare(&a, Some(&b));
-                // A paired median is judged on the median of the per-pair ratios, which is not
-                // the ratio of the two medians shown before it.
-                let ratio = if compared.paired && a.summary == Summary::Stat(Stat::Median) {
-                    format!(", median of the paired ratios {}", number(compared.value))
-                } else {
-                    format!(" = {}", number(compared.value))
-                };
-                let measured = format!(
-                    " = {} / {}{ratio}",
-                    value_text(&a, metric_a),
-                    value_text(&b, metric_b),
-                );
-                (
-                    format!("{label_a} / {label_b}"),
-                    measured,
-                    compared,
-                    Some(b),
-                )
-            }
-            None => {
-                let measured = format!(" = {}", value_text(&a, metric_a));
-                (label_a, measured, judge::compare(&a, None), None)
-            }
+        if check.trend.is_none() {
+            let b = point.b.as_ref().map(|(b, _, _)| b);
+            let compared = judge::compare(&point.a, b);
+            let (label, shown) = match &point.b {
+                Some((b, label_b, metric_b)) => {
+                    // A paired median is judged on the median of the per-pair ratios, which is
+                    // not the ratio of the two medians shown before it.
+                    let ratio = if compared.paired && point.a.summary == Summary::Stat(Stat::Median)
+                    {
+                        format!(", median of the paired ratios {}", number(compared.value))
+                    } else {
+                        format!(" = {}", number(compared.value))
+                    };
+                    (
+                        format!("{} / {label_b}", point.label_a),
+                        format!(
+                            " = {} / {}{ratio}",
+                            value_text(&point.a, &point.metric_a),
+                            value_text(b, metric_b),
+                        ),
+                    )
+                }
+                None => (
+                    point.label_a.clone(),
+                    format!(" = {}", value_text(&point.a, &point.metric_a)),
+                ),
+            };
+            let outcome = judge::judge(criterion, &compared);
+            outcomes.push(outcome);
+            close_calls.extend(judge::close_call(criterion, &compared, outcome, &label));
+            parts.push(format!(
+                "{label}{shown}, {}, {}",
+                judge::interval_text(&compared, &point.a, b),
+                target_text(compared.value, criterion)
+            ));
+        }
+        measured.push(point);
+    }
+    if check.trend.is_some() {
+        let covered = |p: &PointMeasure| match (check.from_x, &p.x) {
+            (Some(from), Some(AxisValue::Number(x))) => *x >= from,
+            _ => true,
         };
-        let outcome = judge::judge(criterion, &compared);
-        outcomes.push(outcome);
-        close_calls.extend(judge::close_call(criterion, &compared, outcome, &label));
-        parts.push(format!(
-            "{label}{measured}, {}, {}",
-            judge::interval_text(&compared, &a, b.as_ref()),
-            target_text(compared.value, criterion)
-        ));
+        measured.retain(covered);
+        let (text, verdict) = trend_check(&measured, criterion);
+        return (text, verdict, Vec::new());
     }
     let verdict = if outcomes.contains(&PointOutcome::Fails) {
         Verdict::Disagrees
@@ -440,4 +542,93 @@ fn run_check(
         Verdict::Inconclusive
     };
     (parts.join("; "), verdict, close_calls)
+}
+
+/// Fewest sweep points a trend is judged on: with two, any difference is a "trend".
+const MIN_TREND_POINTS: usize = 3;
+
+/// The rank correlation of the compared number with the sweep and its interval, judged by
+/// `criterion` (above or below zero).
+fn trend_check(points: &[PointMeasure], criterion: Criterion) -> (String, Verdict) {
+    let values: Vec<String> = points
+        .iter()
+        .map(|p| {
+            let x = p.x.as_ref().map(ToString::to_string).unwrap_or_default();
+            format!("{x}: {}", number(p.compared()))
+        })
+        .collect();
+    let label = match points.first() {
+        Some(p) => match &p.b {
+            Some((_, label_b, _)) => format!("{} / {label_b}", p.label_a),
+            None => p.label_a.clone(),
+        },
+        None => String::new(),
+    };
+    // The labels name the first point's sweep value; the trend runs over all of them.
+    let label = points
+        .first()
+        .and_then(|p| p.x.as_ref())
+        .map_or(label.clone(), |x| label.replace(&format!(" @ {x}"), ""));
+    if points.len() < MIN_TREND_POINTS {
+        return (
+            format!("{label} by sweep value: {}", values.join(", ")),
+            Verdict::NoData(format!(
+                "a trend needs at least {MIN_TREND_POINTS} sweep points, the results have {}",
+                points.len()
+            )),
+        );
+    }
+    let compared: Vec<f64> = points.iter().map(PointMeasure::compared).collect();
+    let rho = trend::spearman(&compared);
+    let runs: Vec<PointRuns> = points.iter().map(point_runs).collect();
+    let summary = points[0].a.summary;
+    let interval = trend::interval(&runs, |v| summary.of(v));
+    let interval_text = match interval {
+        Some(i) => format!(
+            "{:.0} % bootstrap interval {}..{}",
+            trend::LEVEL * 100.0,
+            number(i.low),
+            number(i.high)
+        ),
+        None => format!(
+            "no interval (fewer than {} runs a side somewhere)",
+            crate::interval::MIN_REPETITIONS
+        ),
+    };
+    let verdict = match interval {
+        Some(i) if criterion.accepts(rho) && criterion.accepts_all(i.low, i.high) => {
+            Verdict::Agrees
+        }
+        Some(i) if criterion.rejects_all(i.low, i.high) => Verdict::Disagrees,
+        _ => Verdict::Inconclusive,
+    };
+    (
+        format!(
+            "{label} by sweep value: {}; Spearman's rank correlation with the sweep {}, {}, \
+             needs {} (a {} trend over all {} points)",
+            values.join(", "),
+            number(rho),
+            interval_text,
+            criterion.text(),
+            if matches!(criterion, Criterion::Below { .. }) {
+                "falling"
+            } else {
+                "rising"
+            },
+            points.len()
+        ),
+        verdict,
+    )
+}
+
+/// The runs behind a point's compared number, paired by seed where both sides share them.
+fn point_runs(point: &PointMeasure) -> PointRuns {
+    let values = |m: &Measured| m.samples.iter().map(|(_, v)| *v).collect::<Vec<_>>();
+    match &point.b {
+        None => PointRuns::One(values(&point.a)),
+        Some((b, _, _)) => match judge::pairs_by_seed(&point.a, b) {
+            Some(pairs) => PointRuns::Paired(pairs),
+            None => PointRuns::Independent(values(&point.a), values(b)),
+        },
+    }
 }

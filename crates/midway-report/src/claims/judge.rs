@@ -17,6 +17,16 @@ pub(super) enum Summary {
     Share,
 }
 
+impl Summary {
+    /// The summary of `values` (a share is the mean of its 0/1 indicators).
+    pub(super) fn of(self, values: &[f64]) -> Option<f64> {
+        match self {
+            Summary::Stat(Stat::Median) => crate::stats::median(values),
+            Summary::Stat(Stat::Mean) | Summary::Share => crate::stats::mean(values),
+        }
+    }
+}
+
 /// A summarised measurement of one operand, with how it was counted when that helps a reader.
 pub(super) struct Measured {
     pub value: f64,
@@ -52,7 +62,7 @@ pub(super) struct Compared {
 
 /// The pairs `(a, b)` of runs with the same seed, when both sides were measured with the same
 /// set of distinct seeds (cases at one point); `None` otherwise.
-fn pairs_by_seed(a: &Measured, b: &Measured) -> Option<Vec<(f64, f64)>> {
+pub(super) fn pairs_by_seed(a: &Measured, b: &Measured) -> Option<Vec<(f64, f64)>> {
     let seeds = |m: &Measured| -> Option<Vec<u64>> {
         let mut seeds: Vec<u64> = m.samples.iter().map(|(s, _)| *s).collect::<Option<_>>()?;
         seeds.sort_unstable();

@@ -28,6 +28,30 @@
 //! tolerance = 0.025              #   (the paper's precision, never what the lab measured)
 //! # op = ">="                    # ... or one-sided (">=", "<=", ">", "<"), which must say why
 //! # open_side = "the paper gives only the ordering"   #   its other side is open
+//! # trend = "decreasing"         # ... or, without op / value / x: a trend over the whole sweep
+//! # from_x = 3                   #   (optional: from this sweep value up)
+//! # [claims.reading]             # how the check reads the paper's words (scenarios/README.md,
+//! # convention = "almost"        #   "Reading the papers' words"): almost, over, qualitative,
+//! # words = "an almost four-fold increase"   # no-effect or trend, the words quoted, and for
+//! # fold = 4                     #   almost / over the paper's number (fold, percent_less or
+//! #                              #   percent_more); this one needs `within` 3.7 +- 0.3
+//!
+//! [[sanity]]                     # a check arithmetic or physics settles before any run: shown
+//! figure = "Fig. 8"              #   apart ("as expected" / "unexpected"), never counted as a claim
+//! experiment = "fig8-9-legacy"
+//! says = "direct with 8 KB over 100 ms stays under 0.7 Mbit/s"
+//! settled_by = "arithmetic: 8 KB per 100 ms round trip is at most 0.66 Mbit/s"
+//! [sanity.check]                 # as [claims.check]
+//! a = { case = "direct", x = 0 }
+//! op = "<"
+//! value = 0.7
+//! open_side = "a bound arithmetic settles"
+//!
+//! [[predictions]]                # each case's share of a path from its response function
+//! experiment = "long-fat"        #   (the path from the records), beside the measured share
+//! link = "wan"
+//! direction = "b_to_a"
+//! cases = { chain-reno = "reno", chain-highspeed = "highspeed" }
 //!
 //! [[plots]]
 //! experiment = "fig8-9-modern"   # an experiment of the results
@@ -84,19 +108,33 @@
 //! (n = 1, 2, ... over the experiment's entries with `metrics`) and linked in the experiment's
 //! section. Parsing and evaluation are pure; only [`load`] reads a file.
 //!
+//! A trend check judges Spearman's rank correlation of the compared number with the sweep's
+//! order over every sweep value of A (from `from_x` up), with a bootstrap interval that
+//! resamples every point's runs at once (`trend.rs`): it agrees when the whole interval is above
+//! zero (below, for `decreasing`).
+//!
 //! The files, one job each: `model.rs` is the claims file as it is written (its types, its
-//! [`ClaimsFile::problems`] and [`parse`]); `evaluate.rs` checks every claim against the
-//! analysed results (`evaluate`), `judge.rs` one cell of a check (its interval and outcome);
-//! `render.rs` turns the checked rows into the markdown tables
-//! (`render`). This file holds the only I/O ([`load`]). The split follows the path of a claim:
+//! [`ClaimsFile::problems`] and [`parse`]); `reading.rs` the conventions of the papers' words;
+//! `evaluate.rs` checks every claim and sanity check against the analysed results (`evaluate`),
+//! `judge.rs` one cell of a check (its interval and outcome),
+//! `trend.rs` the trends; `predict.rs` the predicted shares; `render.rs` turns the checked rows
+//! into the markdown tables (`render`); `verdicts.rs` gives the verdicts as data ([`verdicts`])
+//! to a program comparing two sets of records. This file holds the only I/O ([`load`]). The
+//! split follows the path of a claim:
 //! read, judged, shown.
 
+#[cfg(test)]
+mod conventions_tests;
 mod evaluate;
 mod judge;
 mod model;
+mod predict;
+mod reading;
 mod render;
 #[cfg(test)]
 mod tests;
+mod trend;
+mod verdicts;
 
 use std::fs;
 use std::io;
@@ -105,10 +143,13 @@ use std::path::{Path, PathBuf};
 pub(crate) use evaluate::known_metrics;
 pub use model::{
     parse, AxisValue, Check, Claim, ClaimsFile, Comparison, Criterion, Operand, PaperPoint,
-    PlotSpec, ReferenceLine, Stat,
+    PlotSpec, ReferenceLine, SanityCheck, Stat, Trend,
 };
+pub use predict::{Prediction, ResponseFunction, SegmentPath, FRAME_BYTES, SEGMENT_BYTES};
+pub use reading::{Convention, Reading, ALMOST_SHARE, NO_EFFECT_BAND, SMALLEST_QUALITATIVE_RATIO};
 pub(crate) use render::append_table;
-pub use render::VERDICTS_LINE;
+pub use render::{SANITY_HEADING, VERDICTS_LINE};
+pub use verdicts::{verdicts, JudgedClaim, Verdicts};
 
 /// File name of the claims inside a results folder.
 pub const CLAIMS_FILE: &str = "claims.toml";

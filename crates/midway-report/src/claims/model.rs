@@ -7,6 +7,9 @@ use serde::Deserialize;
 use crate::analysis::THROUGHPUT_METRIC;
 use crate::stats;
 
+use super::predict::Prediction;
+use super::reading::{self, Reading};
+
 /// Relative tolerance when matching a sweep value (axis values are written as decimals).
 const X_TOLERANCE: f64 = 1e-9;
 
@@ -23,9 +26,38 @@ pub struct ClaimsFile {
     /// in a table of their own so they are never counted as the paper's findings.
     #[serde(default)]
     pub targets: Vec<Claim>,
+    /// Checks whose outcome arithmetic or physics settles before any run (a 64 KB window over
+    /// 18 ms cannot carry 56 Mbit/s): shown apart as sanity checks of the lab, never counted as
+    /// claims or targets.
+    #[serde(default)]
+    pub sanity: Vec<SanityCheck>,
+    /// Each case's share of a path predicted from its congestion control's response function,
+    /// shown beside the measured share.
+    #[serde(default)]
+    pub predictions: Vec<Prediction>,
     /// Annotations of the report's plots.
     #[serde(default)]
     pub plots: Vec<PlotSpec>,
+}
+
+/// A check whose outcome is settled before any run: a failure would mean the lab does not build
+/// the path it says, not that a paper is wrong.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SanityCheck {
+    /// The paper's figure (or the issue) the check comes from.
+    pub figure: String,
+    /// Name of the experiment of the results the check is made on.
+    pub experiment: String,
+    /// What is expected (our words).
+    pub says: String,
+    /// The arithmetic or physics that settles it before any run.
+    pub settled_by: String,
+    /// A caveat shown whatever the outcome.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// The machine check.
+    pub check: Check,
 }
 
 /// One claim of the paper about one experiment.
@@ -55,6 +87,10 @@ pub struct Claim {
     /// A caveat shown whatever the verdict (e.g. an agreement that has another cause).
     #[serde(default)]
     pub note: Option<String>,
+    /// How the check reads the paper's words ("almost four-fold", "over 50 %", "significantly",
+    /// "grows as T increases"): the convention and the words quoted.
+    #[serde(default)]
+    pub reading: Option<Reading>,
     /// The machine check; none: the measured numbers are shown for a reader to judge.
     #[serde(default)]
     pub check: Option<Check>,
@@ -75,11 +111,13 @@ pub struct Check {
     /// Optional side B: then A / B is compared with `value`, otherwise A itself.
     #[serde(default)]
     pub b: Option<Operand>,
-    /// How the measured value (A or A / B) must relate to `value`.
-    pub op: Comparison,
+    /// How the measured value (A or A / B) must relate to `value`; absent in a trend check.
+    #[serde(default)]
+    pub op: Option<Comparison>,
     /// The target, in the metric's unit (or a plain ratio when `b` is given); with `within`,
-    /// the paper's effect.
-    pub value: f64,
+    /// the paper's effect. Absent in a trend check.
+    #[serde(default)]
+    pub value: Option<f64>,
     /// With `within`: the largest accepted distance from `value`, in the same unit.
     #[serde(default)]
     pub tolerance: Option<f64>,
@@ -87,21 +125,50 @@ pub struct Check {
     /// ordering or a bound).
     #[serde(default)]
     pub open_side: Option<String>,
+    /// A trend over the whole sweep instead of a comparison at points: the compared number (A,
+    /// or A / B) at every sweep value of A must rise (or fall) with the sweep value, judged by
+    /// Spearman's rank correlation and its interval (`criterion` is then on the correlation).
+    #[serde(default)]
+    pub trend: Option<Trend>,
+    /// With `trend`: the smallest sweep value the trend covers, where the paper's words start
+    /// it ("as loss increases above 3 %": 3); absent, the whole sweep.
+    #[serde(default)]
+    pub from_x: Option<f64>,
+}
+
+/// The direction of a trend check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trend {
+    /// The compared number rises with the sweep value.
+    Increasing,
+    /// The compared number falls as the sweep value rises.
+    Decreasing,
 }
 
 impl Check {
-    /// The accepted range of the compared number, or why the check is malformed.
+    /// The accepted range of the compared number (of the rank correlation, for a trend), or why
+    /// the check is malformed.
     pub fn criterion(&self) -> Result<Criterion, String> {
-        if !self.value.is_finite() {
-            return Err(format!("value {} is not a number", self.value));
+        if let Some(trend) = self.trend {
+            return self.trend_criterion(trend);
         }
-        match (self.op, self.tolerance, &self.open_side) {
+        if self.from_x.is_some() {
+            return Err("`from_x` belongs to a `trend` check".into());
+        }
+        let (Some(op), Some(value)) = (self.op, self.value) else {
+            return Err("a check needs `op` and `value` (or `trend`)".into());
+        };
+        if !value.is_finite() {
+            return Err(format!("value {value} is not a number"));
+        }
+        match (op, self.tolerance, &self.open_side) {
             (Comparison::Within, Some(tolerance), None)
                 if tolerance.is_finite() && tolerance >= 0.0 =>
             {
                 Ok(Criterion::Within {
-                    low: self.value - tolerance,
-                    high: self.value + tolerance,
+                    low: value - tolerance,
+                    high: value + tolerance,
                 })
             }
             (Comparison::Within, Some(tolerance), None) => {
@@ -115,19 +182,19 @@ impl Check {
             }
             (op, None, Some(why)) if !why.trim().is_empty() => Ok(match op {
                 Comparison::AtLeast => Criterion::Above {
-                    bound: self.value,
+                    bound: value,
                     strict: false,
                 },
                 Comparison::Above => Criterion::Above {
-                    bound: self.value,
+                    bound: value,
                     strict: true,
                 },
                 Comparison::AtMost => Criterion::Below {
-                    bound: self.value,
+                    bound: value,
                     strict: false,
                 },
                 Comparison::Below | Comparison::Within => Criterion::Below {
-                    bound: self.value,
+                    bound: value,
                     strict: true,
                 },
             }),
@@ -141,6 +208,34 @@ impl Check {
                 op.symbol()
             )),
         }
+    }
+
+    /// A trend holds when the rank correlation is above zero (below, for a falling one); it
+    /// compares no value, and runs over every sweep value, so it names none.
+    fn trend_criterion(&self, trend: Trend) -> Result<Criterion, String> {
+        if self.op.is_some() || self.value.is_some() || self.tolerance.is_some() {
+            return Err(
+                "a `trend` check has no `op`, `value` or `tolerance`: it is judged by \
+                        the rank correlation over the sweep"
+                    .into(),
+            );
+        }
+        if self.open_side.is_some() {
+            return Err("a `trend` check has no open side: drop `open_side`".into());
+        }
+        if self.a.x.is_some() || self.b.as_ref().is_some_and(|b| b.x.is_some()) {
+            return Err("a `trend` check runs over the whole sweep: drop the operands' `x`".into());
+        }
+        Ok(match trend {
+            Trend::Increasing => Criterion::Above {
+                bound: 0.0,
+                strict: true,
+            },
+            Trend::Decreasing => Criterion::Below {
+                bound: 0.0,
+                strict: true,
+            },
+        })
     }
 }
 
@@ -391,8 +486,10 @@ impl std::fmt::Display for AxisValue {
 impl ClaimsFile {
     /// What a reviewer would reject in this file, one line each (empty: none): a claim or target
     /// with neither a check nor a reason it is not tested, a one-sided check without the reason
-    /// its other side is open, a two-sided one without a tolerance. The report shows these as
-    /// warnings; the repository's claims files are tested to have none.
+    /// its other side is open, a two-sided one without a tolerance, a check that does not follow
+    /// its declared reading of the paper's words, words that call for a reading none declares, a
+    /// sanity check without what settles it, a prediction without cases. The report shows these
+    /// as warnings; the repository's claims files are tested to have none.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let all = self
@@ -415,6 +512,32 @@ impl ClaimsFile {
                     }
                 }
                 (None, Some(_)) => {}
+            }
+            match (&claim.reading, &claim.check) {
+                (Some(reading), Some(check)) => {
+                    if let Some(why) = reading.problem(check) {
+                        problems.push(format!("{name}: {why}"));
+                    }
+                }
+                (Some(_), None) => problems.push(format!("{name}: a reading without a check")),
+                (None, _) => {}
+            }
+            if let Some(why) = reading::undeclared(claim) {
+                problems.push(format!("{name}: {why}"));
+            }
+        }
+        for sanity in &self.sanity {
+            let name = format!("sanity check \"{}\" ({})", sanity.figure, sanity.experiment);
+            if sanity.settled_by.trim().is_empty() {
+                problems.push(format!("{name}: `settled_by` is empty"));
+            }
+            if let Err(why) = sanity.check.criterion() {
+                problems.push(format!("{name}: {why}"));
+            }
+        }
+        for prediction in &self.predictions {
+            if let Some(why) = prediction.problem() {
+                problems.push(format!("prediction ({}): {why}", prediction.experiment));
             }
         }
         problems

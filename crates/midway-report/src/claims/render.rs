@@ -4,8 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::evaluate::{evaluate, ClaimRow, Verdict};
+use super::evaluate::{evaluate, evaluate_sanity, ClaimRow, SanityRow, Verdict};
 use super::model::ClaimsFile;
+use super::predict;
 use crate::analysis::Analysis;
 use crate::interval;
 // The report's own cell escaping, so a claims row and a results row escape alike.
@@ -158,6 +159,72 @@ fn close_calls(heading: &str, rows: &[ClaimRow]) -> String {
     text
 }
 
+/// Heading of the sanity checks' section.
+pub const SANITY_HEADING: &str = "## Sanity checks (settled before any run; not claims)";
+
+const SANITY_HOW_TO_READ: &str = "Each row is a check whose outcome arithmetic or physics settles \
+before any run (the column \"settled by\" says how), so meeting it says nothing about a paper or \
+about midway: it shows that the lab builds the path it says. They are judged by the same rule as \
+the claims (**as expected** when the number and its whole interval meet the check, \
+**unexpected** when the whole interval misses it, unsure otherwise) and are never counted among \
+the claims or the targets. An unexpected row is a fault of the lab to find before any verdict \
+above is read.";
+
+fn sanity_table(rows: &[SanityRow]) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "| figure | experiment | expected | settled by | we measured | outcome |"
+    );
+    let _ = writeln!(text, "|---|---|---|---|---|---|");
+    for row in rows {
+        let outcome = match &row.verdict {
+            Verdict::Agrees => "as expected".to_string(),
+            Verdict::Inconclusive => "unsure".to_string(),
+            Verdict::Disagrees => "**unexpected**".to_string(),
+            Verdict::NotTested(why) => format!("not tested: {why}"),
+            Verdict::NoData(why) => format!("no data: {why}"),
+            Verdict::Invalid(why) => format!("**invalid check**: {why}"),
+        };
+        let expected = match &row.note {
+            Some(note) => format!("{} (note: {note})", row.says),
+            None => row.says.clone(),
+        };
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {} | {} | {} |",
+            cell(&row.figure),
+            cell(&row.experiment),
+            cell(&expected),
+            cell(&row.settled_by),
+            cell(&row.measured),
+            cell(&outcome)
+        );
+    }
+    text
+}
+
+/// "2 as expected, 0 unsure, 0 unexpected" (and the rows that could not be judged).
+fn sanity_counts(rows: &[SanityRow]) -> String {
+    let count = |f: fn(&Verdict) -> bool| rows.iter().filter(|r| f(&r.verdict)).count();
+    let mut text = format!(
+        "{} as expected, {} unsure, {} unexpected",
+        count(|v| *v == Verdict::Agrees),
+        count(|v| *v == Verdict::Inconclusive),
+        count(|v| *v == Verdict::Disagrees)
+    );
+    let other = count(|v| {
+        !matches!(
+            v,
+            Verdict::Agrees | Verdict::Inconclusive | Verdict::Disagrees
+        )
+    });
+    if other > 0 {
+        let _ = write!(text, ", {other} not judged");
+    }
+    text
+}
+
 /// The markdown sections: the claims file's problems (if any), the paper's claims, midway's
 /// targets. A file with targets only (a probe of midway's own, no paper) has no paper section and
 /// no [`VERDICTS_LINE`], so it never passes for a reproduction.
@@ -199,18 +266,36 @@ pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow
     text
 }
 
+/// The sanity checks' section (empty without any).
+pub(crate) fn render_sanity(rows: &[SanityRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n{SANITY_HEADING}\n\n{SANITY_HOW_TO_READ}\n\nSanity checks: {}.\n\n{}",
+        sanity_counts(rows),
+        sanity_table(rows)
+    )
+}
+
 /// Appends the claims tables of `file` to the report `text`, when the file has claims or
-/// targets (a file with only `[[plots]]` adds no table).
+/// targets (a file with only `[[plots]]` adds no table), then the predicted shares and the
+/// sanity checks.
 pub(crate) fn append_table(file: &ClaimsFile, analysis: &Analysis, mut text: String) -> String {
-    if file.claims.is_empty() && file.targets.is_empty() {
+    let has_tables = !file.claims.is_empty() || !file.targets.is_empty();
+    if !has_tables && file.sanity.is_empty() && file.predictions.is_empty() {
         return text;
     }
-    let claims = evaluate(&file.claims, analysis);
-    let targets = evaluate(&file.targets, analysis);
     if !text.ends_with('\n') {
         text.push('\n');
     }
-    text.push('\n');
-    text.push_str(&render(file, &claims, &targets));
+    if has_tables {
+        let claims = evaluate(&file.claims, analysis);
+        let targets = evaluate(&file.targets, analysis);
+        text.push('\n');
+        text.push_str(&render(file, &claims, &targets));
+    }
+    text.push_str(&predict::render(&file.predictions, analysis));
+    text.push_str(&render_sanity(&evaluate_sanity(&file.sanity, analysis)));
     text
 }

@@ -8,7 +8,7 @@ use crate::analysis::{analyse, Analysis};
 use crate::record::RunRecord;
 use std::collections::BTreeMap;
 
-fn record(case: &str, loss: f64, repetition: u32, mbps: f64) -> RunRecord {
+pub(super) fn record(case: &str, loss: f64, repetition: u32, mbps: f64) -> RunRecord {
     let mut params = BTreeMap::new();
     params.insert("loss (%)".to_string(), serde_json::json!(loss));
     let mut extra = BTreeMap::new();
@@ -539,7 +539,7 @@ value = 1.0
 }
 
 /// Runs of `a` and `b` at one point of experiment `e`, paired by repetition (same seed).
-fn paired_runs(a: &[f64], b: &[f64]) -> Analysis {
+pub(super) fn paired_runs(a: &[f64], b: &[f64]) -> Analysis {
     let mut records = Vec::new();
     for (rep, (ta, tb)) in a.iter().zip(b).enumerate() {
         for (case, mbps) in [("proxy", *ta), ("direct", *tb)] {
