@@ -207,7 +207,12 @@ fn parse_check(segment: &str) -> Option<Check> {
         }
         None => (rest.split(", ").next().unwrap_or(rest), None),
     };
-    let (operands, value) = match head.rsplit_once(" = ") {
+    // A paired median is judged on the median of the per-pair ratios, written after the two
+    // operands' medians: "a / b, median of the paired ratios value".
+    let split = head
+        .rsplit_once(", median of the paired ratios ")
+        .or_else(|| head.rsplit_once(" = "));
+    let (operands, value) = match split {
         Some((operands, value)) => {
             let (a, b) = operands.split_once(" / ")?;
             let pair = (
@@ -291,6 +296,25 @@ Verdicts of the targets: 0 agree, 1 inconclusive, 0 disagree, 0 not tested.
         assert_eq!(
             report.source_trees.as_deref(),
             Some("`ed593c2` clean: 1780 records; `1ac42e7` clean: 90 records")
+        );
+    }
+
+    #[test]
+    fn a_paired_median_quotes_the_median_of_the_ratios() {
+        let check = parse_check(
+            "s-f median throughput @ 1 / direct median throughput @ 1 = 0.563 Mbit/s / 0.472 \
+             Mbit/s, median of the paired ratios 1.19, 93.8 % interval 1.19..1.23 (5 paired runs), \
+             needs within 1.15..1.35: met by 0.043",
+        )
+        .expect("a check");
+        assert_eq!(check.value, "1.19");
+        assert_eq!(
+            check.operands,
+            Some(("0.563".to_string(), "0.472".to_string()))
+        );
+        assert_eq!(
+            check.interval,
+            Some(("1.19".to_string(), "1.23".to_string()))
         );
     }
 
