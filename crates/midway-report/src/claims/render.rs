@@ -82,6 +82,19 @@ fn how_to_read() -> String {
     )
 }
 
+/// A verdict as a table cell: the three judged outcomes in `words` (a claim's and a sanity
+/// check's tables name them differently), the others with their reason.
+fn verdict_text(verdict: &Verdict, [holds, unsure, fails]: [&str; 3]) -> String {
+    match verdict {
+        Verdict::Agrees => holds.to_string(),
+        Verdict::Inconclusive => unsure.to_string(),
+        Verdict::Disagrees => fails.to_string(),
+        Verdict::NotTested(why) => format!("not tested: {why}"),
+        Verdict::NoData(why) => format!("no data: {why}"),
+        Verdict::Invalid(why) => format!("**invalid check**: {why}"),
+    }
+}
+
 fn table(rows: &[ClaimRow]) -> String {
     let mut text = String::new();
     let _ = writeln!(
@@ -90,14 +103,7 @@ fn table(rows: &[ClaimRow]) -> String {
     );
     let _ = writeln!(text, "|---|---|---|---|---|---|");
     for row in rows {
-        let verdict = match &row.verdict {
-            Verdict::Agrees => "agrees".to_string(),
-            Verdict::Inconclusive => "inconclusive".to_string(),
-            Verdict::Disagrees => "**disagrees**".to_string(),
-            Verdict::NotTested(why) => format!("not tested: {why}"),
-            Verdict::NoData(why) => format!("no data: {why}"),
-            Verdict::Invalid(why) => format!("**invalid check**: {why}"),
-        };
+        let verdict = verdict_text(&row.verdict, ["agrees", "inconclusive", "**disagrees**"]);
         let _ = writeln!(
             text,
             "| {} | {} | {} | {} | {} | {} |",
@@ -178,14 +184,7 @@ fn sanity_table(rows: &[SanityRow]) -> String {
     );
     let _ = writeln!(text, "|---|---|---|---|---|---|");
     for row in rows {
-        let outcome = match &row.verdict {
-            Verdict::Agrees => "as expected".to_string(),
-            Verdict::Inconclusive => "unsure".to_string(),
-            Verdict::Disagrees => "**unexpected**".to_string(),
-            Verdict::NotTested(why) => format!("not tested: {why}"),
-            Verdict::NoData(why) => format!("no data: {why}"),
-            Verdict::Invalid(why) => format!("**invalid check**: {why}"),
-        };
+        let outcome = verdict_text(&row.verdict, ["as expected", "unsure", "**unexpected**"]);
         let expected = match &row.note {
             Some(note) => format!("{} (note: {note})", row.says),
             None => row.says.clone(),
