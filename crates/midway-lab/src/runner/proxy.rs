@@ -85,9 +85,14 @@ struct ProxyLaunch {
     own_log: Option<PathBuf>,
 }
 
+/// Variable that sets the lab's midways' log filter (`MIDWAY_LOG`'s syntax), for a look inside
+/// a run: `info` logs a line per connection into each point's `proxy-HOST.log`. Unset: `warn`.
+const PROXY_LOG_VAR: &str = "MIDWAY_LAB_PROXY_LOG";
+
 /// The midway command reading `config_path`.
 fn midway_command(context: &RunContext, config_path: &Path) -> Launch {
-    Launch::midway(&context.midway_bin, config_path).env("MIDWAY_LOG", "warn")
+    let filter = std::env::var(PROXY_LOG_VAR).unwrap_or_else(|_| "warn".to_owned());
+    Launch::midway(&context.midway_bin, config_path).env("MIDWAY_LOG", filter)
 }
 
 /// Writes `text` to `path`.
@@ -190,7 +195,7 @@ fn proxy_commands(
 
 /// Polls (bounded) until the proxy listens on its port (and midway on its metrics port and, when
 /// transparent, has its nftables table); fails with the proxy's log if it exits or never does.
-/// (midway runs with `MIDWAY_LOG=warn`, so its ready line is not in the log: the ports are.)
+/// (midway runs with `MIDWAY_LOG=warn` by default, so its ready line is not in the log: the ports are.)
 fn wait_until_ready(
     topology: &Topology,
     host: &str,

@@ -360,10 +360,16 @@ impl Connection {
                     Some(chain) => chain,
                     None => self.generation.peering.start_chain(self.peer),
                 };
-                let stream = self
+                let (stream, sent_at_connect) = self
                     .generation
                     .peering
-                    .connect_through(index, &chain, destination, config.connect_timeout)
+                    .connect_through(
+                        index,
+                        &chain,
+                        destination,
+                        plain_client,
+                        config.connect_timeout,
+                    )
                     .await?;
                 tracing::debug!(peer = %config.peers[index].name, transport = stream.transport(), "connected through peer");
                 // A warm connection's SYN went long ago; its packets from here on are marked.
@@ -378,7 +384,7 @@ impl Connection {
                     chain: Some(chain),
                     target: Some(destination),
                     peer: self.generation.peering.pools().get(index).cloned(),
-                    sent_at_connect: 0,
+                    sent_at_connect,
                 });
             }
             addr = TargetAddr::Ip(destination);

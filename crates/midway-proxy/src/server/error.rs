@@ -236,6 +236,10 @@ pub(super) enum SetupError {
         #[source]
         source: Box<midway_quic::QuicError>,
     },
+    /// The client's first bytes, sent on while the next midway answered the header, could not
+    /// be read (the client reset its connection).
+    #[error("cannot read the client's first bytes")]
+    ClientEarlyData(#[source] io::Error),
     /// The header exchange with the next midway took longer than connect_timeout.
     #[error("peer {peer:?} did not answer the header in time")]
     PeerTimeout { peer: String },
@@ -383,6 +387,7 @@ impl SetupError {
             SetupError::PeerQuic { .. } => "peer_quic",
             SetupError::PeerTimeout { .. } => "connect_timeout",
             SetupError::PeerHeader(_) => "internal",
+            SetupError::ClientEarlyData(_) => "client_reset",
             SetupError::ProxyHeader { refusal, .. } => refusal.reason(),
             SetupError::ProxyHeaderSend { .. } => "proxy_header_send",
         }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{PeerRefusal, SetupError};
@@ -278,13 +279,18 @@ impl Peering {
     /// pool has one alive), the header sent and the peer's status read, all within `timeout`.
     /// A warm connection the peer turns out to have closed (EOF) is replaced by a fresh one,
     /// once; a reset (the peer refused the header) is not retried.
+    ///
+    /// With `early_from` (the client's plain TCP socket), the client's bytes go on after the
+    /// header as they arrive, without waiting for the status (see [`EarlyData`]). Returns the
+    /// connection and how many of the client's bytes it has carried already.
     pub(super) async fn connect_through(
         &self,
         index: usize,
         chain: &Chain,
         destination: SocketAddr,
+        early_from: Option<&TcpStream>,
         timeout: Duration,
-    ) -> Result<PeerLink, SetupError> {
+    ) -> Result<(PeerLink, u64), SetupError> {
         let pool = self.links.get(index).ok_or(SetupError::NotARelayListener)?;
         let peer = pool.config();
         let key = self
@@ -293,28 +299,33 @@ impl Peering {
             .ok_or(SetupError::NotARelayListener)?;
         let attempt = async {
             let mut fresh_only = false;
+            let mut early = EarlyData::new(early_from);
             loop {
                 let (mut stream, origin) = pool.take(fresh_only).await?;
                 let header = self.header_for(peer, chain, destination);
                 let bytes = header.encode(key.bytes()).map_err(SetupError::PeerHeader)?;
-                match exchange(&mut stream, &bytes).await {
-                    Ok(PeerStatus::Connected) => return Ok(stream),
+                match exchange(&mut stream, &bytes, &mut early).await {
+                    Ok(PeerStatus::Connected) => return Ok((stream, early.sent.len() as u64)),
                     Ok(status) => {
                         return Err(SetupError::PeerStatus {
                             peer: peer.name.clone(),
                             status,
                         })
                     }
+                    Err(ExchangeFailure::Client(source)) => {
+                        return Err(SetupError::ClientEarlyData(source))
+                    }
                     // The peer closed an idle warm connection (a FIN, not the reset that refuses a
-                    // header) just after the liveness check: try once more on a fresh one.
-                    Err(err)
+                    // header) just after the liveness check: try once more on a fresh one (with
+                    // the client's bytes the closed one took, kept for this).
+                    Err(ExchangeFailure::Peer(err))
                         if origin == PoolOrigin::Warm
                             && !fresh_only
                             && err.kind() == std::io::ErrorKind::UnexpectedEof =>
                     {
                         fresh_only = true
                     }
-                    Err(source) => {
+                    Err(ExchangeFailure::Peer(source)) => {
                         return Err(SetupError::PeerHandshake {
                             peer: peer.name.clone(),
                             source,
@@ -348,15 +359,102 @@ impl Peering {
     }
 }
 
-/// Sends `header` and reads the one status byte the peer answers with.
+/// Most of a client's bytes an edge sends after the header before the next midway has answered
+/// it: a request's head or a TLS ClientHello, the client's first flight. Kept until the answer
+/// comes, to send again on a fresh connection if a warm one turns out closed.
+const EARLY_DATA_MAX: usize = 16 * 1024;
+
+/// The client's first bytes, sent after the header without waiting for the next midway's
+/// status byte. Waiting cost every proxied connection a round trip of the peer segment before
+/// its first request left (on a GEO hop, half a second: issue 30's page loads), which a
+/// transparent edge had just saved the client by answering its handshake. The next midway
+/// reads exactly one header and leaves what follows in its socket (`accept_header`), so the
+/// bytes wait there while it connects onward, then go through its relay; if it cannot connect,
+/// its status says so and both ends are reset as before: the client's bytes are lost only on a
+/// connection that ends in a reset. Bytes are taken only from a plain TCP client whose proxy
+/// protocol (if any) is done: a SOCKS5 client sends nothing before its reply.
+struct EarlyData<'a> {
+    client: Option<&'a TcpStream>,
+    /// What was taken off the client's socket and sent, in order.
+    sent: Vec<u8>,
+    /// The client's end of stream was seen (the relay sees it again and carries the half-close).
+    client_ended: bool,
+}
+
+impl<'a> EarlyData<'a> {
+    fn new(client: Option<&'a TcpStream>) -> EarlyData<'a> {
+        EarlyData {
+            client,
+            sent: Vec::new(),
+            client_ended: false,
+        }
+    }
+
+    /// The client socket while more of its bytes may be taken.
+    fn open_client(&self) -> Option<&'a TcpStream> {
+        self.client
+            .filter(|_| !self.client_ended && self.sent.len() < EARLY_DATA_MAX)
+    }
+}
+
+/// Which side of a header exchange failed.
+enum ExchangeFailure {
+    Peer(std::io::Error),
+    Client(std::io::Error),
+}
+
+/// Sends `header` (and the client's bytes an earlier try sent), then the client's bytes as they
+/// come, until the one status byte the peer answers with arrives.
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     header: &[u8],
-) -> std::io::Result<PeerStatus> {
-    stream.write_all(header).await?;
+    early: &mut EarlyData<'_>,
+) -> Result<PeerStatus, ExchangeFailure> {
+    let mut first = Vec::with_capacity(header.len() + early.sent.len());
+    first.extend_from_slice(header);
+    first.extend_from_slice(&early.sent);
+    stream
+        .write_all(&first)
+        .await
+        .map_err(ExchangeFailure::Peer)?;
     let mut status = [0u8; 1];
-    stream.read_exact(&mut status).await?;
-    Ok(PeerStatus::from_byte(status[0]))
+    let mut chunk = [0u8; 4096];
+    loop {
+        let client = early.open_client();
+        let client_readable = async {
+            match client {
+                Some(client) => client.readable().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            // One byte: a read cancelled by the other branch has taken nothing.
+            read = stream.read_exact(&mut status) => {
+                read.map_err(ExchangeFailure::Peer)?;
+                return Ok(PeerStatus::from_byte(status[0]));
+            }
+            ready = client_readable => {
+                ready.map_err(ExchangeFailure::Client)?;
+                let Some(client) = client else { continue };
+                let room = (EARLY_DATA_MAX - early.sent.len()).min(chunk.len());
+                match client.try_read(&mut chunk[..room]) {
+                    Ok(0) => early.client_ended = true,
+                    Ok(n) => {
+                        stream
+                            .write_all(&chunk[..n])
+                            .await
+                            .map_err(ExchangeFailure::Peer)?;
+                        early.sent.extend_from_slice(&chunk[..n]);
+                    }
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+                    // A reset client: the setup fails and the peer connection is reset, so
+                    // the reset is not lost (a later read would see a clean end instead).
+                    Err(err) => return Err(ExchangeFailure::Client(err)),
+                }
+            }
+        }
+    }
 }
 
 /// The gateway's answer to an accepted header, once the onward connection is made or failed.
@@ -383,4 +481,138 @@ pub(super) fn count_refusal(metrics: &Metrics, listener: &str, refusal: &PeerRef
             .inc(),
         _ => 0,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A connected pair of loopback sockets: (the accepted end, the connecting end).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let connecting = TcpStream::connect(listener.local_addr().unwrap());
+        let (accepted, connecting) = tokio::join!(listener.accept(), connecting);
+        (accepted.unwrap().0, connecting.unwrap())
+    }
+
+    /// Reads from `from` until `want` bytes came (bounded by the test's timeout).
+    async fn read_bytes(from: &mut TcpStream, want: usize) -> Vec<u8> {
+        let mut got = vec![0; want];
+        tokio::time::timeout(Duration::from_secs(5), from.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn the_clients_first_bytes_follow_the_header_before_the_status_comes() {
+        let (client_at_edge, mut client) = pair().await;
+        let (mut peer_at_edge, mut peer) = pair().await;
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut early = EarlyData::new(Some(&client_at_edge));
+        let edge = exchange(&mut peer_at_edge, b"HEADER", &mut early);
+        let gateway = async {
+            // The status is sent only after the request is in: an edge that waited for it
+            // would never send the request, and this test would time out.
+            let got = read_bytes(&mut peer, 6 + 18).await;
+            assert_eq!(&got, b"HEADERGET / HTTP/1.1\r\n\r\n");
+            peer.write_all(&[PeerStatus::Connected.to_byte()])
+                .await
+                .unwrap();
+        };
+        let (status, ()) = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(edge, gateway)
+        })
+        .await
+        .unwrap();
+        assert!(matches!(status, Ok(PeerStatus::Connected)));
+        assert_eq!(early.sent, b"GET / HTTP/1.1\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_retry_on_a_fresh_connection_sends_the_clients_bytes_again() {
+        let (client_at_edge, mut client) = pair().await;
+        client.write_all(b"hello").await.unwrap();
+        let mut early = EarlyData::new(Some(&client_at_edge));
+        // A warm connection the gateway had closed: the exchange ends at its FIN.
+        let (mut closed_at_edge, mut closed) = pair().await;
+        let closing = async {
+            read_bytes(&mut closed, 6 + 5).await;
+            closed.shutdown().await.unwrap();
+        };
+        let (first, ()) = tokio::join!(
+            exchange(&mut closed_at_edge, b"HEADER", &mut early),
+            closing
+        );
+        assert!(
+            matches!(first, Err(ExchangeFailure::Peer(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof)
+        );
+        // The fresh one gets the new header and the same bytes, none lost or doubled.
+        let (mut fresh_at_edge, mut fresh) = pair().await;
+        let answering = async {
+            assert_eq!(read_bytes(&mut fresh, 7 + 5).await, b"HEADER2hello");
+            fresh
+                .write_all(&[PeerStatus::Connected.to_byte()])
+                .await
+                .unwrap();
+        };
+        let (second, ()) = tokio::join!(
+            exchange(&mut fresh_at_edge, b"HEADER2", &mut early),
+            answering
+        );
+        assert!(matches!(second, Ok(PeerStatus::Connected)));
+        assert_eq!(early.sent, b"hello");
+    }
+
+    #[tokio::test]
+    async fn a_clients_end_of_stream_is_left_for_the_relay() {
+        let (mut client_at_edge, mut client) = pair().await;
+        client.write_all(b"bye").await.unwrap();
+        client.shutdown().await.unwrap();
+        let (mut peer_at_edge, mut peer) = pair().await;
+        let mut early = EarlyData::new(Some(&client_at_edge));
+        let answering = async {
+            read_bytes(&mut peer, 6 + 3).await;
+            // Give the edge time to see the client's end before the status comes.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            peer.write_all(&[PeerStatus::Refused.to_byte()])
+                .await
+                .unwrap();
+        };
+        let (status, ()) = tokio::join!(
+            exchange(&mut peer_at_edge, b"HEADER", &mut early),
+            answering
+        );
+        assert!(matches!(status, Ok(PeerStatus::Refused)));
+        assert!(early.client_ended);
+        // The relay still reads the end of stream.
+        let mut rest = [0u8; 4];
+        assert_eq!(client_at_edge.read(&mut rest).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn no_more_than_the_limit_is_taken_before_the_status() {
+        let (client_at_edge, mut client) = pair().await;
+        let (mut peer_at_edge, mut peer) = pair().await;
+        let sending = async {
+            // More than the limit; the rest stays in the client's socket for the relay.
+            let _ = client.write_all(&vec![7u8; EARLY_DATA_MAX * 2]).await;
+        };
+        let mut early = EarlyData::new(Some(&client_at_edge));
+        let answering = async {
+            read_bytes(&mut peer, 6 + EARLY_DATA_MAX).await;
+            peer.write_all(&[PeerStatus::Connected.to_byte()])
+                .await
+                .unwrap();
+        };
+        let (status, (), ()) = tokio::join!(
+            exchange(&mut peer_at_edge, b"HEADER", &mut early),
+            answering,
+            sending
+        );
+        assert!(matches!(status, Ok(PeerStatus::Connected)));
+        assert_eq!(early.sent.len(), EARLY_DATA_MAX);
+    }
 }
