@@ -417,6 +417,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .write_all(&first)
         .await
         .map_err(ExchangeFailure::Peer)?;
+    // A TLS writer may hold records until flushed.
+    stream.flush().await.map_err(ExchangeFailure::Peer)?;
     let mut status = [0u8; 1];
     let mut chunk = [0u8; 4096];
     loop {
@@ -445,6 +447,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                             .write_all(&chunk[..n])
                             .await
                             .map_err(ExchangeFailure::Peer)?;
+                        stream.flush().await.map_err(ExchangeFailure::Peer)?;
                         early.sent.extend_from_slice(&chunk[..n]);
                     }
                     Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -462,7 +465,9 @@ pub(super) async fn send_status<S: AsyncWrite + Unpin>(
     stream: &mut S,
     status: PeerStatus,
 ) -> std::io::Result<()> {
-    stream.write_all(&[status.to_byte()]).await
+    stream.write_all(&[status.to_byte()]).await?;
+    // A TLS writer may hold records until flushed; the edge waits for this byte.
+    stream.flush().await
 }
 
 /// Counts a refused header in the peer metrics (besides the refused-connections counter).

@@ -4,7 +4,7 @@
 //! `initcwnd` is how to skip slow start on it.
 //!
 //! One task per peer keeps `warm_connections` idle, connected sockets: it refills after every
-//! take, replaces a socket idle for `warm_max_idle` (before the peer's `idle_timeout` closes
+//! take (the missing ones connecting at once), replaces a socket idle for `warm_max_idle` (before the peer's `idle_timeout` closes
 //! it), drops sockets the peer closed, and closes all of them at shutdown. While the peer is
 //! down it retries with a doubling pause, logging once when the peer goes down and once when
 //! it comes back, never per attempt.
@@ -18,6 +18,7 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use midway_sys::sockopt::idle_and_open;
 use midway_tcp::{Role, TcpProfile};
 use tokio::sync::Notify;
@@ -280,33 +281,50 @@ impl WarmPool {
         let name = &self.config.name;
         let wanted = self.config.warm_connections;
         let mut retry: Option<Duration> = None;
-        loop {
+        'upkeep: loop {
             let (len, oldest_expires, refused) = self.prune();
             if len < wanted {
-                let connected = if refused {
-                    Err(SetupError::PeerHandshake {
-                        peer: name.clone(),
-                        source: std::io::Error::other(
-                            "the peer closed a new connection before it was used (a refused key?)",
-                        ),
-                    })
-                } else {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        connected = self.connect() => connected,
-                    }
-                };
-                match connected {
-                    Ok(stream) => {
-                        if retry.take().is_some() {
-                            tracing::info!(peer = %name, "peer reachable again; refilling its warm pool");
+                // The missing connections are opened at once, not one after another: on a
+                // long path each takes one round trip (two with TLS), and a browser's burst
+                // of six connections emptied a pool that a serial refill took seconds to fill
+                // again over a GEO hop (docs/results/peer-transports, geo-web).
+                let mut failure = refused.then(|| SetupError::PeerHandshake {
+                    peer: name.clone(),
+                    source: std::io::Error::other(
+                        "the peer closed a new connection before it was used (a refused key?)",
+                    ),
+                });
+                let mut added = 0;
+                if failure.is_none() {
+                    let mut connecting: FuturesUnordered<_> =
+                        (len..wanted).map(|_| self.connect()).collect();
+                    loop {
+                        let next = tokio::select! {
+                            _ = shutdown.cancelled() => break 'upkeep,
+                            next = connecting.next() => next,
+                        };
+                        match next {
+                            None => break,
+                            Some(Ok(stream)) => {
+                                added += 1;
+                                let mut idle = self.idle();
+                                idle.push_back((stream, Instant::now()));
+                                self.update_gauge(idle.len());
+                            }
+                            Some(Err(err)) => {
+                                failure.get_or_insert(err);
+                            }
                         }
-                        let mut idle = self.idle();
-                        idle.push_back((stream, Instant::now()));
-                        self.update_gauge(idle.len());
-                        continue;
                     }
-                    Err(err) => {
+                }
+                if added > 0 && retry.take().is_some() {
+                    tracing::info!(peer = %name, "peer reachable again; refilling its warm pool");
+                }
+                match failure {
+                    // Some connected: the next round opens what is still missing.
+                    _ if added > 0 => continue,
+                    None => continue,
+                    Some(err) => {
                         let pause = match retry {
                             None => {
                                 tracing::warn!(peer = %name, error = %ErrorChain(&err), "peer unreachable: no warm connections; retrying with backoff");
