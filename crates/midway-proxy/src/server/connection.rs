@@ -237,6 +237,9 @@ impl Connection {
         let setup = tokio::select! {
             _ = self.cancel.cancelled() => {
                 tracing::debug!("cancelled during setup");
+                // A reset, not a close: the client's first bytes may already have been taken
+                // (sent to a peer ahead of its status), so a close would look like a clean end.
+                client.reset();
                 return None;
             }
             setup = Box::pin(self.setup(&mut client, remote, client_class)) => setup,

@@ -393,23 +393,6 @@ impl SetupError {
         }
     }
 
-    /// The target could not be reached (as opposed to a problem with the client).
-    pub(super) fn is_target_failure(&self) -> bool {
-        matches!(
-            self,
-            SetupError::Resolve { .. }
-                | SetupError::NoAddress { .. }
-                | SetupError::ConnectTimeout { .. }
-                | SetupError::Connect { .. }
-                | SetupError::PeerStatus { .. }
-                | SetupError::PeerHandshake { .. }
-                | SetupError::PeerTls { .. }
-                | SetupError::PeerQuic { .. }
-                | SetupError::PeerTimeout { .. }
-                | SetupError::ProxyHeaderSend { .. }
-        )
-    }
-
     /// The status a peer listener answers a header with when this error ends its onward
     /// connection (a refused header gets a reset instead).
     pub(super) fn peer_status(&self) -> PeerStatus {

@@ -80,7 +80,8 @@ pub(super) async fn complete_handshake(
     // The handshake is complete: the peer address is known only to a connected socket.
     remote.peer_addr()?;
     let sent = sent.unwrap_or(0);
-    if let Some(client) = client {
+    if let Some(client) = client.filter(|_| sent > 0) {
+        super::connect::reset_if_crashed(client);
         take_off_queue(client, sent)?;
     }
     Ok(sent)

@@ -215,9 +215,11 @@ impl Intercept {
             if let Some(code) = err.socks_reply() {
                 let _ = socks5::send_reply(&mut client, code, None).await;
             }
-        } else if err.is_target_failure() {
+        } else {
             // The client believes it talks to the server (transparent) or to a fixed
-            // service (forward): a reset is the closest thing to the server's refusal.
+            // service (forward): a reset is the closest thing to the server's refusal, and
+            // the only honest end once some of its bytes were taken (sent on to a peer
+            // ahead of its status), which a plain close would leave looking delivered.
             client.reset();
         }
     }
