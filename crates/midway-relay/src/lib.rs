@@ -180,6 +180,15 @@ pub struct RelayReport {
     pub remote_finished_at: Option<Duration>,
 }
 
+/// Makes the kernel close `stream` with a reset should this process die (kill -9, an abort):
+/// SO_LINGER {on, 0}. Until a relay decides how a connection ends, a dead process's close must
+/// not pass a truncated stream off as complete. Both relays arm it when they start; whoever
+/// takes a client's bytes off its socket before that (midway-proxy's Fast Open SYN data and
+/// the early bytes it sends to a peer) arms it first.
+pub fn reset_if_crashed(stream: &tokio::net::TcpStream) {
+    let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+}
+
 /// Relay until both directions end. `client` = local segment, `server` = remote segment.
 ///
 /// An `async move` block, not an `async fn`: an async fn stores each argument twice in its
@@ -204,7 +213,7 @@ pub fn relay<'a>(
         // abort) must not pass a truncated stream off as complete: the kernel closes a dead
         // process's sockets, and one with SO_LINGER {on, 0} closes with a RST, not a FIN.
         for stream in [&client, &server] {
-            let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+            reset_if_crashed(stream);
         }
         let idle_timeout = options.idle_timeout;
         let mut idle_left = idle_timeout;

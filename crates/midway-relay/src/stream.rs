@@ -13,7 +13,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
@@ -92,7 +91,7 @@ pub async fn relay_peer_stream<S: PeerStream>(
     use Direction::{ClientToServer as C2S, ServerToClient as S2C};
     // Until the relay decides how the connection ends, a crash of this process must not close
     // the TCP socket with a FIN: with SO_LINGER {on, 0} the kernel's close sends a RST.
-    let _ = SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+    crate::reset_if_crashed(&tcp);
     if buffer_bytes < MIN_BUFFER_BYTES {
         drop(tcp);
         peer.abort();

@@ -31,19 +31,10 @@ pub(super) fn set_transparent(sock: &Socket, v6: bool) -> io::Result<()> {
     }
 }
 
-/// Makes the kernel close `stream` with a reset should this process die (kill -9, an abort):
-/// SO_LINGER {on, 0}. The relay arms it when it starts; whoever takes a client's bytes off its
-/// socket before that (Fast Open's SYN data, the early bytes sent to a peer) arms it first,
-/// since until then only the bytes left unread made a dead process's close a reset, and a FIN
-/// would pass the truncated stream off as complete.
-pub(super) fn reset_if_crashed(stream: &TcpStream) {
-    let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
-}
-
 /// Closes with a reset, so a refused client learns at once and no TIME_WAIT stays behind.
 pub(super) fn close_now(stream: TcpStream) {
     // Linger 0 does not block: the kernel sends RST and frees the socket at once.
-    reset_if_crashed(&stream);
+    midway_relay::reset_if_crashed(&stream);
     drop(stream);
 }
 

@@ -81,7 +81,7 @@ pub(super) async fn complete_handshake(
     remote.peer_addr()?;
     let sent = sent.unwrap_or(0);
     if let Some(client) = client.filter(|_| sent > 0) {
-        super::connect::reset_if_crashed(client);
+        midway_relay::reset_if_crashed(client);
         take_off_queue(client, sent)?;
     }
     Ok(sent)

@@ -440,7 +440,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 ready.map_err(ExchangeFailure::Client)?;
                 let Some(client) = client else { continue };
                 if early.sent == 0 {
-                    super::connect::reset_if_crashed(client);
+                    midway_relay::reset_if_crashed(client);
                 }
                 let room = (EARLY_DATA_MAX - early.sent).min(chunk.len());
                 match client.try_read(&mut chunk[..room]) {

@@ -320,24 +320,21 @@ impl WarmPool {
                 if added > 0 && retry.take().is_some() {
                     tracing::info!(peer = %name, "peer reachable again; refilling its warm pool");
                 }
-                match failure {
-                    // Some connected: the next round opens what is still missing.
-                    _ if added > 0 => continue,
-                    None => continue,
-                    Some(err) => {
-                        let pause = match retry {
-                            None => {
-                                tracing::warn!(peer = %name, error = %ErrorChain(&err), "peer unreachable: no warm connections; retrying with backoff");
-                                RETRY_MIN
-                            }
-                            Some(previous) => (previous * 2).min(RETRY_MAX),
-                        };
-                        retry = Some(pause);
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break,
-                            _ = tokio::time::sleep(pause) => continue,
-                        }
+                // Some connected (or all): the next round opens what is still missing.
+                let Some(err) = failure.filter(|_| added == 0) else {
+                    continue;
+                };
+                let pause = match retry {
+                    None => {
+                        tracing::warn!(peer = %name, error = %ErrorChain(&err), "peer unreachable: no warm connections; retrying with backoff");
+                        RETRY_MIN
                     }
+                    Some(previous) => (previous * 2).min(RETRY_MAX),
+                };
+                retry = Some(pause);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => continue,
                 }
             }
             let wake_at = oldest_expires.map_or(Instant::now() + CHECK_INTERVAL, |at| {
