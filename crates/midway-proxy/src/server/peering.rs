@@ -302,6 +302,17 @@ impl Peering {
             let mut early = EarlyData::new(early_from);
             loop {
                 let (mut stream, origin) = pool.take(fresh_only).await?;
+                if early.client.is_some() {
+                    // The client's bytes may follow the header before any relay runs: a crash
+                    // then must reset this connection too, or the gateway would read a FIN
+                    // after them and end the server's stream cleanly but short (the fault
+                    // campaign's catch). Plain TCP only: a TLS session that ends without its
+                    // close_notify is an error at the gateway, and a dead QUIC tunnel resets
+                    // its streams (their relay does not disarm a socket it did not arm).
+                    if let Some(tcp) = stream.tcp_plain() {
+                        midway_relay::reset_if_crashed(tcp);
+                    }
+                }
                 let header = self.header_for(peer, chain, destination);
                 let bytes = header.encode(key.bytes()).map_err(SetupError::PeerHeader)?;
                 match exchange(&mut stream, &bytes, &mut early).await {
