@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{field, Instrument};
 
+use super::backoff::{pause_unless_shutdown, Backoff};
 use super::connect::close_now;
 use super::connection::Connection;
 use super::generation::Generation;
@@ -72,7 +73,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
     } = cx;
     let labels = Metrics::listener(&name);
     let drained = shared.registry.drain_flag(&name);
-    let mut backoff: Option<Duration> = None;
+    let mut backoff = Backoff::new(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
     let overdraft = Arc::new(Semaphore::new(
         midway_sys::tcp_info::accept_queue(listener.as_fd())
             .map(|queue| queue.limit.max(1) as usize)
@@ -95,7 +96,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
         };
         let (stream, peer) = match accepted {
             Ok(pair) => {
-                if backoff.take().is_some() {
+                if backoff.succeeded() {
                     if let Some(left_out) = admit_out_of_resources() {
                         tracing::info!(listener = %name, left_out, "accept recovered");
                     }
@@ -105,22 +106,18 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             Err(err) if is_resource_exhaustion(&err) => {
                 drop(permit);
                 shared.metrics.accept_backoffs.get_or_create(&labels).inc();
-                let pause = match backoff {
-                    None => {
-                        // Once per burst, and bursts are rate-limited: under churn accept
-                        // fails and recovers many times a second.
-                        if let Some(left_out) = admit_out_of_resources() {
-                            tracing::warn!(listener = %name, error = %err, left_out, "accept out of resources; backing off");
-                        }
-                        ACCEPT_BACKOFF_MIN
+                let (pause, first) = backoff.failed();
+                // Once per burst, and bursts are rate-limited: under churn accept fails and
+                // recovers many times a second.
+                if first {
+                    if let Some(left_out) = admit_out_of_resources() {
+                        tracing::warn!(listener = %name, error = %err, left_out, "accept out of resources; backing off");
                     }
-                    Some(previous) => (previous * 2).min(ACCEPT_BACKOFF_MAX),
-                };
-                backoff = Some(pause);
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(pause) => continue,
                 }
+                if !pause_unless_shutdown(&shutdown, pause).await {
+                    return;
+                }
+                continue;
             }
             Err(err) => {
                 // ECONNABORTED and friends concern one client only.

@@ -50,6 +50,7 @@
 
 mod accept;
 mod access_links;
+mod backoff;
 mod congestion;
 mod connect;
 mod connection;

@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::backoff::{pause_unless_shutdown, Backoff};
 use super::connect::{apply_established, connect, Outgoing};
 use super::error::{ErrorChain, SetupError};
 use super::peer_link::{connect_tls, PeerLink};
@@ -280,7 +281,7 @@ impl WarmPool {
         }
         let name = &self.config.name;
         let wanted = self.config.warm_connections;
-        let mut retry: Option<Duration> = None;
+        let mut retry = Backoff::new(RETRY_MIN, RETRY_MAX);
         'upkeep: loop {
             let (len, oldest_expires, refused) = self.prune();
             if len < wanted {
@@ -317,25 +318,21 @@ impl WarmPool {
                         }
                     }
                 }
-                if added > 0 && retry.take().is_some() {
+                if added > 0 && retry.succeeded() {
                     tracing::info!(peer = %name, "peer reachable again; refilling its warm pool");
                 }
                 // Some connected (or all): the next round opens what is still missing.
                 let Some(err) = failure.filter(|_| added == 0) else {
                     continue;
                 };
-                let pause = match retry {
-                    None => {
-                        tracing::warn!(peer = %name, error = %ErrorChain(&err), "peer unreachable: no warm connections; retrying with backoff");
-                        RETRY_MIN
-                    }
-                    Some(previous) => (previous * 2).min(RETRY_MAX),
-                };
-                retry = Some(pause);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(pause) => continue,
+                let (pause, first) = retry.failed();
+                if first {
+                    tracing::warn!(peer = %name, error = %ErrorChain(&err), "peer unreachable: no warm connections; retrying with backoff");
                 }
+                if !pause_unless_shutdown(&shutdown, pause).await {
+                    break;
+                }
+                continue;
             }
             let wake_at = oldest_expires.map_or(Instant::now() + CHECK_INTERVAL, |at| {
                 at.min(Instant::now() + CHECK_INTERVAL)

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::backoff::{pause_unless_shutdown, Backoff};
 use super::error::ErrorChain;
 use crate::config::{PeerConfig, PeerTransport};
 use crate::metrics::{Metrics, PeerLabels};
@@ -201,7 +202,7 @@ impl PeerTunnel {
     async fn maintain_lane(&self, lane: usize, shutdown: CancellationToken) {
         let peer = &self.labels.peer;
         let tunnel = &self.lanes[lane];
-        let mut retry: Option<Duration> = None;
+        let mut retry = Backoff::new(RETRY_MIN, RETRY_MAX);
         let mut reported = TunnelStats::default();
         loop {
             let connected = tokio::select! {
@@ -210,7 +211,7 @@ impl PeerTunnel {
             };
             let pause = match connected {
                 Ok(connection) => {
-                    if retry.take().is_some() {
+                    if retry.succeeded() {
                         tracing::info!(peer = %peer, lane, "QUIC tunnel to peer up again");
                     } else {
                         tracing::info!(peer = %peer, lane, remote = %connection.remote_address(), "QUIC tunnel to peer up");
@@ -237,29 +238,24 @@ impl PeerTunnel {
                 }
                 Err(err) => {
                     self.metrics.tunnel.failure(peer, err.reason());
-                    let pause = match retry {
-                        None => {
-                            tracing::warn!(
-                                peer = %peer,
-                                lane,
-                                error = %ErrorChain(&err),
-                                reason = err.reason(),
-                                fallback = if self.fallback { "tls" } else { "none" },
-                                "QUIC tunnel to peer cannot be set up; retrying with backoff"
-                            );
-                            RETRY_MIN
-                        }
-                        Some(previous) => (previous * 2).min(RETRY_MAX),
-                    };
-                    retry = Some(pause);
+                    let (pause, first) = retry.failed();
+                    if first {
+                        tracing::warn!(
+                            peer = %peer,
+                            lane,
+                            error = %ErrorChain(&err),
+                            reason = err.reason(),
+                            fallback = if self.fallback { "tls" } else { "none" },
+                            "QUIC tunnel to peer cannot be set up; retrying with backoff"
+                        );
+                    }
                     self.set_state(lane, State::Down);
                     Some(pause)
                 }
             };
             if let Some(pause) = pause {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(pause) => {}
+                if !pause_unless_shutdown(&shutdown, pause).await {
+                    break;
                 }
             }
         }
