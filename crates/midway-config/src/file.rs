@@ -237,6 +237,10 @@ pub struct FileAccessLink {
         deserialize_with = "crate::profile::deserialize_bits_per_second"
     )]
     pub rate_bps: Option<u64>,
+    /// The queue in front of one subscriber, bytes (optional): when given, the subscriber's
+    /// connections together hold at most the link's bandwidth-delay product and half of it
+    /// unacknowledged.
+    pub queue_bytes: Option<u64>,
     /// Prefix length that makes one subscriber of an IPv4 client address (default 32: every
     /// address is a subscriber).
     pub subscriber_prefix_v4: Option<u8>,

@@ -16,8 +16,23 @@
 //! the remote segments keep pulling from the servers and the bytes wait in the local sockets'
 //! buffers, which push back on the relay as usual. Linux never paces a connection's first 10
 //! segments, so the initial window is the local profile's business (`cellular-local`).
+//!
+//! Pacing bounds the rate, not what is in flight: objects shorter than those 10 segments are
+//! never paced, and 14 connections starting at once still overran a queue of 20 packets in
+//! transparent mode. With the link's queue given (`queue_bytes`), a shared window bounds the
+//! sum as well: the relays write a subscriber's bytes into its sockets only while all its
+//! connections together hold less than the link's bandwidth-delay product (its payload
+//! capacity times the smallest round trip seen) and half its queue unacknowledged. The other half is left to
+//! what midway does not carry (DNS, QUIC, unproxied flows) and to retransmissions. The bytes
+//! that wait stay in the relay's buffer, which pushes back on the remote segment as usual.
+//! Under a window each connection is paced at the whole budget, not a split of it: the window
+//! bounds the sum, and a split share would sit idle on a connection whose bytes wait for room
+//! (the link ran at 62 % of its rate so in `tests/access_link_netns.rs`). A
+//! connection whose bytes see no acknowledgement for [`STALLED_AFTER`] (a client that stopped
+//! reading) stops counting, so it cannot hold its subscriber's other connections up.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 
@@ -28,6 +43,8 @@ pub struct AccessLink {
     pub clients: Vec<IpNet>,
     /// The link's rate toward one subscriber, bits per second.
     pub rate_bps: u64,
+    /// The queue in front of one subscriber, bytes; when known, the shared window is on.
+    pub queue_bytes: Option<u64>,
     /// Prefix length that makes one subscriber of an IPv4 client address.
     pub subscriber_prefix_v4: u8,
     /// Prefix length that makes one subscriber of an IPv6 client address.
@@ -100,6 +117,56 @@ pub fn pacing_shares(budget: u64, busy: &[bool]) -> Vec<u64> {
         .collect()
 }
 
+/// One full-size segment's payload (a 1500-byte MTU with timestamps): what the window grants
+/// in, so that a connection that gets the last few bytes of room does not send a runt.
+pub const SEGMENT_BYTES: u64 = 1448;
+
+/// Ethernet, IPv4 and TCP headers (with timestamps) of one full-size segment on the link.
+pub const HEADER_BYTES: u64 = 66;
+
+/// The payload bytes per second a link of `rate_bps` carries at most (full-size segments).
+pub fn link_payload_capacity(rate_bps: u64) -> u64 {
+    (rate_bps / 8 * SEGMENT_BYTES / (SEGMENT_BYTES + HEADER_BYTES)).max(1)
+}
+
+/// The smallest shared window: four segments, so a link whose queue and bandwidth-delay product
+/// are tiny still lets a connection recover a loss by fast retransmit.
+pub const MIN_SHARED_WINDOW: u64 = 4 * SEGMENT_BYTES;
+
+/// How long a connection's bytes may go without an acknowledgement before they stop counting
+/// against its subscriber's window: several round trips of the slowest link midway paces for,
+/// and beyond a retransmission timer of a lossy bearer's inflated round trip (about 1.4 s in
+/// docs/results/narrow-cellular).
+pub const STALLED_AFTER: Duration = Duration::from_secs(3);
+
+/// The most bytes a subscriber's connections hold unacknowledged together: the link's
+/// bandwidth-delay product at `payload_rate` (bytes per second, [`link_payload_capacity`])
+/// over `min_rtt`, plus half of `queue_bytes` (see the module docs).
+pub fn shared_window(payload_rate: u64, min_rtt: Duration, queue_bytes: u64) -> u64 {
+    let bdp = u128::from(payload_rate) * min_rtt.as_micros() / 1_000_000;
+    (u64::try_from(bdp).unwrap_or(u64::MAX))
+        .saturating_add(queue_bytes / 2)
+        .max(MIN_SHARED_WINDOW)
+}
+
+/// How many of `want` bytes one connection may write when its subscriber holds `held` of
+/// `window`: all of them when they fit, otherwise the whole segments that fit.
+pub fn window_grant(window: u64, held: u64, want: usize) -> usize {
+    let room = window.saturating_sub(held);
+    let want_bytes = want as u64;
+    if want_bytes <= room {
+        return want;
+    }
+    (room / SEGMENT_BYTES * SEGMENT_BYTES) as usize
+}
+
+/// Whether a connection's unacknowledged bytes still count against its subscriber's window:
+/// not once `outstanding` bytes have waited [`STALLED_AFTER`] since the last acknowledgement
+/// (`since_progress`).
+pub fn counts_against_window(outstanding: u64, since_progress: Duration) -> bool {
+    outstanding > 0 && since_progress < STALLED_AFTER
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +175,7 @@ mod tests {
         AccessLink {
             clients: clients.iter().map(|c| c.parse().unwrap()).collect(),
             rate_bps: 384_000,
+            queue_bytes: None,
             subscriber_prefix_v4: v4,
             subscriber_prefix_v6: v6,
         }
@@ -158,6 +226,52 @@ mod tests {
         assert!(six.iter().sum::<u64>() <= 48_000);
         // Never zero: the kernel takes 0 as "send nothing".
         assert_eq!(pacing_shares(3, &[true; 5]), vec![1; 5]);
+    }
+
+    #[test]
+    fn the_shared_window_is_the_bdp_and_half_the_queue() {
+        // The narrow-cellular bearer: 40,800 payload bytes/s, 150 ms, a 30 KB queue.
+        assert_eq!(
+            shared_window(40_800, Duration::from_millis(150), 30_000),
+            6_120 + 15_000
+        );
+        // Tiny links still get four segments.
+        assert_eq!(
+            shared_window(2_000, Duration::from_millis(10), 1_000),
+            5_792
+        );
+        assert_eq!(
+            shared_window(u64::MAX, Duration::from_secs(10), u64::MAX),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn grants_are_whole_when_they_fit_and_whole_segments_otherwise() {
+        assert_eq!(window_grant(20_000, 0, 6_000), 6_000);
+        assert_eq!(window_grant(20_000, 14_000, 6_000), 6_000);
+        assert_eq!(window_grant(20_000, 15_000, 6_000), 4_344);
+        assert_eq!(window_grant(20_000, 19_000, 6_000), 0);
+        assert_eq!(window_grant(20_000, 19_000, 900), 900);
+        // Over the window (a newcomer's bytes before a pass): nothing.
+        assert_eq!(window_grant(20_000, 25_000, 100), 0);
+    }
+
+    #[test]
+    fn a_stalled_connection_stops_counting() {
+        assert!(counts_against_window(1, Duration::ZERO));
+        assert!(counts_against_window(
+            1,
+            STALLED_AFTER - Duration::from_millis(1)
+        ));
+        assert!(!counts_against_window(1, STALLED_AFTER));
+        assert!(!counts_against_window(0, Duration::ZERO));
+    }
+
+    #[test]
+    fn the_payload_capacity_leaves_out_the_headers() {
+        assert_eq!(link_payload_capacity(384_000), 45_907);
+        assert_eq!(link_payload_capacity(0), 1);
     }
 
     #[test]

@@ -19,6 +19,18 @@
 //! - the control: `sub2`'s six identical downloads, unpaced, overflow the same queue; without
 //!   it a clean queue could mean a queue too large to matter.
 //!
+//! A second test gives `sub1`'s link its queue (`queue_bytes`, the shared window) and `sub2`'s
+//! its rate alone, and follows what midway's local sockets toward each hold unacknowledged
+//! (`SIOCOUTQ`, summed over the subscriber's sockets every 5 ms):
+//! - `sub1`'s sum never exceeds its window (the link's bandwidth-delay product over at most
+//!   120 ms and half its queue): fails if a relay writes past the window, or a grant is not
+//!   counted until the sockets' own counts take it over;
+//! - `sub1`'s downloads all arrive intact: fails if a full window ever stops waking the relays
+//!   (a connection waiting for room it never gets would time the download out);
+//! - `sub1`'s queue drops no frame: the window keeps the queue at most half full;
+//! - the control: `sub2`'s sockets, paced but without a window, together hold more than the
+//!   same bound (the relay fills their send buffers), so a low sum is the window's doing.
+//!
 //! Pacing cannot cover the start: Linux never paces a connection's first 10 segments, and
 //! `cellular-local`'s window of 1 only spreads them over four round trips, the last beside
 //! paced segments at 89 % of the link. Six starts took 11-19 frames of queue in our runs, so it
@@ -39,7 +51,7 @@ use midway_labnet::{
     fresh_tag, DirectionConfig, DirectionStats, HostSpec, LinkSpec, QueueLimit, StackProfile,
     Topology, TopologySpec,
 };
-use midway_proxy::access_link::payload_bytes_per_second;
+use midway_proxy::access_link::{link_payload_capacity, payload_bytes_per_second, shared_window};
 use midway_testkit::host::is_root;
 use midway_testkit::net::{sockets_where, WAIT};
 use midway_testkit::netns::in_netns;
@@ -52,6 +64,9 @@ const ACCESS_ONE_WAY: Duration = Duration::from_millis(50);
 const CONNECTIONS: usize = 6;
 const PER_CONNECTION: usize = 256 * 1024;
 const LISTEN_PORT: u16 = 7000;
+/// The second test's listener: the tests run at once in one process, and the sockets are found
+/// by port and client address (the same in both topologies).
+const WINDOW_LISTEN_PORT: u16 = 7001;
 const SOURCE_PORT: u16 = 5201;
 
 /// The source's byte at offset `i` of a connection.
@@ -155,6 +170,20 @@ fn ceilings_of(client: IpAddr) -> Vec<u64> {
             midway_sys::sockopt::get_max_pacing_rate(fd).ok()
         })
         .collect()
+}
+
+/// What midway's local sockets toward `client` hold unacknowledged together (bytes), in this
+/// process.
+fn outstanding_of(client: IpAddr) -> u64 {
+    sockets_where(|local, peer| local.port() == WINDOW_LISTEN_PORT && peer.ip() == client)
+        .into_iter()
+        .filter_map(|fd| {
+            // SAFETY: as in `ceilings_of`.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            midway_sys::sockopt::queued_bytes(fd).ok()
+        })
+        .map(|queued| queued.unacked_out)
+        .sum()
 }
 
 /// The downlink (gw to subscriber) counters of `subscriber`'s access link.
@@ -292,5 +321,107 @@ local_profile = "cellular-local"
         down2.dropped_queue_frames > 0,
         "control: six unpaced downloads did not overflow the same queue, so the test cannot \
          tell pacing from a queue too large to matter: {report2}"
+    );
+}
+
+#[test]
+fn a_subscribers_connections_hold_at_most_its_shared_window_together() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let topology = Topology::build(&topology_spec(), &fresh_tag(), 8).expect("topology builds");
+    let (sub1, sub2) = (topology.addr("sub1", "gw"), topology.addr("sub2", "gw"));
+    let source = SocketAddr::new(topology.addr("server", "gw"), SOURCE_PORT);
+    let source_thread = start_source(topology.netns_name("server"), source, 2 * CONNECTIONS);
+    let spool = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[proxy]
+allowed_clients = ["10.0.0.0/16"]
+shutdown_grace = "1s"
+[spool]
+dir = "{}"
+[[access_links]]
+clients = ["{sub1}/32"]
+rate_bps = {RATE_BPS}
+queue_bytes = {QUEUE_BYTES}
+[[access_links]]
+clients = ["{sub2}/32"]
+rate_bps = {RATE_BPS}
+[[listeners]]
+name = "fwd"
+mode = "forward"
+listen = "0.0.0.0:{WINDOW_LISTEN_PORT}"
+target = "{source}"
+local_profile = "cellular-local"
+"#,
+        spool.path().display()
+    );
+    let proxy = start_in_netns(topology.netns_name("gw"), config);
+    // The window midway computes from the handshake's round trip (100 ms here), bounded above
+    // with 20 ms to spare for the emulator's and the stacks' own delay.
+    let bound = shared_window(
+        link_payload_capacity(RATE_BPS),
+        2 * ACCESS_ONE_WAY + Duration::from_millis(20),
+        QUEUE_BYTES,
+    );
+
+    let started = Instant::now();
+    let (mut windowed, mut paced) = (Vec::new(), Vec::new());
+    for _ in 0..CONNECTIONS {
+        for (downloads, sub) in [(&mut windowed, "sub1"), (&mut paced, "sub2")] {
+            let proxy = SocketAddr::new(topology.addr("gw", sub), WINDOW_LISTEN_PORT);
+            downloads.push(download(topology.netns_name(sub), proxy));
+        }
+    }
+    let (mut most1, mut most2) = (0, 0);
+    let deadline = Instant::now() + WAIT * 2;
+    while !(windowed.iter().chain(&paced)).all(JoinHandle::is_finished) && Instant::now() < deadline
+    {
+        most1 = most1.max(outstanding_of(sub1));
+        most2 = most2.max(outstanding_of(sub2));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = |downloads: Vec<JoinHandle<(usize, bool, Instant)>>, who: &str| {
+        let mut ended = started;
+        for download in downloads {
+            let (bytes, intact, at) = download.join().unwrap();
+            assert_eq!(bytes, PER_CONNECTION, "{who}: every byte arrives");
+            assert!(intact, "{who}: the bytes are the source's");
+            ended = ended.max(at);
+        }
+        ended - started
+    };
+    let (windowed_took, paced_took) = (took(windowed, "sub1"), took(paced, "sub2"));
+    let summary = proxy.stop();
+    assert_eq!(summary.connections_served, 2 * CONNECTIONS as u64);
+    assert_eq!(source_thread.join().unwrap(), 2 * CONNECTIONS);
+
+    let (down1, down2) = (downlink(&topology, "sub1"), downlink(&topology, "sub2"));
+    let show = |s: &DirectionStats, most: u64| {
+        format!(
+            "at most {most} B unacknowledged together; {} queue drops, queue max {} B / {} \
+             frames",
+            s.dropped_queue_frames, s.max_queue_bytes, s.max_queue_frames
+        )
+    };
+    let (report1, report2) = (show(&down1, most1), show(&down2, most2));
+    println!("window bound {bound} B");
+    println!("sub1, shared window: {windowed_took:?}; {report1}");
+    println!("sub2, paced only: {paced_took:?}; {report2}");
+    assert!(
+        most1 <= bound,
+        "sub1's connections held more than its window ({bound} B): {report1}"
+    );
+    assert_eq!(
+        down1.dropped_queue_frames, 0,
+        "sub1's connections overflowed its access queue: {report1}"
+    );
+    assert!(
+        most2 > bound,
+        "control: six paced downloads without a window never held more than {bound} B \
+         together, so the test cannot tell the window from a transfer too small to matter: \
+         {report2}"
     );
 }

@@ -31,6 +31,7 @@ mod resources;
 mod spool;
 mod stream;
 mod traffic;
+mod window;
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -41,6 +42,7 @@ pub use error::{RelayError, Side};
 use pump::validate;
 pub use resources::{clean_spool_dir, RelayResources, SPOOL_FILE_PREFIX};
 pub use stream::{relay_peer_stream, relay_peer_streams, PeerSide, PeerStream};
+pub use window::{write_all_within, ClientWindow};
 
 /// Which relay model a listener uses.
 #[derive(Debug, Clone)]
@@ -133,6 +135,10 @@ pub struct RelayOptions {
     /// and wait for either socket with a future of a few hundred bytes. The idle timeout,
     /// cancellation, resets and the close rule are unchanged. None: never.
     pub park_after: Option<Duration>,
+    /// A window the bytes toward the client share with other connections (a subscriber's
+    /// access link): written only as far as it grants. None: the socket's own buffer decides.
+    /// [`relay`] honours it in both models; the peer-stream relays do not take one.
+    pub client_window: Option<Arc<dyn ClientWindow>>,
 }
 
 impl std::fmt::Debug for RelayOptions {
@@ -143,6 +149,7 @@ impl std::fmt::Debug for RelayOptions {
             .field("on_close", &self.on_close.as_ref().map(|_| "<callback>"))
             .field("client_prefix_bytes", &self.client_prefix.len())
             .field("park_after", &self.park_after)
+            .field("client_window", &self.client_window.is_some())
             .finish()
     }
 }

@@ -4,6 +4,7 @@
 //! `cargo test -p midway-relay --test integration parking::` runs one file's tests.
 
 mod backpressure;
+mod client_window;
 mod close_rule;
 mod halfclose_reset;
 mod lifecycle;

@@ -166,6 +166,7 @@ impl Setup {
             client_prefix: self.client_prefix,
             on_close: self.on_close,
             park_after: None,
+            client_window: None,
         };
         let (side, buffer_bytes, token) = (self.side, self.buffer_bytes, cancel.clone());
         let relay = tokio::spawn(async move {

@@ -367,7 +367,7 @@ pub async fn start_proxy_with(
             let (p, connect, token) = (p.clone(), connect.clone(), token.child_token());
             tokio::spawn(async move {
                 let _ = p
-                    .serve_client(stream, peer, connect, token, Default::default())
+                    .serve_client(stream, peer, connect, token, Default::default(), None)
                     .await;
             });
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use midway_relay::{
-    relay, BufferConfig, RelayCounters, RelayError, RelayModel, RelayOptions, RelayReport,
-    RelayResources, SpoolConfig,
+    relay, BufferConfig, ClientWindow, RelayCounters, RelayError, RelayModel, RelayOptions,
+    RelayReport, RelayResources, SpoolConfig,
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -38,7 +38,7 @@ pub async fn relayed(
     idle_timeout: Option<Duration>,
     socket_buffer: Option<usize>,
 ) -> Relayed {
-    relayed_with(model, resources, idle_timeout, socket_buffer, None).await
+    relayed_with(model, resources, idle_timeout, socket_buffer, None, None).await
 }
 
 /// As [`relayed`], with the relay parking after `park_after` without a byte
@@ -49,7 +49,17 @@ pub async fn relayed_parking(
     idle_timeout: Option<Duration>,
     park_after: Duration,
 ) -> Relayed {
-    relayed_with(model, resources, idle_timeout, None, Some(park_after)).await
+    relayed_with(model, resources, idle_timeout, None, Some(park_after), None).await
+}
+
+/// As [`relayed`], with the bytes toward the client written only as far as `window` grants
+/// (`RelayOptions::client_window`).
+pub async fn relayed_windowed(
+    model: RelayModel,
+    resources: &Arc<RelayResources>,
+    window: Arc<dyn ClientWindow>,
+) -> Relayed {
+    relayed_with(model, resources, None, None, None, Some(window)).await
 }
 
 async fn relayed_with(
@@ -58,6 +68,7 @@ async fn relayed_with(
     idle_timeout: Option<Duration>,
     socket_buffer: Option<usize>,
     park_after: Option<Duration>,
+    client_window: Option<Arc<dyn ClientWindow>>,
 ) -> Relayed {
     let client_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let client = TcpStream::connect(client_listener.local_addr().unwrap())
@@ -82,6 +93,7 @@ async fn relayed_with(
         idle_timeout,
         counters: Arc::clone(&counters),
         park_after,
+        client_window,
         ..RelayOptions::default()
     };
     let resources = Arc::clone(resources);

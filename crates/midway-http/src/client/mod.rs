@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use midway_relay::RelayCounters;
+use midway_relay::{ClientWindow, RelayCounters};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -123,6 +123,8 @@ impl HttpProxy {
     /// Serves one accepted client connection until it closes (keep-alive, pipelining, CONNECT),
     /// counting the bytes to and from the client into `bytes` as they move. Cancelling
     /// `cancel` cuts it: the client reads a reset, never a clean end after a partial response.
+    /// Responses (and a CONNECT tunnel's bytes) go out as far as `window` grants, when the
+    /// client's connections share one (a subscriber's access link).
     pub async fn serve_client(
         self: &Arc<Self>,
         client: TcpStream,
@@ -130,6 +132,7 @@ impl HttpProxy {
         connect_upstream: ConnectUpstream,
         cancel: CancellationToken,
         bytes: Arc<RelayCounters>,
+        window: Option<Arc<dyn ClientWindow>>,
     ) -> Result<ClientReport, HttpError> {
         let span = info_span!("http_client", %peer);
         async move {
@@ -148,6 +151,7 @@ impl HttpProxy {
                 stop: cancel.child_token(),
                 cut: cancel,
                 fetches: TaskTracker::new(),
+                window,
             };
             let reader = RequestReader {
                 conn: &conn,
@@ -206,4 +210,6 @@ struct ClientConn {
     /// operator, or still open when shutdown's grace ran out) and the client gets a reset.
     cut: CancellationToken,
     fetches: TaskTracker,
+    /// The window the bytes toward the client share with the client's other connections.
+    window: Option<Arc<dyn ClientWindow>>,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use http::StatusCode;
-use midway_relay::{BufferConfig, RelayCounters, RelayModel, RelayOptions};
+use midway_relay::{write_all_within, BufferConfig, RelayCounters, RelayModel, RelayOptions};
 use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -57,8 +57,7 @@ impl ResponseWriter<'_> {
                     };
                     match part {
                         Some(Part::Data(bytes)) => {
-                            self.write_half
-                                .write_all(&bytes)
+                            write_all_within(&mut self.write_half, &bytes, conn.window.as_deref())
                                 .await
                                 .map_err(HttpError::ClientIo)?;
                             conn.counters
@@ -163,6 +162,7 @@ impl ResponseWriter<'_> {
         let options = RelayOptions {
             counters: counters.clone(),
             client_prefix: leftover.to_vec(),
+            client_window: conn.window.clone(),
             ..RelayOptions::default()
         };
         let model = RelayModel::Buffer(BufferConfig {

@@ -10,6 +10,9 @@ use crate::access_link::{AccessLink, DEFAULT_SUBSCRIBER_PREFIX_V4, DEFAULT_SUBSC
 /// a second, and Linux's pacing is no better than a retransmission timer.
 pub const MIN_ACCESS_RATE_BPS: u64 = 16_000;
 
+/// Smallest queue in front of a subscriber: one full-size packet.
+const MIN_ACCESS_QUEUE_BYTES: u64 = 1500;
+
 pub(super) fn access_links(
     v: &Validator<'_>,
     links: Vec<FileAccessLink>,
@@ -64,9 +67,23 @@ fn access_link(
             format!("{len} is longer than an address ({max} bits)"),
         )),
     };
+    let queue_bytes = match link.queue_bytes {
+        None => None,
+        Some(bytes) if bytes >= MIN_ACCESS_QUEUE_BYTES => Some(bytes),
+        Some(bytes) => {
+            return Err(v.invalid(
+                format!("{key}.queue_bytes"),
+                format!(
+                    "{bytes} bytes is less than one full-size packet ({MIN_ACCESS_QUEUE_BYTES}); \
+                     give the queue in front of one subscriber, e.g. 30000"
+                ),
+            ))
+        }
+    };
     Ok(AccessLink {
         clients,
         rate_bps,
+        queue_bytes,
         subscriber_prefix_v4: prefix(
             "subscriber_prefix_v4",
             link.subscriber_prefix_v4,

@@ -398,7 +398,7 @@ fn peer_tables_name_what_is_wrong() {
 fn access_links_take_prefixes_a_rate_and_subscriber_lengths() {
     let text = format!(
         "{MINIMAL}\n[[access_links]]\nclients = [\"10.64.0.0/10\", \"fd00:2::/48\"]\nrate_bps = 384e3\n\
-         [[access_links]]\nclients = [\"10.128.0.0/16\"]\nrate_bps = 2000000\nsubscriber_prefix_v4 = 30\n"
+         [[access_links]]\nclients = [\"10.128.0.0/16\"]\nrate_bps = 2000000\nsubscriber_prefix_v4 = 30\nqueue_bytes = 30000\n"
     );
     let config = parse_config(&text, "<test>").unwrap();
     let [cellular, cable] = &config.access_links[..] else {
@@ -408,6 +408,8 @@ fn access_links_take_prefixes_a_rate_and_subscriber_lengths() {
     assert_eq!(cellular.subscriber_prefix_v4, 32);
     assert_eq!(cellular.subscriber_prefix_v6, 64);
     assert_eq!(cable.subscriber_prefix_v4, 30);
+    assert_eq!(cellular.queue_bytes, None);
+    assert_eq!(cable.queue_bytes, Some(30_000));
     assert!(parse_config(MINIMAL, "<test>")
         .unwrap()
         .access_links
@@ -439,6 +441,11 @@ fn access_links_take_prefixes_a_rate_and_subscriber_lengths() {
             "clients = [\"10.0.0.0/8\"]\nrate_bps = 384000\nsubscriber_prefix_v4 = 33",
             "access_links[0].subscriber_prefix_v4",
             "longer than an address",
+        ),
+        (
+            "clients = [\"10.0.0.0/8\"]\nrate_bps = 384000\nqueue_bytes = 1000",
+            "access_links[0].queue_bytes",
+            "less than one full-size packet",
         ),
     ] {
         let text = format!("{MINIMAL}\n[[access_links]]\n{entry}\n");

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::field;
 
+use super::access_links::SharedLink;
 use super::connect::{apply_established, close_now, connect, resolve_first, Outgoing};
 use super::dscp;
 use super::error::{ErrorChain, SetupError};
@@ -468,7 +469,7 @@ impl Connection {
             self.shared.socket_memory.as_ref(),
             &[("local", client_id, leaves_buffers(local))],
         );
-        let _access_share = self
+        let access_share = self
             .shared
             .access_links
             .as_ref()
@@ -493,6 +494,7 @@ impl Connection {
             http.connect_upstream.clone(),
             self.cancel.clone(),
             counters,
+            access_share.as_ref().and_then(SharedLink::window),
         ));
         let result = memory::following_caps(memory.as_mut(), serve).await;
         let duration_ms = started.elapsed().as_millis() as u64;

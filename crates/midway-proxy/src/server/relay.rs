@@ -15,6 +15,7 @@ use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use super::access_links::SharedLink;
 use super::dscp::ServerClassCarrier;
 use super::error::ErrorChain;
 use super::memory::{self, MemoryCaps};
@@ -92,7 +93,7 @@ pub(super) fn relay<'a>(
         let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
         // Paced at its share of the subscriber's access link while it lives (when one covers the
         // client); the share follows the socket by its inode after the relay took it.
-        let _access_share = shared
+        let access_share = shared
             .access_links
             .as_ref()
             .and_then(|links| links.join(split.client_addr.ip(), split.client.tcp()?));
@@ -134,6 +135,7 @@ pub(super) fn relay<'a>(
             on_close: Some(on_close),
             client_prefix: Vec::new(),
             park_after: Some(PARK_AFTER),
+            client_window: access_share.as_ref().and_then(SharedLink::window),
         };
         let mut sampler =
             SegmentSampler::new(name, (ids[0], split.segments.0), (ids[1], split.segments.1));

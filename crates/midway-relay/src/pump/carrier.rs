@@ -148,23 +148,30 @@ pub(super) fn try_fill(
     }
 }
 
-/// Moves bytes from the carrier to `dst`; Ok(None) when `dst` cannot take more now.
-pub(super) fn try_drain(dst: &TcpStream, carrier: &mut Carrier<'_>) -> io::Result<Option<usize>> {
+/// Moves at most `limit` bytes from the carrier to `dst`; Ok(None) when `dst` cannot take more
+/// now.
+pub(super) fn try_drain(
+    dst: &TcpStream,
+    carrier: &mut Carrier<'_>,
+    limit: usize,
+) -> io::Result<Option<usize>> {
     let result = match carrier {
         Carrier::Pipe(lease) => {
             let from = lease.pipe().read_fd();
             let to = dst.as_raw_fd();
-            let len = lease.in_pipe;
+            let len = lease.in_pipe.min(limit);
             dst.try_io(Interest::WRITABLE, || splice(from, to, len))
                 .inspect(|&n| {
                     lease.in_pipe -= n;
                 })
         }
-        Carrier::Copy(buffer) => dst
-            .try_write(&buffer.data[buffer.start..buffer.end])
-            .inspect(|&n| {
-                buffer.start += n;
-            }),
+        Carrier::Copy(buffer) => {
+            let end = buffer.end.min(buffer.start + limit);
+            dst.try_write(&buffer.data[buffer.start..end])
+                .inspect(|&n| {
+                    buffer.start += n;
+                })
+        }
     };
     match result {
         Ok(n) => Ok(Some(n)),

@@ -9,6 +9,7 @@ use super::carrier::{try_drain, try_fill, Carrier, CopyBuffer, Fill};
 use super::fair::FairTurn;
 use super::{check_socket_error, finish_direction, Ctx, Direction, PumpError};
 use crate::error::Side;
+use crate::window::Gate;
 
 fn side_of(direction: Direction) -> (Side, Side) {
     match direction {
@@ -35,6 +36,10 @@ pub(super) async fn forward(
     // the kernel said there is nothing to read.
     let mut source_empty = true;
     let mut turn = FairTurn::default();
+    let gate = match direction {
+        Direction::ServerToClient => ctx.to_client,
+        Direction::ClientToServer => Gate(None),
+    };
     loop {
         let held = carrier.as_ref().map_or(0, Carrier::held);
         ctx.held(direction, held);
@@ -81,17 +86,30 @@ pub(super) async fn forward(
                 Err(e) => return Err(PumpError::new(src_side, "reading", active.held() > 0, e)),
             }
         }
-        // Drain.
+        // Drain, toward the client only as far as a shared window grants.
         let mut write_blocked = true;
+        let mut window_closed = false;
         if active.held() > 0 {
-            match try_drain(dst, active) {
-                Ok(Some(n)) => {
-                    write_blocked = false;
-                    turn.moved(n);
-                    ctx.delivered(direction, n);
+            let granted = gate.grant(active.held());
+            window_closed = granted == 0;
+            if !window_closed {
+                let drained = try_drain(dst, active, granted);
+                gate.settle(
+                    granted,
+                    match drained {
+                        Ok(Some(n)) => n,
+                        _ => 0,
+                    },
+                );
+                match drained {
+                    Ok(Some(n)) => {
+                        write_blocked = false;
+                        turn.moved(n);
+                        ctx.delivered(direction, n);
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(PumpError::new(dst_side, "writing", true, e)),
                 }
-                Ok(None) => {}
-                Err(e) => return Err(PumpError::new(dst_side, "writing", true, e)),
             }
         }
         let held = active.held();
@@ -103,8 +121,9 @@ pub(super) async fn forward(
             tokio::select! {
                 result = src.readable(), if wait_for_read => result
                     .map_err(|e| PumpError::new(src_side, "waiting to read", true, e))?,
-                result = dst.writable() => result
+                result = dst.writable(), if !window_closed => result
                     .map_err(|e| PumpError::new(dst_side, "waiting to write", true, e))?,
+                () = gate.opened(), if window_closed => {}
                 // A reset from the source while we cannot read it (destination stalled) must
                 // still reach the destination, not wait until the destination drains.
                 result = src.ready(Interest::ERROR), if !eof => {

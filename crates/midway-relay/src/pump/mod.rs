@@ -31,6 +31,7 @@ use crate::error::{RelayError, Side};
 use crate::resources::RelayResources;
 pub(crate) use crate::traffic::Direction;
 use crate::traffic::{take_socket_error, Traffic};
+use crate::window::Gate;
 use crate::{DirectionEnd, RelayModel, RelayOptions, RelayReport};
 use forward::forward;
 use spool_direction::{spool_server_to_client, SpoolShared};
@@ -78,6 +79,8 @@ struct Ctx<'a> {
     /// The last direction to finish left its FIN to the client socket's close.
     last_fin_to_client: AtomicBool,
     resources: &'a Arc<RelayResources>,
+    /// The window the server-to-client direction's writes share with other connections.
+    to_client: Gate<'a>,
 }
 
 impl<'a> std::ops::Deref for Ctx<'a> {
@@ -215,6 +218,7 @@ pub(crate) async fn run(
         directions_finished: AtomicU8::new(0),
         last_fin_to_client: AtomicBool::new(false),
         resources,
+        to_client: Gate(options.client_window.as_deref()),
     };
     let spool = match model {
         RelayModel::Spool(config) => Some(SpoolShared::new(

@@ -172,8 +172,16 @@ async fn spool_reader(
         // Cut-through: when nothing is queued or in flight, a client that keeps up gets the
         // bytes at once (order is safe: all earlier bytes are delivered), and only what it
         // cannot take now is spooled. Saves a copy and the disk round trip in the common case.
-        if spool.lock().queue.held() == 0 {
-            match client.try_write(data) {
+        let granted = if spool.lock().queue.held() == 0 {
+            ctx.to_client.grant(data.len())
+        } else {
+            0
+        };
+        if granted > 0 {
+            let written = client.try_write(&data[..granted]);
+            ctx.to_client
+                .settle(granted, *written.as_ref().unwrap_or(&0));
+            match written {
                 Ok(written) => {
                     ctx.delivered(Direction::ServerToClient, written);
                     data = &data[written..];
@@ -295,7 +303,16 @@ async fn spool_writer(
             SpoolFront::File { offset, len } => read_back(spool, file, offset, len, ctx.counters)?,
         };
         while !chunk.is_empty() {
-            let written = match client.try_write(&chunk) {
+            // Toward the client only as far as a shared window grants.
+            let granted = ctx.to_client.grant(chunk.len());
+            if granted == 0 {
+                ctx.to_client.opened().await;
+                continue;
+            }
+            let written = client.try_write(&chunk[..granted]);
+            ctx.to_client
+                .settle(granted, *written.as_ref().unwrap_or(&0));
+            let written = match written {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     client
