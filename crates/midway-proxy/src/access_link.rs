@@ -27,7 +27,8 @@
 //! that wait stay in the relay's buffer, which pushes back on the remote segment as usual.
 //! Under a window each connection is paced at the whole budget, not a split of it: the window
 //! bounds the sum, and a split share would sit idle on a connection whose bytes wait for room
-//! (the link ran at 62 % of its rate so in `tests/access_link_netns.rs`). A
+//! (in a trial of `tests/access_link_netns.rs` with split shares the windowed subscriber's
+//! downloads took clearly longer than the paced-only one's; not kept, so no figure). A
 //! connection whose bytes see no acknowledgement for [`STALLED_AFTER`] (a client that stopped
 //! reading) stops counting, so it cannot hold its subscriber's other connections up.
 

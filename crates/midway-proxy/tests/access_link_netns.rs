@@ -159,31 +159,41 @@ fn download(ns: &str, proxy: SocketAddr) -> JoinHandle<(usize, bool, Instant)> {
     })
 }
 
-/// The pacing ceilings (bytes/s) of midway's local sockets from `client`, in this process.
-fn ceilings_of(client: IpAddr) -> Vec<u64> {
-    sockets_where(|local, peer| local.port() == LISTEN_PORT && peer.ip() == client)
+/// A socket option of each of midway's local sockets on `port` from `client`, in this process.
+fn local_sockets<T>(
+    port: u16,
+    client: IpAddr,
+    read: impl Fn(BorrowedFd<'_>) -> std::io::Result<T>,
+) -> Vec<T> {
+    sockets_where(|local, peer| local.port() == port && peer.ip() == client)
         .into_iter()
         .filter_map(|fd| {
             // SAFETY: the fd was listed in /proc/self/fd a moment ago and its connection is open
             // until its download ends; a reused fd would only misread (and fail the check).
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            midway_sys::sockopt::get_max_pacing_rate(fd).ok()
+            read(unsafe { BorrowedFd::borrow_raw(fd) }).ok()
         })
         .collect()
 }
 
-/// What midway's local sockets toward `client` hold unacknowledged together (bytes), in this
-/// process.
+/// The pacing ceilings (bytes/s) of midway's local sockets from `client`.
+fn ceilings_of(client: IpAddr) -> Vec<u64> {
+    local_sockets(
+        LISTEN_PORT,
+        client,
+        midway_sys::sockopt::get_max_pacing_rate,
+    )
+}
+
+/// What midway's local sockets toward `client` hold unacknowledged together (bytes).
 fn outstanding_of(client: IpAddr) -> u64 {
-    sockets_where(|local, peer| local.port() == WINDOW_LISTEN_PORT && peer.ip() == client)
-        .into_iter()
-        .filter_map(|fd| {
-            // SAFETY: as in `ceilings_of`.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            midway_sys::sockopt::queued_bytes(fd).ok()
-        })
-        .map(|queued| queued.unacked_out)
-        .sum()
+    local_sockets(
+        WINDOW_LISTEN_PORT,
+        client,
+        midway_sys::sockopt::queued_bytes,
+    )
+    .iter()
+    .map(|queued| queued.unacked_out)
+    .sum()
 }
 
 /// The downlink (gw to subscriber) counters of `subscriber`'s access link.
@@ -215,47 +225,109 @@ fn middle_rates(topology: &Topology, subscribers: [&str; 2], total: u64) -> [f64
     })
 }
 
+type Download = JoinHandle<(usize, bool, Instant)>;
+
+/// One test's network and midway: `sub1` and `sub2` behind their access links, the source in
+/// `server`, and midway in `gw` forwarding `port` to it with `access_links` (TOML entries for
+/// the two subscribers' addresses).
+struct Setup {
+    topology: Topology,
+    port: u16,
+    source_thread: JoinHandle<usize>,
+    proxy: midway_testkit::proxy::InNetns,
+    _spool: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(seed: u64, port: u16, access_links: impl FnOnce(IpAddr, IpAddr) -> String) -> Setup {
+        let topology =
+            Topology::build(&topology_spec(), &fresh_tag(), seed).expect("topology builds");
+        let (sub1, sub2) = (topology.addr("sub1", "gw"), topology.addr("sub2", "gw"));
+        let source = SocketAddr::new(topology.addr("server", "gw"), SOURCE_PORT);
+        let source_thread = start_source(topology.netns_name("server"), source, 2 * CONNECTIONS);
+        let spool = tempfile::tempdir().unwrap();
+        let config = format!(
+            r#"
+[proxy]
+allowed_clients = ["10.0.0.0/16"]
+shutdown_grace = "1s"
+[spool]
+dir = "{}"
+{}
+[[listeners]]
+name = "fwd"
+mode = "forward"
+listen = "0.0.0.0:{port}"
+target = "{source}"
+local_profile = "cellular-local"
+"#,
+            spool.path().display(),
+            access_links(sub1, sub2)
+        );
+        let proxy = start_in_netns(topology.netns_name("gw"), config);
+        Setup {
+            topology,
+            port,
+            source_thread,
+            proxy,
+            _spool: spool,
+        }
+    }
+
+    fn addr(&self, subscriber: &str) -> IpAddr {
+        self.topology.addr(subscriber, "gw")
+    }
+
+    /// Each subscriber's `CONNECTIONS` downloads through midway, started at once.
+    fn start_downloads(&self) -> (Instant, [Vec<Download>; 2]) {
+        let started = Instant::now();
+        let mut downloads = [Vec::new(), Vec::new()];
+        for _ in 0..CONNECTIONS {
+            for (downloads, sub) in downloads.iter_mut().zip(["sub1", "sub2"]) {
+                let proxy = SocketAddr::new(self.topology.addr("gw", sub), self.port);
+                downloads.push(download(self.topology.netns_name(sub), proxy));
+            }
+        }
+        (started, downloads)
+    }
+
+    /// Joins the downloads (every byte arrives, intact), stops midway (every connection
+    /// served) and the source; how long each subscriber's downloads took, and the topology.
+    fn finish(self, started: Instant, downloads: [Vec<Download>; 2]) -> ([Duration; 2], Topology) {
+        let took = downloads
+            .into_iter()
+            .zip(["sub1", "sub2"])
+            .map(|(downloads, who)| {
+                let mut ended = started;
+                for download in downloads {
+                    let (bytes, intact, at) = download.join().unwrap();
+                    assert_eq!(bytes, PER_CONNECTION, "{who}: every byte arrives");
+                    assert!(intact, "{who}: the bytes are the source's");
+                    ended = ended.max(at);
+                }
+                ended - started
+            })
+            .collect::<Vec<_>>();
+        let summary = self.proxy.stop();
+        assert_eq!(summary.connections_served, 2 * CONNECTIONS as u64);
+        assert_eq!(self.source_thread.join().unwrap(), 2 * CONNECTIONS);
+        ([took[0], took[1]], self.topology)
+    }
+}
+
 #[test]
 fn a_subscribers_connections_keep_within_its_link_and_another_is_not_paced() {
     if !is_root() {
         eprintln!("skipped: needs root (network namespaces)");
         return;
     }
-    let topology = Topology::build(&topology_spec(), &fresh_tag(), 7).expect("topology builds");
-    let (sub1, sub2) = (topology.addr("sub1", "gw"), topology.addr("sub2", "gw"));
-    let source = SocketAddr::new(topology.addr("server", "gw"), SOURCE_PORT);
-    let source_thread = start_source(topology.netns_name("server"), source, 2 * CONNECTIONS);
-    let spool = tempfile::tempdir().unwrap();
-    let config = format!(
-        r#"
-[proxy]
-allowed_clients = ["10.0.0.0/16"]
-shutdown_grace = "1s"
-[spool]
-dir = "{}"
-[[access_links]]
-clients = ["{sub1}/32"]
-rate_bps = {RATE_BPS}
-[[listeners]]
-name = "fwd"
-mode = "forward"
-listen = "0.0.0.0:{LISTEN_PORT}"
-target = "{source}"
-local_profile = "cellular-local"
-"#,
-        spool.path().display()
-    );
-    let proxy = start_in_netns(topology.netns_name("gw"), config);
+    let setup = Setup::new(7, LISTEN_PORT, |sub1, _| {
+        format!("[[access_links]]\nclients = [\"{sub1}/32\"]\nrate_bps = {RATE_BPS}")
+    });
+    let (sub1, sub2) = (setup.addr("sub1"), setup.addr("sub2"));
     let budget = payload_bytes_per_second(RATE_BPS);
 
-    let started = Instant::now();
-    let (mut shaped, mut unshaped) = (Vec::new(), Vec::new());
-    for _ in 0..CONNECTIONS {
-        for (downloads, sub) in [(&mut shaped, "sub1"), (&mut unshaped, "sub2")] {
-            let proxy = SocketAddr::new(topology.addr("gw", sub), LISTEN_PORT);
-            downloads.push(download(topology.netns_name(sub), proxy));
-        }
-    }
+    let (started, downloads) = setup.start_downloads();
     // While the downloads run. Joining, each newcomer starts at its share among those before
     // it, and a socket is unset (u64::MAX) until its relay joins: hence the wait.
     let shared = poll_until(WAIT, || {
@@ -275,21 +347,8 @@ local_profile = "cellular-local"
     );
 
     let total = (CONNECTIONS * PER_CONNECTION) as u64;
-    let [rate1, rate2] = middle_rates(&topology, ["sub1", "sub2"], total);
-    let took = |downloads: Vec<JoinHandle<(usize, bool, Instant)>>, who: &str| {
-        let mut ended = started;
-        for download in downloads {
-            let (bytes, intact, at) = download.join().unwrap();
-            assert_eq!(bytes, PER_CONNECTION, "{who}: every byte arrives");
-            assert!(intact, "{who}: the bytes are the source's");
-            ended = ended.max(at);
-        }
-        ended - started
-    };
-    let (shaped_took, unshaped_took) = (took(shaped, "sub1"), took(unshaped, "sub2"));
-    let summary = proxy.stop();
-    assert_eq!(summary.connections_served, 2 * CONNECTIONS as u64);
-    assert_eq!(source_thread.join().unwrap(), 2 * CONNECTIONS);
+    let [rate1, rate2] = middle_rates(&setup.topology, ["sub1", "sub2"], total);
+    let ([shaped_took, unshaped_took], topology) = setup.finish(started, downloads);
 
     let (down1, down2) = (downlink(&topology, "sub1"), downlink(&topology, "sub2"));
     let link = RATE_BPS as f64 / 8.0;
@@ -330,35 +389,14 @@ fn a_subscribers_connections_hold_at_most_its_shared_window_together() {
         eprintln!("skipped: needs root (network namespaces)");
         return;
     }
-    let topology = Topology::build(&topology_spec(), &fresh_tag(), 8).expect("topology builds");
-    let (sub1, sub2) = (topology.addr("sub1", "gw"), topology.addr("sub2", "gw"));
-    let source = SocketAddr::new(topology.addr("server", "gw"), SOURCE_PORT);
-    let source_thread = start_source(topology.netns_name("server"), source, 2 * CONNECTIONS);
-    let spool = tempfile::tempdir().unwrap();
-    let config = format!(
-        r#"
-[proxy]
-allowed_clients = ["10.0.0.0/16"]
-shutdown_grace = "1s"
-[spool]
-dir = "{}"
-[[access_links]]
-clients = ["{sub1}/32"]
-rate_bps = {RATE_BPS}
-queue_bytes = {QUEUE_BYTES}
-[[access_links]]
-clients = ["{sub2}/32"]
-rate_bps = {RATE_BPS}
-[[listeners]]
-name = "fwd"
-mode = "forward"
-listen = "0.0.0.0:{WINDOW_LISTEN_PORT}"
-target = "{source}"
-local_profile = "cellular-local"
-"#,
-        spool.path().display()
-    );
-    let proxy = start_in_netns(topology.netns_name("gw"), config);
+    let setup = Setup::new(8, WINDOW_LISTEN_PORT, |sub1, sub2| {
+        format!(
+            "[[access_links]]\nclients = [\"{sub1}/32\"]\nrate_bps = {RATE_BPS}\n\
+             queue_bytes = {QUEUE_BYTES}\n\
+             [[access_links]]\nclients = [\"{sub2}/32\"]\nrate_bps = {RATE_BPS}"
+        )
+    });
+    let (sub1, sub2) = (setup.addr("sub1"), setup.addr("sub2"));
     // The window midway computes from the handshake's round trip (100 ms here), bounded above
     // with 20 ms to spare for the emulator's and the stacks' own delay.
     let bound = shared_window(
@@ -367,36 +405,15 @@ local_profile = "cellular-local"
         QUEUE_BYTES,
     );
 
-    let started = Instant::now();
-    let (mut windowed, mut paced) = (Vec::new(), Vec::new());
-    for _ in 0..CONNECTIONS {
-        for (downloads, sub) in [(&mut windowed, "sub1"), (&mut paced, "sub2")] {
-            let proxy = SocketAddr::new(topology.addr("gw", sub), WINDOW_LISTEN_PORT);
-            downloads.push(download(topology.netns_name(sub), proxy));
-        }
-    }
+    let (started, downloads) = setup.start_downloads();
     let (mut most1, mut most2) = (0, 0);
     let deadline = Instant::now() + WAIT * 2;
-    while !(windowed.iter().chain(&paced)).all(JoinHandle::is_finished) && Instant::now() < deadline
-    {
+    while !downloads.iter().flatten().all(JoinHandle::is_finished) && Instant::now() < deadline {
         most1 = most1.max(outstanding_of(sub1));
         most2 = most2.max(outstanding_of(sub2));
         std::thread::sleep(Duration::from_millis(5));
     }
-    let took = |downloads: Vec<JoinHandle<(usize, bool, Instant)>>, who: &str| {
-        let mut ended = started;
-        for download in downloads {
-            let (bytes, intact, at) = download.join().unwrap();
-            assert_eq!(bytes, PER_CONNECTION, "{who}: every byte arrives");
-            assert!(intact, "{who}: the bytes are the source's");
-            ended = ended.max(at);
-        }
-        ended - started
-    };
-    let (windowed_took, paced_took) = (took(windowed, "sub1"), took(paced, "sub2"));
-    let summary = proxy.stop();
-    assert_eq!(summary.connections_served, 2 * CONNECTIONS as u64);
-    assert_eq!(source_thread.join().unwrap(), 2 * CONNECTIONS);
+    let ([windowed_took, paced_took], topology) = setup.finish(started, downloads);
 
     let (down1, down2) = (downlink(&topology, "sub1"), downlink(&topology, "sub2"));
     let show = |s: &DirectionStats, most: u64| {

@@ -37,8 +37,8 @@ pub(super) const SAMPLE_INTERVAL: Duration = Duration::from_millis(25);
 
 /// How late after an acknowledgement a relay waiting for its subscriber's window looks again
 /// (the sockets are read again when the last look is this old): a full-size segment takes 3 ms
-/// at 4 Mbit/s, and a window released only at the next pass cost a 4 Mbit/s link a fifth of its
-/// rate in `tests/access_link_netns.rs`.
+/// at 4 Mbit/s, where waiting for the next pass (up to 25 ms) would leave room unused for a
+/// quarter of the 100 ms round trip of `tests/access_link_netns.rs`.
 pub(super) const WINDOW_RECHECK: Duration = Duration::from_millis(5);
 
 /// The subscribers and their live connections.
@@ -314,7 +314,7 @@ impl AccessLinks {
             let shares = match members.window {
                 // The window bounds the sum; each connection is only kept from bursting past
                 // the link (a split rate would idle the share of a connection whose bytes wait
-                // for the window, and the link with it: 62 % of its rate in our test).
+                // for the window, and the link with it).
                 Some(_) => vec![members.budget; busy.len()],
                 None => pacing_shares(members.budget, &busy),
             };
