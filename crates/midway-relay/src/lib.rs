@@ -14,11 +14,10 @@
 //! after that side's FIN, while the other side is silent), honour an idle timeout and a
 //! cancellation token, and count bytes per direction while running.
 //!
-//! The close rule: a connection the relay ends while it holds bytes one end has not received
-//! (in its buffers, pipes or spool, or in a socket's kernel queues) ends with a reset toward
-//! both ends, never a FIN after a truncated stream. A cancellation (the proxy's shutdown after
-//! its grace period) always resets; an idle timeout resets when anything is held and closes
-//! with FINs otherwise.
+//! The close rule: a connection the relay ends before both of its directions have carried
+//! their source's FIN (a cancellation: the proxy's shutdown after its grace period; an idle
+//! timeout) ends with a reset toward both ends, never a FIN after a stream that may be
+//! truncated: an end may have sent bytes that never reached midway.
 //! Idle connections allocate no buffer and hold no pipe, and with
 //! [`RelayOptions::park_after`] not even the relay's own state: after that long without a byte
 //! (and nothing held, no direction ended) the relay lets go of everything but the two sockets
@@ -231,7 +230,7 @@ pub fn relay<'a>(
         loop {
             if parked {
                 // Woken by the idle deadline: the next run ends the connection at once, under the
-                // close rule (FINs if nothing is queued, resets otherwise).
+                // close rule (a reset toward both ends).
                 options.idle_timeout = match park::wait(&client, &server, &cancel, idle_left).await
                 {
                     park::Woke::IdleDeadline => Some(Duration::ZERO),

@@ -322,9 +322,6 @@ pub(crate) async fn run(
             server,
         }));
     }
-    // Read before the gauges are cleared below: what the directions held when they stopped.
-    let held_in_relay =
-        options.counters.held_now() + options.counters.spooled_now.load(Ordering::Relaxed);
     // The direction futures are gone: leased pipes still holding bytes were closed, buffers freed.
     options
         .counters
@@ -347,7 +344,7 @@ pub(crate) async fn run(
     // end learns the connection broke rather than ended, and never takes a truncated stream
     // for a whole one. A clean end disarms it: the close then sends the last FIN after the
     // bytes still queued.
-    if !ends_with_reset(&stop, held_in_relay, &client, &server) {
+    if !ends_with_reset(&stop) {
         for stream in [&client, &server] {
             let _ = SockRef::from(stream).set_linger(None);
         }
@@ -401,33 +398,23 @@ pub(crate) async fn run(
 }
 
 /// The close rule (RFC 3135 §4: a PEP that acknowledged bytes owes their delivery): a
-/// connection that ends while midway holds bytes one end has not received ends with a reset
-/// toward both ends; otherwise each direction ends with its FIN.
+/// connection the relay ends before both directions have carried their source's FIN ends with
+/// a reset toward both ends; only a connection whose two directions ended cleanly closes with
+/// FINs.
 ///
 /// - A failed direction (reset carried across, I/O error) always resets.
 /// - A cancellation (shutdown after the grace period) always resets: a direction still open
 ///   has not seen its source's end, so a FIN would pass a truncated stream off as complete.
-/// - An idle timeout resets when bytes are held anywhere: in the relay (`held_in_relay`:
-///   buffers, pipes, spool), unacknowledged in a socket's send queue (the client stopped
-///   reading), or unread in a socket's receive queue. With nothing held it closes with FINs,
-///   as an idle end host would.
-fn ends_with_reset(
-    stop: &Stop,
-    held_in_relay: u64,
-    client: &TcpStream,
-    server: &TcpStream,
-) -> bool {
+/// - An idle timeout always resets, for the same reason. Nothing held in the relay or in a
+///   socket's queues does not make a FIN safe: an end may have sent bytes that never reached
+///   midway (a dark link, retransmissions backing off past the timeout), and a FIN would end
+///   the other end's stream short of them. The fault campaign caught exactly that (a client's
+///   upload lost to a link outage longer than the idle timeout; both ends took a clean end).
+///   The stream relay resets on an idle timeout too: one rule for both.
+fn ends_with_reset(stop: &Stop) -> bool {
     match stop {
         Stop::BothDone | Stop::Park => false,
-        Stop::Failed(..) | Stop::Cancelled => true,
-        Stop::Idle => {
-            held_in_relay > 0
-                || [client, server].into_iter().any(|stream| {
-                    // A socket whose queues cannot be read is treated as holding bytes: a
-                    // needless reset is better than a silent truncation.
-                    midway_sys::sockopt::queued_bytes(stream.as_fd()).map_or(true, |q| q.any())
-                })
-        }
+        Stop::Failed(..) | Stop::Cancelled | Stop::Idle => true,
     }
 }
 
