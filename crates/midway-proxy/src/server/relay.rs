@@ -60,10 +60,12 @@ pub(super) struct Split {
 
 /// Relays `split` with `listener`'s relay settings until both directions end, `idle_timeout`
 /// passes without a byte, or `cancel` fires; then logs the connection and counts it.
-#[allow(
-    clippy::manual_async_fn,
-    reason = "an async fn would store its arguments twice for the connection's life"
-)]
+///
+/// The set-up (registrations, the first samples, the boxed relay) runs when this is called,
+/// outside the returned future: a value an async block takes in keeps its slot in the future
+/// for the connection's whole life even after it is moved on (the two segments, 160 bytes,
+/// were stored so in every idle connection's task). The future holds only what the relay's
+/// life and its end need.
 pub(super) fn relay<'a>(
     split: Split,
     listener: &'a Arc<ListenerConfig>,
@@ -71,98 +73,101 @@ pub(super) fn relay<'a>(
     idle_timeout: Duration,
     cancel: CancellationToken,
 ) -> impl Future<Output = ()> + 'a {
-    async move {
-        // `split` is used field by field, not destructured: an async fn keeps a parameter's slot
-        // and every local it is moved into for its whole life, so a destructured copy would be
-        // stored twice in every connection's task.
-        let name = &listener.name;
-        let metrics = &shared.metrics;
-        // Each socket's id once (an fstat each), copied to every holder below.
-        let ids = [
-            SocketId::of(split.client.tcp()),
-            SocketId::of(split.server.tcp()),
-        ];
-        // A QUIC stream has no socket of its own to cap.
-        let sockets: Vec<_> = [
-            ("local", split.client.tcp(), ids[0], split.adjustable.0),
-            ("remote", split.server.tcp(), ids[1], split.adjustable.1),
-        ]
-        .into_iter()
-        .filter_map(|(side, socket, id, adjustable)| socket.map(|_| (side, id, adjustable)))
-        .collect();
-        let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
-        // Paced at its share of the subscriber's access link while it lives (when one covers the
-        // client); the share follows the socket by its inode after the relay took it.
-        let access_share = shared
-            .access_links
-            .as_ref()
-            .and_then(|links| links.join(split.client_addr.ip(), split.client.tcp()?));
-        let transports = (split.client.transport(), split.server.transport());
-        let counters = Arc::new(RelayCounters::default());
-        // Listed by the control socket until the relay ends; `cancel` is this connection's own.
-        let _registered = shared.registry.register(Entry {
-            listener: listener.clone(),
-            client: split.client_addr,
-            target: split.target,
-            started: split.started,
-            counters: counters.clone(),
-            sockets: ids,
-            segments: [
-                (split.segments.0, transports.0),
-                (split.segments.1, transports.1),
-            ],
-            peer: split.peer,
-            cancel: cancel.clone(),
-        });
-        counters
-            .client_to_server
-            .fetch_add(split.sent_at_connect, Ordering::Relaxed);
-        // The relay owns and closes both sockets; it hands them to this callback just before,
-        // so the end-of-connection log and histograms get final values, not a stale sample.
-        let final_stats: Arc<OnceLock<FinalStats>> = Arc::default();
-        let on_close: OnClose = {
-            let slot = final_stats.clone();
-            Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
-                let _ = slot.set((
-                    midway_tcp::tcp_stats(client).ok(),
-                    midway_tcp::tcp_stats(server).ok(),
-                ));
-            })
-        };
-        let options = RelayOptions {
-            idle_timeout: Some(idle_timeout),
-            counters: counters.clone(),
-            on_close: Some(on_close),
-            client_prefix: Vec::new(),
-            park_after: Some(PARK_AFTER),
-            client_window: access_share.as_ref().and_then(SharedLink::window),
-        };
-        let mut sampler =
-            SegmentSampler::new(name, (ids[0], split.segments.0), (ids[1], split.segments.1));
-        // The sockets are still this task's here: read them directly, no inode check.
-        let congestion_controls =
-            sampler.first_sample(metrics, (split.client.tcp(), split.server.tcp()));
-        let mut bytes = ByteReporter::new(name);
-        // Boxed, and only where DSCP is carried: most connections never run it.
-        let server_class = listener
-            .carry_dscp
-            .then(|| ServerClassCarrier::new(split.server.tcp(), split.client.tcp()))
-            .flatten()
-            .map(|carrier| Box::pin(carrier.run(counters.clone())));
+    let name = &listener.name;
+    let metrics = &shared.metrics;
+    // Each socket's id once (an fstat each), copied to every holder below.
+    let ids = [
+        SocketId::of(split.client.tcp()),
+        SocketId::of(split.server.tcp()),
+    ];
+    // A QUIC stream has no socket of its own to cap.
+    let sockets: Vec<_> = [
+        ("local", split.client.tcp(), ids[0], split.adjustable.0),
+        ("remote", split.server.tcp(), ids[1], split.adjustable.1),
+    ]
+    .into_iter()
+    .filter_map(|(side, socket, id, adjustable)| socket.map(|_| (side, id, adjustable)))
+    .collect();
+    let mut memory = MemoryCaps::register(shared.socket_memory.as_ref(), &sockets);
+    // Paced at its share of the subscriber's access link while it lives (when one covers the
+    // client); the share follows the socket by its inode after the relay took it.
+    let access_share = shared
+        .access_links
+        .as_ref()
+        .and_then(|links| links.join(split.client_addr.ip(), split.client.tcp()?));
+    let transports = (split.client.transport(), split.server.transport());
+    let counters = Arc::new(RelayCounters::default());
+    // Listed by the control socket until the relay ends; `cancel` is this connection's own.
+    let registered = shared.registry.register(Entry {
+        listener: listener.clone(),
+        client: split.client_addr,
+        target: split.target,
+        started: split.started,
+        counters: counters.clone(),
+        sockets: ids,
+        segments: [
+            (split.segments.0, transports.0),
+            (split.segments.1, transports.1),
+        ],
+        peer: split.peer,
+        cancel: cancel.clone(),
+    });
+    counters
+        .client_to_server
+        .fetch_add(split.sent_at_connect, Ordering::Relaxed);
+    // The relay owns and closes both sockets; it hands them to this callback just before,
+    // so the end-of-connection log and histograms get final values, not a stale sample.
+    // Boxed when set: two `tcp_info`s (320 bytes) are not held through the connection's
+    // life for its last moment.
+    let final_stats: Arc<OnceLock<Box<FinalStats>>> = Arc::default();
+    let on_close: OnClose = {
+        let slot = final_stats.clone();
+        Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
+            let _ = slot.set(Box::new((
+                midway_tcp::tcp_stats(client).ok(),
+                midway_tcp::tcp_stats(server).ok(),
+            )));
+        })
+    };
+    let options = RelayOptions {
+        idle_timeout: Some(idle_timeout),
+        counters: counters.clone(),
+        on_close: Some(on_close),
+        client_prefix: Vec::new(),
+        park_after: Some(PARK_AFTER),
+        client_window: access_share.as_ref().and_then(SharedLink::window),
+    };
+    let mut sampler =
+        SegmentSampler::new(name, (ids[0], split.segments.0), (ids[1], split.segments.1));
+    // The sockets are still this task's here: read them directly, no inode check.
+    let congestion_controls =
+        sampler.first_sample(metrics, (split.client.tcp(), split.server.tcp()));
+    let mut bytes = ByteReporter::new(name);
+    // Boxed, and only where DSCP is carried: most connections never run it.
+    let server_class = listener
+        .carry_dscp
+        .then(|| ServerClassCarrier::new(split.server.tcp(), split.client.tcp()))
+        .flatten()
+        .map(|carrier| Box::pin(carrier.run(counters.clone())));
 
-        // On the heap, once: a future moved into another async block is stored again in each
-        // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
-        // relay's few kilobytes in every connection's task. Boxed, each copy is a pointer.
-        let mut relay = relay_segments(
-            split.client,
-            split.server,
-            listener,
-            shared,
-            options,
-            cancel,
-        );
-        let (started, segments, sent_at_connect) =
-            (split.started, split.segments, split.sent_at_connect);
+    // On the heap, once: a future moved into another async block is stored again in each
+    // enclosing future (rustc does not overlap a moved-from value's slot), which tripled the
+    // relay's few kilobytes in every connection's task. Boxed, each copy is a pointer.
+    let mut relay = relay_segments(
+        split.client,
+        split.server,
+        listener,
+        shared,
+        options,
+        cancel,
+    );
+    let (started, segments, sent_at_connect) =
+        (split.started, split.segments, split.sent_at_connect);
+    async move {
+        let metrics = &shared.metrics;
+        // Taken in, so held to the end: the control socket's entry, the access link's
+        // membership (moved into a local, each would be stored twice).
+        let _ = (&registered, &access_share);
         let result = {
             let sampled_relay = std::pin::pin!(async {
                 let mut carry_server_class = server_class;
@@ -202,7 +207,8 @@ pub(super) fn relay<'a>(
             report
         });
         let duration = started.elapsed();
-        if let Some((local, remote)) = final_stats.get() {
+        if let Some(last) = final_stats.get() {
+            let (local, remote) = &**last;
             sampler.record_final(metrics, local.clone(), remote.clone());
         }
         sampler.finish(metrics);
