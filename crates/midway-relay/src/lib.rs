@@ -33,7 +33,7 @@ mod traffic;
 mod window;
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,16 +95,19 @@ pub struct RelayCounters {
     pub remote_finished: AtomicBool,
     /// Times the connection parked (see [`RelayOptions::park_after`]).
     pub parks: AtomicU64,
+    /// The relay is parked now: nothing moves until `resumed` is notified.
+    pub parked: AtomicBool,
+    /// Notified (`notify_one`, so a waiter that comes late still wakes) each time a parked
+    /// relay wakes up, for whatever reason: a watcher that samples the connection can sleep
+    /// while it is parked instead of waking on a timer (thousands of idle connections).
+    pub resumed: tokio::sync::Notify,
 }
 
 impl RelayCounters {
     /// Bytes read from one side and not yet delivered, in buffers or pipes (the spool apart).
     pub fn held_now(&self) -> u64 {
-        self.held_client_to_server
-            .load(std::sync::atomic::Ordering::Relaxed)
-            + self
-                .held_server_to_client
-                .load(std::sync::atomic::Ordering::Relaxed)
+        self.held_client_to_server.load(Ordering::Relaxed)
+            + self.held_server_to_client.load(Ordering::Relaxed)
     }
 }
 
@@ -229,10 +232,13 @@ pub fn relay<'a>(
         let mut parked = options.park_after.is_some() && options.client_prefix.is_empty();
         loop {
             if parked {
+                options.counters.parked.store(true, Ordering::Release);
+                let woke = park::wait(&client, &server, &cancel, idle_left).await;
+                options.counters.parked.store(false, Ordering::Release);
+                options.counters.resumed.notify_one();
                 // Woken by the idle deadline: the next run ends the connection at once, under the
                 // close rule (a reset toward both ends).
-                options.idle_timeout = match park::wait(&client, &server, &cancel, idle_left).await
-                {
+                options.idle_timeout = match woke {
                     park::Woke::IdleDeadline => Some(Duration::ZERO),
                     park::Woke::Activity | park::Woke::Cancelled => idle_timeout,
                     park::Woke::Failed(side, error) => {
@@ -259,10 +265,7 @@ pub fn relay<'a>(
                     return Ok(report);
                 }
                 pump::Run::Parked(run) => {
-                    options
-                        .counters
-                        .parks
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    options.counters.parks.fetch_add(1, Ordering::Relaxed);
                     moved.0 += run.client_to_server_bytes;
                     moved.1 += run.server_to_client_bytes;
                     options.client_prefix = Vec::new();

@@ -199,3 +199,26 @@ async fn a_fresh_connection_starts_parked_and_the_server_may_speak_first() {
     relayed.cancel.cancel();
     within(TEST_TIMEOUT, relayed.relay).await.unwrap().unwrap();
 }
+
+/// While parked the counters say so, and only a wake-up notifies `resumed`: what lets the
+/// proxy's `tcp_info` sampler sleep through a park instead of waking on its timer.
+#[tokio::test]
+async fn the_counters_show_a_park_and_notify_its_end() {
+    let res = resources(1 << 30, 4);
+    let mut relayed = parking(&res).await;
+    exchange(&mut relayed, 10).await;
+    tokio::time::sleep(PARKED).await;
+    assert!(relayed.counters.parked.load(Ordering::Acquire));
+    // The first wake-up (the relay starts parked) left its notification unclaimed: take it.
+    let _ = tokio::time::timeout(
+        Duration::from_millis(20),
+        relayed.counters.resumed.notified(),
+    )
+    .await;
+    let counters = relayed.counters.clone();
+    let woken = tokio::spawn(async move { counters.resumed.notified().await });
+    tokio::time::sleep(PARKED).await;
+    assert!(!woken.is_finished(), "notified while still parked");
+    exchange(&mut relayed, 10).await;
+    within(TEST_TIMEOUT, woken).await.unwrap();
+}
