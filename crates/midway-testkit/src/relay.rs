@@ -30,6 +30,21 @@ pub struct Relayed {
     pub cancel: CancellationToken,
 }
 
+/// Reads the test's client and server ends to their end and asserts each ended with a reset,
+/// not a FIN (the close rule for a connection the relay ended unfinished).
+pub async fn assert_both_ends_reset(client: &mut TcpStream, server: &mut TcpStream) {
+    use tokio::io::AsyncReadExt;
+    for (name, stream) in [("client", client), ("server", server)] {
+        let mut rest = Vec::new();
+        let end = crate::wait::within(TEST_TIMEOUT, stream.read_to_end(&mut rest)).await;
+        assert_eq!(
+            end.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionReset),
+            "the test's {name} end"
+        );
+    }
+}
+
 /// Socket buffer size for every socket of a connection; None = kernel defaults (autotuning).
 /// Small buffers make "the kernel cannot absorb this" true regardless of sysctls.
 pub async fn relayed(
