@@ -20,7 +20,9 @@
 
 mod analysis;
 pub mod claims;
+pub mod concurrency;
 pub mod interval;
+pub mod load_checks;
 mod markdown;
 mod plot;
 mod record;
@@ -151,6 +153,10 @@ pub enum ReportError {
     /// The claims file beside the results could not be read or parsed.
     #[error(transparent)]
     Claims(#[from] claims::ClaimsError),
+    /// The load checks file beside the results, or a check's records, could not be read, or
+    /// the records contradict the file.
+    #[error(transparent)]
+    LoadChecks(#[from] Box<load_checks::LoadChecksError>),
     /// The font file was read but plotters cannot use it.
     #[error("{path} is not a TrueType/OpenType font plotters can use")]
     FontInvalid {
@@ -307,10 +313,11 @@ pub fn write_report(dir: &Path, opts: &ReportOptions) -> Result<ReportSummary, R
         plot_links.push(markdown::ExperimentPlots { main, extra });
     }
 
+    let load = load_checks::load(dir)
+        .map_err(Box::new)?
+        .map(|checks| load_checks::sensitivity(checks, &records));
     let mut text = markdown::render_with(&analysis, opts, &plot_links, &plan.warnings);
-    if let Some(file) = &claims {
-        text = claims::append_table(file, &analysis, text);
-    }
+    text = claims::append_table(claims.as_ref(), &analysis, load.as_ref(), text);
     let report_path = dir.join(REPORT_FILE);
     fs::write(&report_path, text).map_err(|source| ReportError::Write {
         path: report_path.clone(),

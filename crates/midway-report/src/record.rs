@@ -81,6 +81,15 @@ pub struct RunLoad {
     pub max_jobs: Option<u32>,
 }
 
+impl RunLoad {
+    /// Topologies measured at once while this run went on, at most: `--jobs`, or the
+    /// experiment's own limit when that is lower. The load a concurrency check compares.
+    pub fn effective_jobs(&self) -> u32 {
+        self.max_jobs
+            .map_or(self.jobs, |limit| limit.min(self.jobs))
+    }
+}
+
 /// Name of the `extra` measurement of a run with a warm-up transfer: 1 when the local segment's
 /// sender had cached the client (tcp_metrics) before the measured connection, 0 when not.
 pub const WARMUP_CACHED_METRIC: &str = "warmup_metrics_cached";

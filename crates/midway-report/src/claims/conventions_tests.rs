@@ -245,7 +245,12 @@ open_side = "a bound"
     )
     .expect("valid");
     assert!(file.problems().is_empty(), "{:?}", file.problems());
-    let text = append_table(&file, &paired_runs(&[20.0; 3], &[10.0; 3]), String::new());
+    let text = append_table(
+        Some(&file),
+        &paired_runs(&[20.0; 3], &[10.0; 3]),
+        None,
+        String::new(),
+    );
     assert!(
         text.contains(
             "Verdicts of the paper's claims: 1 agree, 0 inconclusive, 0 disagree, 0 not tested."
@@ -301,7 +306,12 @@ fn predicted_shares_are_printed_beside_the_measured_ones() {
          direction = \"b_to_a\"\ncases = { chain-reno = \"reno\", chain-highspeed = \"highspeed\" }\n",
     )
     .expect("valid");
-    let text = append_table(&file, &analyse(&records, "direct"), String::new());
+    let text = append_table(
+        Some(&file),
+        &analyse(&records, "direct"),
+        None,
+        String::new(),
+    );
     assert!(
         text.contains("| chain-reno | reno: 1.22 / sqrt(p) | 386 | 44.7 | 0.23 | 40.0 | 0.21 |"),
         "{text}"

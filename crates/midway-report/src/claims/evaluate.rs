@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::analysis::{Analysis, CaseRow, Experiment, THROUGHPUT_METRIC};
+use crate::concurrency::CellKey;
 use crate::markdown::number;
 
 use super::judge::{self, CloseCall, Measured, PointOutcome, Summary};
@@ -55,6 +56,29 @@ pub(crate) struct ClaimRow {
     pub why_not: Option<String>,
     /// Cells of a judged claim whose number is nearer the threshold than its interval is wide.
     pub close_calls: Vec<CloseCall>,
+    /// The cells (experiment, case, sweep value) whose runs the check read, a gain of
+    /// splitting's baseline runs included.
+    pub cells: Vec<CellKey>,
+}
+
+/// What a check found: the text of "we measured", the verdict, the close calls and the cells
+/// read.
+struct Checked {
+    measured: String,
+    verdict: Verdict,
+    close_calls: Vec<CloseCall>,
+    cells: Vec<CellKey>,
+}
+
+impl Checked {
+    fn without_runs(measured: String, verdict: Verdict) -> Self {
+        Checked {
+            measured,
+            verdict,
+            close_calls: Vec::new(),
+            cells: Vec::new(),
+        }
+    }
 }
 
 /// Checks every claim (or target) against the analysed results.
@@ -73,25 +97,29 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 .experiments
                 .iter()
                 .find(|e| e.name == claim.experiment);
-            let (measured, verdict, close_calls) = match (experiment, &claim.check) {
-                (None, _) => (
+            let checked = match (experiment, &claim.check) {
+                (None, _) => Checked::without_runs(
                     "-".to_string(),
                     Verdict::NoData(format!(
                         "experiment `{}` not in the results",
                         claim.experiment
                     )),
-                    Vec::new(),
                 ),
-                (Some(experiment), None) => (
+                (Some(experiment), None) => Checked::without_runs(
                     overview(experiment),
                     Verdict::NotTested("no machine check".to_string()),
-                    Vec::new(),
                 ),
                 (Some(experiment), Some(check)) => match check.criterion() {
                     Ok(criterion) => run_check(analysis, experiment, check, criterion),
-                    Err(why) => (String::new(), Verdict::Invalid(why), Vec::new()),
+                    Err(why) => Checked::without_runs(String::new(), Verdict::Invalid(why)),
                 },
             };
+            let Checked {
+                measured,
+                verdict,
+                close_calls,
+                cells,
+            } = checked;
             // A claim the lab does not test is "not tested" whatever its check measured.
             let verdict = match (&claim.not_tested, verdict) {
                 (Some(why), Verdict::Agrees | Verdict::Inconclusive | Verdict::Disagrees)
@@ -122,6 +150,7 @@ pub(crate) fn evaluate(claims: &[Claim], analysis: &Analysis) -> Vec<ClaimRow> {
                 verdict,
                 why_not,
                 close_calls,
+                cells,
             }
         })
         .collect()
@@ -159,9 +188,8 @@ pub(crate) fn evaluate_sanity(checks: &[SanityCheck], analysis: &Analysis) -> Ve
                 ),
                 (Some(_), Err(why)) => (String::new(), Verdict::Invalid(why)),
                 (Some(experiment), Ok(criterion)) => {
-                    let (measured, verdict, _close_calls) =
-                        run_check(analysis, experiment, &sanity.check, criterion);
-                    (measured, verdict)
+                    let checked = run_check(analysis, experiment, &sanity.check, criterion);
+                    (checked.measured, checked.verdict)
                 }
             };
             SanityRow {
@@ -411,6 +439,8 @@ struct PointMeasure {
     label_a: String,
     metric_a: String,
     b: Option<(Measured, String, String)>,
+    /// The cells whose runs A and B read.
+    cells: Vec<CellKey>,
 }
 
 impl PointMeasure {
@@ -429,16 +459,23 @@ fn measure_point(
     xa: Option<&AxisValue>,
     xb: Option<&AxisValue>,
 ) -> Result<PointMeasure, String> {
+    let mut cells = Vec::new();
     let metric_a = check.a.metric.as_deref().unwrap_or(&check.metric);
     let a = find_row(experiment_a, &check.a.case, xa)
         .ok_or_else(|| format!("no `{}` run{}", check.a.case, at(xa)))
-        .and_then(|row| metric_of(experiment_a, row, metric_a, check.stat))?;
+        .and_then(|row| {
+            cells.extend(cells_read(experiment_a, row, metric_a));
+            metric_of(experiment_a, row, metric_a, check.stat)
+        })?;
     let b = match &check.b {
         Some(b_operand) => {
             let metric_b = b_operand.metric.as_deref().unwrap_or(&check.metric);
             let b = find_row(experiment_b, &b_operand.case, xb)
                 .ok_or_else(|| format!("no `{}` run{}", b_operand.case, at(xb)))
-                .and_then(|row| metric_of(experiment_b, row, metric_b, check.stat))?;
+                .and_then(|row| {
+                    cells.extend(cells_read(experiment_b, row, metric_b));
+                    metric_of(experiment_b, row, metric_b, check.stat)
+                })?;
             let label_b = operand_label(b_operand, metric_b, check.stat, xb);
             Some((b, label_b, metric_b.to_string()))
         }
@@ -450,7 +487,25 @@ fn measure_point(
         metric_a: metric_a.to_string(),
         a,
         b,
+        cells,
     })
+}
+
+/// The cells whose runs a metric of `row` reads: the row's, and for a gain of splitting the
+/// baseline case's at the same sweep value.
+fn cells_read(experiment: &Experiment, row: &CaseRow, metric: &str) -> Vec<CellKey> {
+    let cell = |case: &str| {
+        (
+            experiment.name.clone(),
+            case.to_string(),
+            row.sweep_label.clone(),
+        )
+    };
+    let mut cells = vec![cell(&row.case)];
+    if matches!(metric, GOS_METRIC | GOS_POSITIVE_SHARE_METRIC) {
+        cells.push(cell(&experiment.baseline_case));
+    }
+    cells
 }
 
 fn run_check(
@@ -458,10 +513,10 @@ fn run_check(
     experiment: &Experiment,
     check: &Check,
     criterion: Criterion,
-) -> (String, Verdict, Vec<CloseCall>) {
+) -> Checked {
     let experiment_a = match operand_experiment(analysis, experiment, &check.a) {
         Ok(found) => found,
-        Err(why) => return (String::new(), Verdict::NoData(why), Vec::new()),
+        Err(why) => return Checked::without_runs(String::new(), Verdict::NoData(why)),
     };
     let experiment_b = match check
         .b
@@ -470,7 +525,7 @@ fn run_check(
         .transpose()
     {
         Ok(found) => found.unwrap_or(experiment),
-        Err(why) => return (String::new(), Verdict::NoData(why), Vec::new()),
+        Err(why) => return Checked::without_runs(String::new(), Verdict::NoData(why)),
     };
     let points = check_points(experiment_a, check);
     let mut parts = Vec::new();
@@ -485,7 +540,7 @@ fn run_check(
             xb.as_ref(),
         ) {
             Ok(point) => point,
-            Err(why) => return (parts.join("; "), Verdict::NoData(why), Vec::new()),
+            Err(why) => return Checked::without_runs(parts.join("; "), Verdict::NoData(why)),
         };
         if check.trend.is_none() {
             let b = point.b.as_ref().map(|(b, _, _)| b);
@@ -532,7 +587,12 @@ fn run_check(
         };
         measured.retain(covered);
         let (text, verdict) = trend_check(&measured, criterion);
-        return (text, verdict, Vec::new());
+        return Checked {
+            measured: text,
+            verdict,
+            close_calls: Vec::new(),
+            cells: all_cells(&measured),
+        };
     }
     let verdict = if outcomes.contains(&PointOutcome::Fails) {
         Verdict::Disagrees
@@ -541,7 +601,23 @@ fn run_check(
     } else {
         Verdict::Inconclusive
     };
-    (parts.join("; "), verdict, close_calls)
+    Checked {
+        measured: parts.join("; "),
+        verdict,
+        close_calls,
+        cells: all_cells(&measured),
+    }
+}
+
+/// The cells the points read, each once, in the order first read.
+fn all_cells(points: &[PointMeasure]) -> Vec<CellKey> {
+    let mut cells: Vec<CellKey> = Vec::new();
+    for cell in points.iter().flat_map(|p| &p.cells) {
+        if !cells.contains(cell) {
+            cells.push(cell.clone());
+        }
+    }
+    cells
 }
 
 /// Fewest sweep points a trend is judged on: with two, any difference is a "trend".

@@ -8,7 +8,9 @@ use super::evaluate::{evaluate, evaluate_sanity, ClaimRow, SanityRow, Verdict};
 use super::model::ClaimsFile;
 use super::predict;
 use crate::analysis::Analysis;
+use crate::concurrency::CellKey;
 use crate::interval;
+use crate::load_checks::{self, Sensitive, Sensitivity};
 // The report's own cell escaping, so a claims row and a results row escape alike.
 use crate::markdown::{cell, number};
 
@@ -95,7 +97,23 @@ fn verdict_text(verdict: &Verdict, [holds, unsure, fails]: [&str; 3]) -> String 
     }
 }
 
-fn table(rows: &[ClaimRow]) -> String {
+/// The marks beside a judged verdict: every cell it reads that a load check found moved and this
+/// report measured at a higher load than the check's clean one (empty: none).
+fn load_marks(row: &ClaimRow, sensitive: &[Sensitive]) -> Vec<String> {
+    if !matches!(
+        row.verdict,
+        Verdict::Agrees | Verdict::Inconclusive | Verdict::Disagrees
+    ) {
+        return Vec::new();
+    }
+    sensitive
+        .iter()
+        .filter(|s| s.marks() && row.cells.contains(&s.row.key))
+        .map(Sensitive::mark_text)
+        .collect()
+}
+
+fn table(rows: &[ClaimRow], sensitive: &[Sensitive]) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -103,7 +121,16 @@ fn table(rows: &[ClaimRow]) -> String {
     );
     let _ = writeln!(text, "|---|---|---|---|---|---|");
     for row in rows {
-        let verdict = verdict_text(&row.verdict, ["agrees", "inconclusive", "**disagrees**"]);
+        let mut verdict = verdict_text(&row.verdict, ["agrees", "inconclusive", "**disagrees**"]);
+        let marks = load_marks(row, sensitive);
+        if !marks.is_empty() {
+            let _ = write!(
+                verdict,
+                "; **{}** (section \"Load sensitivity\"): {}",
+                load_checks::MARK,
+                marks.join("; ")
+            );
+        }
         let _ = writeln!(
             text,
             "| {} | {} | {} | {} | {} | {} |",
@@ -227,7 +254,12 @@ fn sanity_counts(rows: &[SanityRow]) -> String {
 /// The markdown sections: the claims file's problems (if any), the paper's claims, midway's
 /// targets. A file with targets only (a probe of midway's own, no paper) has no paper section and
 /// no [`VERDICTS_LINE`], so it never passes for a reproduction.
-pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow]) -> String {
+pub(crate) fn render(
+    file: &ClaimsFile,
+    claims: &[ClaimRow],
+    targets: &[ClaimRow],
+    sensitive: &[Sensitive],
+) -> String {
     let mut text = String::new();
     const TARGETS_HEADING: &str = "## midway's targets (not the paper's findings)";
     if claims.is_empty() {
@@ -251,7 +283,7 @@ pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow
     let _ = writeln!(text, "{}\n", how_to_read());
     if !claims.is_empty() {
         let _ = writeln!(text, "{VERDICTS_LINE} {}.\n", counts(claims));
-        text.push_str(&table(claims));
+        text.push_str(&table(claims, sensitive));
         text.push_str(&close_calls("The paper's claims", claims));
         if !targets.is_empty() {
             let _ = writeln!(text, "\n{TARGETS_HEADING}\n");
@@ -259,7 +291,7 @@ pub(crate) fn render(file: &ClaimsFile, claims: &[ClaimRow], targets: &[ClaimRow
     }
     if !targets.is_empty() {
         let _ = writeln!(text, "Verdicts of the targets: {}.\n", counts(targets));
-        text.push_str(&table(targets));
+        text.push_str(&table(targets, sensitive));
         text.push_str(&close_calls("midway's targets", targets));
     }
     text
@@ -277,22 +309,60 @@ pub(crate) fn render_sanity(rows: &[SanityRow]) -> String {
     )
 }
 
-/// Appends the claims tables of `file` to the report `text`, when the file has claims or
-/// targets (a file with only `[[plots]]` adds no table), then the predicted shares and the
-/// sanity checks.
-pub(crate) fn append_table(file: &ClaimsFile, analysis: &Analysis, mut text: String) -> String {
+/// "Fig. 5 (claim, `fig5-legacy`, agrees)" for every row reading `key`.
+fn readers(rows: &[(&str, &[ClaimRow])], key: &CellKey) -> Vec<String> {
+    rows.iter()
+        .flat_map(|(kind, rows)| {
+            rows.iter()
+                .filter(|row| row.cells.contains(key))
+                .map(move |row| {
+                    format!(
+                        "{} ({kind}, `{}`, {})",
+                        row.figure,
+                        row.experiment,
+                        row.verdict.category()
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Appends the claims tables of `file` (`None`: the folder has no claims file) to the report
+/// `text`, when the file has claims or targets (a file with only `[[plots]]` adds no table),
+/// then the load sensitivity of the cells `checks` compared (when a load checks file names
+/// any), the predicted shares and the sanity checks.
+pub(crate) fn append_table(
+    file: Option<&ClaimsFile>,
+    analysis: &Analysis,
+    load: Option<&Sensitivity>,
+    mut text: String,
+) -> String {
+    let empty = ClaimsFile {
+        paper: String::new(),
+        claims: Vec::new(),
+        targets: Vec::new(),
+        sanity: Vec::new(),
+        predictions: Vec::new(),
+        plots: Vec::new(),
+    };
+    let file = file.unwrap_or(&empty);
     let has_tables = !file.claims.is_empty() || !file.targets.is_empty();
-    if !has_tables && file.sanity.is_empty() && file.predictions.is_empty() {
+    if !has_tables && file.sanity.is_empty() && file.predictions.is_empty() && load.is_none() {
         return text;
     }
     if !text.ends_with('\n') {
         text.push('\n');
     }
+    let claims = evaluate(&file.claims, analysis);
+    let targets = evaluate(&file.targets, analysis);
+    let sensitive = load.map_or(&[][..], |load| load.cells.as_slice());
     if has_tables {
-        let claims = evaluate(&file.claims, analysis);
-        let targets = evaluate(&file.targets, analysis);
         text.push('\n');
-        text.push_str(&render(file, &claims, &targets));
+        text.push_str(&render(file, &claims, &targets, sensitive));
+    }
+    if let Some(load) = load {
+        let rows: [(&str, &[ClaimRow]); 2] = [("claim", &claims), ("target", &targets)];
+        text.push_str(&load_checks::render(load, &|key| readers(&rows, key)));
     }
     text.push_str(&predict::render(&file.predictions, analysis));
     text.push_str(&render_sanity(&evaluate_sanity(&file.sanity, analysis)));

@@ -114,7 +114,7 @@ fn checks_ratios_all_cells_extras_and_missing_experiments() {
     assert_eq!(rows[2].verdict, Verdict::Agrees, "{}", rows[2].measured);
     assert_eq!(rows[3].verdict, Verdict::Agrees, "{}", rows[3].measured);
     assert!(matches!(rows[4].verdict, Verdict::NoData(_)));
-    let table = render(&file, &rows, &[]);
+    let table = render(&file, &rows, &[], &[]);
     assert!(
         table.contains(
             "Verdicts of the paper's claims: 3 agree, 0 inconclusive, 1 disagree, 0 not tested, \
@@ -483,7 +483,7 @@ experiment = "other"
     assert_eq!(spec.lines[2].x, Some(AxisValue::Text("pipelining".into())));
     assert!(file.plots[1].lines.is_empty() && file.plots[1].metrics.is_empty());
     // A file without claims adds no table.
-    let text = append_table(&file, &analysis(), "# r\n".to_string());
+    let text = append_table(Some(&file), &analysis(), None, "# r\n".to_string());
     assert_eq!(text, "# r\n");
     assert!(parse("paper = \"p\"\n[[plots]]\nexperiment = \"e\"\ncolour = 1\n").is_err());
 }
@@ -599,7 +599,7 @@ fn a_cell_inside_its_own_spread_asks_for_more_runs_and_a_decided_one_does_not() 
     );
     assert_eq!((call.runs, call.runs_needed), (5, Some(500)));
     assert!((call.distance - 0.05).abs() < 1e-9 && (call.width - 0.5).abs() < 1e-9);
-    let table = render(&file, std::slice::from_ref(&row), &[]);
+    let table = render(&file, std::slice::from_ref(&row), &[], &[]);
     assert!(
         table.contains(
             "### The paper's claims: verdicts that turn on less than their interval's width"
@@ -612,7 +612,7 @@ fn a_cell_inside_its_own_spread_asks_for_more_runs_and_a_decided_one_does_not() 
     let row = evaluate(&file.claims, &analysis).remove(0);
     assert_eq!(row.verdict, Verdict::Agrees);
     assert!(row.close_calls.is_empty(), "{:?}", row.close_calls);
-    assert!(!render(&file, &[row], &[]).contains("verdicts that turn on"));
+    assert!(!render(&file, &[row], &[], &[]).contains("verdicts that turn on"));
     // Deterministic runs 0.02 % apart, 0.01 % above the threshold: the interval straddles it,
     // yet more runs would repeat the same numbers, so the cell is named, not listed.
     let analysis = paired_runs(&[10.001, 10.0, 10.002, 10.001, 9.9995], &[10.0; 5]);
@@ -701,7 +701,12 @@ tolerance = 0.1
     assert!(problems[2].contains("F3") && problems[2].contains("not_tested"));
     assert!(problems[3].contains("target \"issue 16\"") && problems[3].contains("within"));
     // The report shows them, and an invalid check is never counted as agreeing.
-    let text = append_table(&file, &paired_runs(&[12.0; 3], &[10.0; 3]), String::new());
+    let text = append_table(
+        Some(&file),
+        &paired_runs(&[12.0; 3], &[10.0; 3]),
+        None,
+        String::new(),
+    );
     assert!(text.contains("Problems in the claims file:"), "{text}");
     assert!(text.contains("**invalid check**"), "{text}");
 }
@@ -736,7 +741,12 @@ open_side = "a target is a threshold"
     )
     .expect("valid");
     assert!(file.problems().is_empty(), "{:?}", file.problems());
-    let text = append_table(&file, &paired_runs(&[20.0; 3], &[10.0; 3]), String::new());
+    let text = append_table(
+        Some(&file),
+        &paired_runs(&[20.0; 3], &[10.0; 3]),
+        None,
+        String::new(),
+    );
     // The check is measured and shown, but the verdict is "not tested", never "agrees".
     assert!(
         text.contains("not tested: no connection in the lab sees a duplicate ACK"),
@@ -777,7 +787,12 @@ open_side = "the issue asks only to beat it"
 "#,
     )
     .expect("valid");
-    let text = append_table(&file, &paired_runs(&[20.0; 3], &[10.0; 3]), String::new());
+    let text = append_table(
+        Some(&file),
+        &paired_runs(&[20.0; 3], &[10.0; 3]),
+        None,
+        String::new(),
+    );
     assert!(!text.contains("Paper vs lab"), "{text}");
     assert!(!text.contains(VERDICTS_LINE), "{text}");
     assert!(

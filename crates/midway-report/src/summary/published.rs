@@ -156,8 +156,9 @@ fn parse_row(table: Table, line: &str) -> Option<Row> {
         return None;
     }
     let verdict = verdict.replace("**", "");
+    // "agrees", "not tested: why", "agrees; load-sensitive (...): ...".
     let verdict = verdict
-        .split(':')
+        .split([':', ';'])
         .next()
         .unwrap_or_default()
         .trim()
