@@ -28,6 +28,7 @@ mod plot;
 mod record;
 pub mod stats;
 pub mod summary;
+pub mod trend;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};

@@ -3,7 +3,11 @@
 //! known, and the share of intervals that hold the true value. Each must reach the level the
 //! interval states, less a Monte Carlo margin. The percentile bootstrap the reports used before
 //! is checked the same way and must miss its stated 95 % at n = 5, so the check can fail.
-//! Seeded, so every run draws the same samples. `--nocapture` prints the table.
+//! Trends: synthetic sweeps of 3-6 points of 3-10 runs (normal, lognormal, and paired cases
+//! compared by their ratio) without a trend, where the trend test (`midway_report::trend`) may
+//! agree at most at its one-sided level, and with a known fall, where it must find it; the
+//! bootstrap rule used before must agree too often at 3 points of 3 runs.
+//! Seeded, so every run draws the same samples. `--nocapture` prints the tables.
 
 // Tests: an unwrap or expect that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -340,4 +344,247 @@ fn the_percentile_bootstrap_misses_its_stated_level_at_five_runs() {
     let share = min_max as f64 / BOOTSTRAP_TRIALS as f64;
     println!("percentile bootstrap of a median at n = 5 equal to [min, max]: {share:.4}");
     assert!(share > 0.95, "{share}");
+}
+
+/// How a synthetic sweep's runs are drawn.
+#[derive(Clone, Copy)]
+enum SweepKind {
+    /// Runs normal around the point's level, sd 1.
+    Normal,
+    /// Runs lognormal: exp(level + N(0, 1)), strongly skewed.
+    Lognormal,
+    /// Two cases run in pairs: B = 10 exp(0.5 N) shared by the pair (the pair's emulated
+    /// conditions), A = B exp(level / 10 + 0.1 N'); compared: A over B, a ratio whose log moves
+    /// by the level's tenth, in units of its own noise (sd 0.1) as the others.
+    Paired,
+}
+
+impl SweepKind {
+    fn name(self) -> &'static str {
+        match self {
+            SweepKind::Normal => "normal",
+            SweepKind::Lognormal => "lognormal",
+            SweepKind::Paired => "paired ratio (lognormal)",
+        }
+    }
+}
+
+/// One point's runs: a single case's values, or the pairs (A, B).
+enum Runs {
+    One(Vec<f64>),
+    Paired(Vec<(f64, f64)>),
+}
+
+/// Draws a sweep of `points` points of `n` runs whose level falls by `step` noise standard
+/// deviations from each point to the next (0: no trend).
+fn sweep(rng: &mut Rng64, kind: SweepKind, points: usize, n: usize, step: f64) -> Vec<Runs> {
+    (0..points)
+        .map(|i| {
+            let level = -step * i as f64;
+            match kind {
+                SweepKind::Normal => {
+                    Runs::One((0..n).map(|_| 10.0 + level + normal(rng)).collect())
+                }
+                SweepKind::Lognormal => {
+                    Runs::One((0..n).map(|_| (level + normal(rng)).exp()).collect())
+                }
+                SweepKind::Paired => Runs::Paired(
+                    (0..n)
+                        .map(|_| {
+                            let b = 10.0 * (0.5 * normal(rng)).exp();
+                            (b * (0.1 * (level + normal(rng))).exp(), b)
+                        })
+                        .collect(),
+                ),
+            }
+        })
+        .collect()
+}
+
+fn median(values: &[f64]) -> f64 {
+    stats::median(values).unwrap()
+}
+
+/// The rule reports used until 2026-12-02 for a falling trend: Spearman's rank correlation of
+/// the points' medians (of A over B for pairs: the ratio of the medians) with the sweep, with a
+/// percentile bootstrap interval (2000 rounds resampling every point's runs, pairs together,
+/// 2.5th to 97.5th percentile, from a fixed seed); it agreed when the correlation and the whole
+/// interval were below zero. A copy, so the test keeps showing what it got wrong.
+fn old_rule_agrees(points: &[Runs]) -> bool {
+    use midway_report::trend::spearman;
+    const RESAMPLES: usize = 2000;
+    // Buffers reused across rounds, medians taken in place: the test draws millions of
+    // resamples.
+    let in_place = |v: &mut [f64]| {
+        v.sort_unstable_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let mut value = |runs: &Runs, draw: &mut dyn FnMut(usize) -> usize| -> f64 {
+        a.clear();
+        b.clear();
+        match runs {
+            Runs::One(v) => {
+                a.extend((0..v.len()).map(|i| v[draw(i)]));
+                in_place(&mut a)
+            }
+            Runs::Paired(p) => {
+                for i in 0..p.len() {
+                    let (x, y) = p[draw(i)];
+                    a.push(x);
+                    b.push(y);
+                }
+                in_place(&mut a) / in_place(&mut b)
+            }
+        }
+    };
+    let len = |runs: &Runs| match runs {
+        Runs::One(v) => v.len(),
+        Runs::Paired(p) => p.len(),
+    };
+    let measured: Vec<f64> = points.iter().map(|r| value(r, &mut |i| i)).collect();
+    let rho = spearman(&measured);
+    let mut rng = Rng64::seed_from_u64(0x0074_7265_6e64);
+    let mut values = vec![0.0; points.len()];
+    let mut estimates: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            for (slot, runs) in values.iter_mut().zip(points) {
+                let n = len(runs);
+                *slot = value(runs, &mut |_| rng.gen_range(0..n));
+            }
+            spearman(&values)
+        })
+        .collect();
+    estimates.sort_by(f64::total_cmp);
+    let high = quantile_sorted(&estimates, 0.975).unwrap();
+    rho < 0.0 && high < 0.0
+}
+
+/// The rule reports use now (`midway_report::trend`): the permutation test of the runs' rank
+/// correlation with the sweep (per-pair ratios for pairs), agreeing at a one-sided p of at most
+/// `ALPHA` when the points' own numbers fall too.
+fn new_rule_agrees(points: &[Runs]) -> bool {
+    use midway_report::trend::{permutation_test, spearman, ALPHA};
+    let runs: Vec<Vec<f64>> = points
+        .iter()
+        .map(|runs| match runs {
+            Runs::One(v) => v.clone(),
+            Runs::Paired(p) => interval::paired_ratios(p),
+        })
+        .collect();
+    let measured: Vec<f64> = runs.iter().map(|r| median(r)).collect();
+    let test = permutation_test(&runs).unwrap();
+    test.p_falling <= ALPHA && spearman(&measured) < 0.0
+}
+
+/// Sizes of the synthetic sweeps: (points, runs a point).
+const TREND_SIZES: [(usize, usize); 5] = [(3, 3), (3, 5), (4, 5), (5, 5), (6, 10)];
+const TREND_KINDS: [SweepKind; 3] = [SweepKind::Normal, SweepKind::Lognormal, SweepKind::Paired];
+/// Noise standard deviations the level falls by per sweep point in the power rows.
+const TREND_STEP: f64 = 1.0;
+
+struct TrendLine {
+    what: String,
+    old: f64,
+    new: f64,
+}
+
+/// Agreements of each rule with a falling trend over `trials` sweeps.
+fn trend_rates(
+    rng: &mut Rng64,
+    kind: SweepKind,
+    size: (usize, usize),
+    step: f64,
+    trials: usize,
+) -> (f64, f64) {
+    let (mut old, mut new) = (0, 0);
+    for _ in 0..trials {
+        let points = sweep(rng, kind, size.0, size.1, step);
+        old += usize::from(old_rule_agrees(&points));
+        new += usize::from(new_rule_agrees(&points));
+    }
+    (old as f64 / trials as f64, new as f64 / trials as f64)
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "about a minute in a release build, many in a debug one: cargo test --release"
+)]
+fn a_trend_agrees_without_one_at_most_at_its_level() {
+    use midway_report::trend::ALPHA;
+    // Sweeps without a trend, per size and kind: the margin below is then about 1.2 points.
+    const NULL_TRIALS: usize = 2_000;
+    const POWER_TRIALS: usize = 500;
+    let mut rng = Rng64::seed_from_u64(0x7472_656e_6473);
+    let mut null = Vec::new();
+    let mut power = Vec::new();
+    for size in TREND_SIZES {
+        for kind in TREND_KINDS {
+            let what = format!("{} points x {} runs, {}", size.0, size.1, kind.name());
+            let (old, new) = trend_rates(&mut rng, kind, size, 0.0, NULL_TRIALS);
+            null.push((
+                size,
+                TrendLine {
+                    what: what.clone(),
+                    old,
+                    new,
+                },
+            ));
+            let (old, new) = trend_rates(&mut rng, kind, size, TREND_STEP, POWER_TRIALS);
+            power.push((size, TrendLine { what, old, new }));
+        }
+    }
+    let table = |heading: &str, lines: &[((usize, usize), TrendLine)]| {
+        println!("{heading:<48} {:>8} {:>8}", "old", "new");
+        for (_, l) in lines {
+            println!("{:<48} {:>8.4} {:>8.4}", l.what, l.old, l.new);
+        }
+    };
+    table("false agreement (no trend), one-sided", &null);
+    table(&format!("power (falling {TREND_STEP} sd a point)"), &power);
+    let ceiling =
+        |trials: usize| ALPHA + MARGIN_SE * (ALPHA * (1.0 - ALPHA) / trials as f64).sqrt();
+    println!(
+        "allowed false agreement: {ALPHA} + Monte Carlo margin = {:.4}",
+        ceiling(NULL_TRIALS)
+    );
+    let over: Vec<&str> = null
+        .iter()
+        .filter(|(_, l)| l.new > ceiling(NULL_TRIALS))
+        .map(|(_, l)| l.what.as_str())
+        .collect();
+    assert!(
+        over.is_empty(),
+        "the permutation test agrees without a trend too often: {over:?}"
+    );
+    // A rule that never agrees would pass the line above: with 4 points or more of 5 runs, a
+    // fall of one noise sd a point must be found nearly always.
+    let weak: Vec<&str> = power
+        .iter()
+        .filter(|(size, l)| size.0 >= 4 && size.1 >= 5 && l.new < 0.9)
+        .map(|(_, l)| l.what.as_str())
+        .collect();
+    assert!(
+        weak.is_empty(),
+        "the permutation test misses clear trends: {weak:?}"
+    );
+    // The old rule agreed without a trend more often than its one-sided 2.5 % at 3 points of 3
+    // runs (pooled over the three kinds), so this check can fail.
+    let smallest: Vec<f64> = null
+        .iter()
+        .filter(|(size, _)| *size == (3, 3))
+        .map(|(_, l)| l.old)
+        .collect();
+    let pooled = smallest.iter().sum::<f64>() / smallest.len() as f64;
+    println!("old rule at 3 points x 3 runs, pooled: {pooled:.4}");
+    assert!(
+        pooled > ceiling(NULL_TRIALS * smallest.len()),
+        "the old bootstrap rule held its level at 3 x 3: {pooled}"
+    );
 }

@@ -655,44 +655,10 @@ fn trend_check(points: &[PointMeasure], criterion: Criterion) -> (String, Verdic
         );
     }
     let compared: Vec<f64> = points.iter().map(PointMeasure::compared).collect();
-    let rho = trend::spearman(&compared);
     let runs: Vec<PointRuns> = points.iter().map(point_runs).collect();
-    let summary = points[0].a.summary;
-    let interval = trend::interval(&runs, |v| summary.of(v));
-    let interval_text = match interval {
-        Some(i) => format!(
-            "{:.0} % bootstrap interval {}..{}",
-            trend::LEVEL * 100.0,
-            number(i.low),
-            number(i.high)
-        ),
-        None => format!(
-            "no interval (fewer than {} runs a side somewhere)",
-            crate::interval::MIN_REPETITIONS
-        ),
-    };
-    let verdict = match interval {
-        Some(i) if criterion.accepts(rho) && criterion.accepts_all(i.low, i.high) => {
-            Verdict::Agrees
-        }
-        Some(i) if criterion.rejects_all(i.low, i.high) => Verdict::Disagrees,
-        _ => Verdict::Inconclusive,
-    };
+    let (text, verdict) = trend::judge(&compared, &runs, criterion);
     (
-        format!(
-            "{label} by sweep value: {}; Spearman's rank correlation with the sweep {}, {}, \
-             needs {} (a {} trend over all {} points)",
-            values.join(", "),
-            number(rho),
-            interval_text,
-            criterion.text(),
-            if matches!(criterion, Criterion::Below { .. }) {
-                "falling"
-            } else {
-                "rising"
-            },
-            points.len()
-        ),
+        format!("{label} by sweep value: {}; {text}", values.join(", ")),
         verdict,
     )
 }

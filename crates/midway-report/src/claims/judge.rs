@@ -17,16 +17,6 @@ pub(super) enum Summary {
     Share,
 }
 
-impl Summary {
-    /// The summary of `values` (a share is the mean of its 0/1 indicators).
-    pub(super) fn of(self, values: &[f64]) -> Option<f64> {
-        match self {
-            Summary::Stat(Stat::Median) => crate::stats::median(values),
-            Summary::Stat(Stat::Mean) | Summary::Share => crate::stats::mean(values),
-        }
-    }
-}
-
 /// A summarised measurement of one operand, with how it was counted when that helps a reader.
 pub(super) struct Measured {
     pub value: f64,

@@ -108,10 +108,12 @@
 //! (n = 1, 2, ... over the experiment's entries with `metrics`) and linked in the experiment's
 //! section. Parsing and evaluation are pure; only [`load`] reads a file.
 //!
-//! A trend check judges Spearman's rank correlation of the compared number with the sweep's
-//! order over every sweep value of A (from `from_x` up), with a bootstrap interval that
-//! resamples every point's runs at once (`trend.rs`): it agrees when the whole interval is above
-//! zero (below, for `decreasing`).
+//! A trend check runs over every sweep value of A (from `from_x` up) and is judged by the
+//! permutation test of the rank correlation of the runs with the sweep ([`crate::trend`];
+//! `trend.rs`): it agrees when the one-sided p-value of the claimed direction is at most 2.5 %
+//! and the compared numbers fall (or rise) with the sweep, disagrees when the other direction's
+//! p-value is, and is inconclusive otherwise; without a trend each happens at most 2.5 % of the
+//! time, whatever the runs' distribution.
 //!
 //! The files, one job each: `model.rs` is the claims file as it is written (its types, its
 //! [`ClaimsFile::problems`] and [`parse`]); `reading.rs` the conventions of the papers' words;
