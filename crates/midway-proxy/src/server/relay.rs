@@ -323,13 +323,13 @@ fn relay_segments<'a>(
 fn log_end(
     report: &RelayReport,
     duration: Duration,
-    (local, remote): (Option<&TcpStats>, Option<&TcpStats>),
+    (local, remote): (Option<&LastSample>, Option<&LastSample>),
     segments: (&str, &str),
     transports: (&str, &str),
     congestion_controls: &(Option<String>, Option<String>),
     sample_age: Duration,
 ) {
-    let get = |s: Option<&TcpStats>, f: fn(&TcpStats) -> u64| s.map(f);
+    let get = |s: Option<&LastSample>, f: fn(&LastSample) -> u64| s.map(f);
     tracing::info!(
         // What each side is: local or peer, remote or peer (the segment label of the metrics).
         local_segment = segments.0,
@@ -361,8 +361,8 @@ fn log_end(
         remote_reordering = get(remote, |s| s.reordering.into()),
         // TCP Fast Open: the handshake carried data (the client's SYN on the local segment,
         // midway's, acknowledged, on the remote one).
-        local_syn_data = local.map(TcpStats::syn_data),
-        remote_syn_data = remote.map(TcpStats::syn_data),
+        local_syn_data = local.map(|s| s.syn_data),
+        remote_syn_data = remote.map(|s| s.syn_data),
         tcp_info_age_ms = sample_age.as_millis() as u64,
         "connection closed"
     );
@@ -411,11 +411,39 @@ fn add_new(metrics: &Metrics, labels: &DirectionLabels, reported: &mut u64, tota
     }
 }
 
+/// What a segment keeps of its latest tcp_info: the fields the end-of-connection log and the
+/// srtt / cwnd histograms read. 32 bytes where the whole `TcpStats` is 160: every idle
+/// connection's task holds two.
+#[derive(Clone, Copy, Debug)]
+struct LastSample {
+    bytes_received: u64,
+    rtt_us: u32,
+    snd_cwnd: u32,
+    total_retrans: u32,
+    reordering: u32,
+    state: u8,
+    syn_data: bool,
+}
+
+impl From<&TcpStats> for LastSample {
+    fn from(stats: &TcpStats) -> LastSample {
+        LastSample {
+            bytes_received: stats.bytes_received,
+            rtt_us: stats.rtt_us,
+            snd_cwnd: stats.snd_cwnd,
+            total_retrans: stats.total_retrans,
+            reordering: stats.reordering,
+            state: stats.state,
+            syn_data: stats.syn_data(),
+        }
+    }
+}
+
 /// tcp_info of one segment's socket (owned by the relay, known by [`SocketId`]).
 struct Segment {
     socket: SocketId,
     labels: SegmentLabels,
-    last: Option<TcpStats>,
+    last: Option<LastSample>,
     retrans_reported: u32,
 }
 
@@ -463,7 +491,7 @@ impl Segment {
                 .inc_by(u64::from(stats.total_retrans - self.retrans_reported));
             self.retrans_reported = stats.total_retrans;
         }
-        self.last = Some(stats);
+        self.last = Some(LastSample::from(&stats));
     }
 
     fn observe(&self, metrics: &Metrics) {
