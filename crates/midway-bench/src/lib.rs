@@ -14,10 +14,13 @@
 //!
 //! Throughput varies by about ±10 % from one run to the next on a small VM, so one run cannot
 //! rank two proxies whose figures are close. `--rounds N` ([`BenchOptions::rounds`]) repeats the
-//! throughput part N times; each round goes through every case in order (start the proxy, run
-//! every stream count, stop it), so the cases are interleaved in time and slow drift of the
-//! machine hits them alike. The connection rate and idle memory are measured in the first round
-//! only. Every run is kept in `bench.json` (`runs`, with its round); the summary (`throughput`,
+//! throughput part, the connection rate and the idle memory N times; each round goes through
+//! every case in order (start the proxy, run every stream count, the connection rate and the
+//! idle connections, stop it), so the cases are interleaved in time and slow drift of the
+//! machine hits them alike. `--connections` runs in the first round only (it holds its
+//! connections for minutes). Every run is kept in `bench.json` (`runs`, `connection_rate` and
+//! `idle_memory`, each with its round; `connection_rate_summary` and `idle_memory_summary` give
+//! the median and range per case); the summary (`throughput`,
 //! and the markdown table) gives per case and stream count the median throughput with its range,
 //! the median of the per-round ratio to `direct` (both from the same round), the median CPU
 //! seconds per GB and the highest peak of TCP memory (see the `summary` module).
@@ -190,22 +193,26 @@ pub struct ThroughputRun {
     pub error: Option<String>,
 }
 
-/// Connection rate of one case (connect, one byte, close), first round only.
+/// Connection rate of one case (connect, one byte, close) in one round.
 #[derive(Debug, Serialize)]
 pub struct ConnectionRateRow {
     /// Name of the case ([`Case::name`]).
     pub case: &'static str,
+    /// 1 for the first round.
+    pub round: u32,
     /// Connections completed per second.
     pub connections_per_second: f64,
     /// Connections that failed during the run.
     pub failures: u64,
 }
 
-/// Memory one idle split connection costs in one case, first round only.
+/// Memory one idle split connection costs in one case in one round.
 #[derive(Debug, Serialize)]
 pub struct IdleMemoryRow {
     /// Name of the case ([`Case::name`]).
     pub case: &'static str,
+    /// 1 for the first round.
+    pub round: u32,
     /// Idle split connections held open for the measurement.
     pub connections: usize,
     /// Resident memory of the proxy process before they were opened, bytes.
@@ -247,10 +254,14 @@ pub struct BenchReport {
     pub throughput: Vec<ThroughputSummary>,
     /// Every throughput run, in the order they ran.
     pub runs: Vec<ThroughputRun>,
-    /// Connection rate per case.
+    /// Connection rate per case and round.
     pub connection_rate: Vec<ConnectionRateRow>,
-    /// Memory per idle connection per case.
+    /// Connections per second per case over the rounds.
+    pub connection_rate_summary: Vec<summary::CaseSpread>,
+    /// Memory per idle connection per case and round.
     pub idle_memory: Vec<IdleMemoryRow>,
+    /// Proxy user-space bytes per idle connection per case over the rounds.
+    pub idle_memory_summary: Vec<summary::CaseSpread>,
     /// Many concurrent connections per proxy case (`--connections`).
     pub connections: Vec<ConnectionsRow>,
 }
@@ -321,7 +332,9 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         throughput: Vec::new(),
         runs: Vec::new(),
         connection_rate: Vec::new(),
+        connection_rate_summary: Vec::new(),
         idle_memory: Vec::new(),
+        idle_memory_summary: Vec::new(),
         connections: Vec::new(),
     };
 
@@ -339,11 +352,21 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     cps_server.stop();
     summary::fill_ratios_within_rounds(&mut report.runs);
     report.throughput = summary::summarize(&report.runs);
+    report.connection_rate_summary = summary::spread_by_case(
+        &report.connection_rate,
+        |r| r.case,
+        |r| r.connections_per_second,
+    );
+    report.idle_memory_summary = summary::spread_by_case(
+        &report.idle_memory,
+        |r| r.case,
+        |r| r.user_bytes_per_connection,
+    );
     Ok(report)
 }
 
-/// One case in one round: start its proxy, run every stream count, and in the first round also
-/// the connection rate and idle memory, then stop the proxy. Failures are recorded, not returned,
+/// One case in one round: start its proxy, run every stream count, the connection rate and idle
+/// memory, in the first round also `--connections`, then stop the proxy. Failures are recorded, not returned,
 /// so one broken case does not end the bench.
 fn run_case(
     net: &mut BenchNet,
@@ -369,7 +392,7 @@ fn run_case(
             .unwrap_or_else(|error| failed_run(round, case, streams, &error));
         report.runs.push(run);
     }
-    if first_round {
+    {
         match workloads::connection_rate(
             net,
             SocketAddr::from((case.connect_addr(), CPS_PORT)),
@@ -377,6 +400,7 @@ fn run_case(
         ) {
             Ok((rate, failures)) => report.connection_rate.push(ConnectionRateRow {
                 case: case.name(),
+                round,
                 connections_per_second: rate,
                 failures,
             }),
@@ -384,8 +408,8 @@ fn run_case(
         }
     }
     if let Some(proxy) = proxy {
-        if first_round && options.idle_connections > 0 {
-            match measure_idle(net, case, &proxy, options.idle_connections) {
+        if options.idle_connections > 0 {
+            match measure_idle(net, case, &proxy, round, options.idle_connections) {
                 Ok(row) => report.idle_memory.push(row),
                 Err(error) => eprintln!("   idle memory failed: {error:#}"),
             }
@@ -639,6 +663,7 @@ fn measure_idle(
     net: &BenchNet,
     case: Case,
     proxy: &RunningProxy,
+    round: u32,
     count: usize,
 ) -> anyhow::Result<IdleMemoryRow> {
     let rss_before = procfs::rss_bytes(proxy.pid)?;
@@ -660,6 +685,7 @@ fn measure_idle(
     drop(holder);
     Ok(IdleMemoryRow {
         case: case.name(),
+        round,
         connections: count,
         proxy_rss_before_bytes: rss_before,
         proxy_rss_after_bytes: rss_after,

@@ -28,10 +28,10 @@ struct Args {
     /// Seconds per throughput run.
     #[arg(long, default_value_t = 10)]
     seconds: u32,
-    /// Repeat the throughput runs this many rounds (each round runs every case in turn, so
-    /// cases are interleaved in time) and report medians with min-max and the median per-round
-    /// ratio to direct. Connection rate and idle memory run in the first round only. --quick
-    /// does not change it.
+    /// Repeat the throughput, connection-rate and idle-memory runs this many rounds (each round
+    /// runs every case in turn, so cases are interleaved in time) and report medians with
+    /// min-max and the median per-round ratio to direct. `--connections` runs in the first
+    /// round only. --quick does not change it.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
     /// Idle split connections for the memory figure (0 to skip).

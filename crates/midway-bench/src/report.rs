@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::summary::ThroughputSummary;
+use crate::summary::{Spread, ThroughputSummary};
 use crate::{BenchReport, ConnectionsRow};
 
 /// The report as markdown tables.
@@ -35,9 +35,8 @@ pub fn render_markdown(report: &BenchReport) -> String {
     if report.rounds > 1 {
         let _ = write!(
             out,
-            ", {} rounds: medians over the rounds, throughput as median (min-max), ratio to \
-             direct paired within each round, peak TCP memory the highest; connection rate and \
-             idle memory from the first round",
+            ", {} rounds: medians over the rounds as median (min-max), ratio to direct paired \
+             within each round, peak TCP memory the highest",
             report.rounds
         );
     }
@@ -45,33 +44,63 @@ pub fn render_markdown(report: &BenchReport) -> String {
     out.push_str(&render_throughput_table(&report.throughput));
     let _ = writeln!(
         out,
-        "\n| case | connections/s | failures |\n|---|---:|---:|"
+        "\n| case | rounds | connections/s | failures |\n|---|---:|---:|---:|"
     );
-    for r in &report.connection_rate {
+    for r in &report.connection_rate_summary {
+        let failures: u64 = report
+            .connection_rate
+            .iter()
+            .filter(|row| row.case == r.case)
+            .map(|row| row.failures)
+            .sum();
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {} |",
-            r.case, r.connections_per_second, r.failures
+            "| {} | {} | {} | {} |",
+            r.case,
+            r.rounds,
+            spread(&r.spread, 1.0, 0),
+            failures
         );
     }
     let _ = writeln!(
         out,
-        "\n| case | idle connections | proxy user-space KiB/conn | kernel TCP KiB/conn (machine-wide, all 4 sockets' share) |\n|---|---:|---:|---:|"
+        "\n| case | rounds | idle connections | proxy user-space KiB/conn | kernel TCP KiB/conn (machine-wide, all 4 sockets' share) |\n|---|---:|---:|---:|---:|"
     );
-    for r in &report.idle_memory {
+    for r in &report.idle_memory_summary {
+        let rows: Vec<_> = report
+            .idle_memory
+            .iter()
+            .filter(|row| row.case == r.case)
+            .collect();
+        let kernel: Vec<f64> = rows
+            .iter()
+            .map(|row| row.kernel_tcp_bytes_per_connection)
+            .collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {} |",
             r.case,
-            r.connections,
-            r.user_bytes_per_connection / 1024.0,
-            r.kernel_tcp_bytes_per_connection / 1024.0
+            r.rounds,
+            rows.first().map_or(0, |row| row.connections),
+            spread(&r.spread, 1024.0, 1),
+            Spread::of(&kernel).map_or("-".into(), |k| spread(&k, 1024.0, 1)),
         );
     }
     if !report.connections.is_empty() {
         out.push_str(&render_connections_table(&report.connections));
     }
     out
+}
+
+/// `spread` divided by `unit`, with `decimals`: the median alone for one value, else the
+/// median with (min-max).
+fn spread(spread: &Spread, unit: f64, decimals: usize) -> String {
+    let (median, min, max) = (spread.median / unit, spread.min / unit, spread.max / unit);
+    if spread.min == spread.max {
+        format!("{median:.decimals$}")
+    } else {
+        format!("{median:.decimals$} ({min:.decimals$}-{max:.decimals$})")
+    }
 }
 
 /// The `--connections` table: one line per proxy case, then the first failure of each case

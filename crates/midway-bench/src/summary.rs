@@ -35,6 +35,47 @@ impl Spread {
     }
 }
 
+/// One figure of one case over the rounds (connection rate, idle memory).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseSpread {
+    /// Name of the case ([`Case::name`]).
+    pub case: &'static str,
+    /// Rounds that measured it.
+    pub rounds: usize,
+    /// Median, smallest and largest over those rounds.
+    pub spread: Spread,
+}
+
+/// Per case, in the order the cases first appear in `rows`, the spread of `value` over its
+/// rows (one per round).
+pub(crate) fn spread_by_case<T>(
+    rows: &[T],
+    case: impl Fn(&T) -> &'static str,
+    value: impl Fn(&T) -> f64,
+) -> Vec<CaseSpread> {
+    let mut cases: Vec<&'static str> = Vec::new();
+    for row in rows {
+        if !cases.contains(&case(row)) {
+            cases.push(case(row));
+        }
+    }
+    cases
+        .into_iter()
+        .filter_map(|name| {
+            let values: Vec<f64> = rows
+                .iter()
+                .filter(|r| case(r) == name)
+                .map(&value)
+                .collect();
+            Spread::of(&values).map(|spread| CaseSpread {
+                case: name,
+                rounds: values.len(),
+                spread,
+            })
+        })
+        .collect()
+}
+
 /// Sets each successful run's `ratio_to_direct` to its throughput over the throughput of the
 /// successful `direct` run with the same round and stream count. Runs without such a partner
 /// (direct failed or was not run in that round) keep `None`, as do failed runs.
@@ -163,6 +204,31 @@ mod tests {
             tcp_memory_pressure_bytes: 1_500_000_000,
             error: None,
         }
+    }
+
+    #[test]
+    fn per_round_figures_give_each_case_its_median_and_range_in_first_seen_order() {
+        let rows = [
+            ("midway-forward", 6000.0),
+            ("haproxy", 7000.0),
+            ("midway-forward", 6600.0),
+            ("haproxy", 7400.0),
+            ("midway-forward", 6300.0),
+        ];
+        let spreads = spread_by_case(&rows, |r| r.0, |r| r.1);
+        assert_eq!(spreads.len(), 2);
+        assert_eq!(spreads[0].case, "midway-forward");
+        assert_eq!(spreads[0].rounds, 3);
+        assert_eq!(
+            spreads[0].spread,
+            Spread {
+                median: 6300.0,
+                min: 6000.0,
+                max: 6600.0
+            }
+        );
+        assert_eq!(spreads[1].case, "haproxy");
+        assert_eq!(spreads[1].spread.median, 7200.0);
     }
 
     fn failed(case: Case, round: u32, streams: usize) -> ThroughputRun {

@@ -91,6 +91,21 @@ fn the_smallest_bench_run_reports_every_case() {
     for row in idle {
         assert_eq!(row["connections"], 50, "{row}");
     }
+    // One round: each case's summary is that round's figure.
+    let summary = report["idle_memory_summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 3, "{summary:?}");
+    for (row, summed) in idle.iter().zip(summary) {
+        assert_eq!(row["case"], summed["case"], "{summed}");
+        assert_eq!(summed["rounds"], 1, "{summed}");
+        assert_eq!(
+            row["user_bytes_per_connection"], summed["spread"]["median"],
+            "{summed}"
+        );
+    }
+    assert_eq!(
+        report["connection_rate_summary"].as_array().unwrap().len(),
+        report["connection_rate"].as_array().unwrap().len()
+    );
     let held = report["connections"].as_array().unwrap();
     assert_eq!(held.len(), 3, "{held:?}");
     for row in held {
