@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use midway_testkit::host::{Launch, Place};
 use midway_testkit::wait::wait_exit;
@@ -107,7 +107,14 @@ fn refuses_a_max_connections_beyond_the_hosts_ceiling() {
         .unwrap();
     let status = wait_exit(midway.child_mut(), LIMIT, "midway did not exit");
     assert!(!status.success());
-    let stderr: String = log.try_iter().collect::<Vec<_>>().join("\n");
+    // The exit can come before the reader thread has forwarded the last lines: read until it
+    // hangs up at the end of stderr (bounded), not just what has arrived.
+    let deadline = Instant::now() + LIMIT;
+    let mut lines = Vec::new();
+    while let Ok(line) = log.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        lines.push(line);
+    }
+    let stderr = lines.join("\n");
     assert!(
         stderr.contains(&format!("max_connections = {too_many}"))
             && stderr.contains(&format!("open-file limit is {ceiling}")),
