@@ -32,7 +32,7 @@ use super::shared::Shared;
 use super::socket_id::SocketId;
 use crate::access::ClientPermit;
 use crate::config::{peer_for, Intercept, ListenerConfig, TargetAddr};
-use crate::metrics::{ListenerLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::proxy_protocol::Proxied;
 
 /// An admitted connection, owned by its task.
@@ -75,20 +75,23 @@ pub(super) struct Onward {
 }
 
 /// Counts the connection as open (the listener's active gauge, the proxy's total) until the
-/// task ends, however it ends.
-struct ActiveGuard(Arc<Shared>, ListenerLabels);
+/// task ends, however it ends. Keeps the listener, not its label: a label is a heap block
+/// that every idle connection would hold.
+struct ActiveGuard(Arc<Shared>, Arc<ListenerConfig>);
 
 impl ActiveGuard {
-    fn new(shared: Arc<Shared>, labels: ListenerLabels) -> ActiveGuard {
+    fn new(shared: Arc<Shared>, listener: Arc<ListenerConfig>) -> ActiveGuard {
+        let labels = Metrics::listener(&listener.name);
         shared.metrics.active.get_or_create(&labels).inc();
         shared.connections_open.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(shared, labels)
+        ActiveGuard(shared, listener)
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.metrics.active.get_or_create(&self.1).dec();
+        let labels = Metrics::listener(&self.1.name);
+        self.0.metrics.active.get_or_create(&labels).dec();
         self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -107,8 +110,7 @@ impl Connection {
     pub(super) fn serve(self, client: TcpStream) -> impl Future<Output = ()> {
         let (mut this, mut client) = (self, client);
         async move {
-            let _active =
-                ActiveGuard::new(this.shared.clone(), Metrics::listener(&this.listener.name));
+            let _active = ActiveGuard::new(this.shared.clone(), this.listener.clone());
             let started = Instant::now();
             if this
                 .listener
@@ -153,7 +155,7 @@ impl Connection {
     /// Serves a stream of a QUIC peer listener's tunnel, which needs no opening: the header,
     /// the onward connection and the relay, as for a connection accepted over TCP.
     pub(super) async fn serve_stream(self, client: PeerLink) {
-        let _active = ActiveGuard::new(self.shared.clone(), Metrics::listener(&self.listener.name));
+        let _active = ActiveGuard::new(self.shared.clone(), self.listener.clone());
         self.split(client, Instant::now()).await;
     }
 
@@ -224,13 +226,14 @@ impl Connection {
     }
 
     /// Finds the target and connects onward: the split connection ready to relay, with the
-    /// chain registration to hold while it lives; `None` when it ended here (logged and
-    /// counted).
+    /// chain registration to hold while it lives (boxed: most connections have none, and the
+    /// slot stays in the task for the connection's life); `None` when it ended here (logged
+    /// and counted).
     async fn prepare_split(
         &self,
         mut client: PeerLink,
         started: Instant,
-    ) -> Option<(Split, Option<Chain>)> {
+    ) -> Option<(Split, Option<Box<Chain>>)> {
         let (local, remote) = self.profiles();
         // Known at accept (the handshake's last packet), before any client byte.
         let client_class = if self.listener.carry_dscp {
@@ -271,7 +274,7 @@ impl Connection {
             peer: onward.peer,
             sent_at_connect: onward.sent_at_connect,
         };
-        Some((split, onward.chain))
+        Some((split, onward.chain.map(Box::new)))
     }
 
     /// The (local, remote) profile for this client.
@@ -503,8 +506,9 @@ impl Connection {
         let duration_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(report) => {
-                ByteReporter::new(name).report(
+                ByteReporter::default().report(
                     metrics,
+                    name,
                     report.bytes_from_client,
                     report.bytes_to_client,
                 );

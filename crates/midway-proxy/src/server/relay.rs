@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use midway_relay::{OnClose, PeerSide, RelayCounters, RelayModel, RelayOptions, RelayReport};
@@ -137,12 +138,11 @@ pub(super) fn relay<'a>(
         park_after: Some(PARK_AFTER),
         client_window: access_share.as_ref().and_then(SharedLink::window),
     };
-    let mut sampler =
-        SegmentSampler::new(name, (ids[0], split.segments.0), (ids[1], split.segments.1));
+    let mut sampler = SegmentSampler::new((ids[0], split.segments.0), (ids[1], split.segments.1));
     // The sockets are still this task's here: read them directly, no inode check.
     let congestion_controls =
-        sampler.first_sample(metrics, (split.client.tcp(), split.server.tcp()));
-    let mut bytes = ByteReporter::new(name);
+        sampler.first_sample(metrics, name, (split.client.tcp(), split.server.tcp()));
+    let mut bytes = ByteReporter::default();
     // Boxed, and only where DSCP is carried: most connections never run it.
     let server_class = listener
         .carry_dscp
@@ -171,15 +171,24 @@ pub(super) fn relay<'a>(
         let result = {
             let sampled_relay = std::pin::pin!(async {
                 let mut carry_server_class = server_class;
-                let mut tick = tokio::time::interval_at(
-                    tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
-                    TCP_INFO_SAMPLE_INTERVAL,
-                );
                 // While the relay is parked nothing moves: the sampler sleeps until it wakes
                 // rather than waking every interval (50,000 task wake-ups a second at 100,000
-                // idle connections).
-                let mut asleep = false;
+                // idle connections), and holds no timer (an idle connection's heap).
+                let mut tick = None;
+                // Polled once first: a parking relay parks at once, so a connection that
+                // carries nothing never starts the sampler's timer.
+                if let Poll::Ready(result) =
+                    std::future::poll_fn(|cx| Poll::Ready(relay.as_mut().poll(cx))).await
+                {
+                    return result;
+                }
                 loop {
+                    if tick.is_none() && !counters.parked.load(Ordering::Acquire) {
+                        tick = Some(tokio::time::interval_at(
+                            tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
+                            TCP_INFO_SAMPLE_INTERVAL,
+                        ));
+                    }
                     tokio::select! {
                         result = &mut relay => break result,
                         () = async {
@@ -187,11 +196,8 @@ pub(super) fn relay<'a>(
                                 carrier.as_mut().await;
                             }
                         }, if carry_server_class.is_some() => carry_server_class = None,
-                        () = counters.resumed.notified(), if asleep => {
-                            asleep = false;
-                            tick.reset();
-                        }
-                        _ = tick.tick(), if !asleep => {
+                        () = counters.resumed.notified(), if tick.is_none() => {}
+                        () = next_tick(&mut tick), if tick.is_some() => {
                             let moved = (
                                 counters.client_to_server.load(Ordering::Relaxed),
                                 counters.server_to_client.load(Ordering::Relaxed),
@@ -201,12 +207,14 @@ pub(super) fn relay<'a>(
                             if moved != bytes.reported {
                                 // The relay future owns both sockets and is alive here, so their
                                 // fds are open (and SocketId checks the inode anyway).
-                                sampler.sample_live(metrics);
-                                bytes.report(metrics, moved.0, moved.1);
+                                sampler.sample_live(metrics, name);
+                                bytes.report(metrics, name, moved.0, moved.1);
                             }
                             // The bytes before the park (a second quiet at least) are in
                             // `moved`, reported above.
-                            asleep = counters.parked.load(Ordering::Acquire);
+                            if counters.parked.load(Ordering::Acquire) {
+                                tick = None;
+                            }
                         }
                     }
                 }
@@ -220,14 +228,15 @@ pub(super) fn relay<'a>(
         let duration = started.elapsed();
         if let Some(last) = final_stats.get() {
             let (local, remote) = &**last;
-            sampler.record_final(metrics, local.clone(), remote.clone());
+            sampler.record_final(metrics, name, local.clone(), remote.clone());
         }
-        sampler.finish(metrics);
+        sampler.finish(metrics, name);
         let (local, remote) = (&sampler.local.last, &sampler.remote.last);
         match result {
             Ok(report) => {
                 bytes.report(
                     metrics,
+                    name,
                     report.client_to_server_bytes,
                     report.server_to_client_bytes,
                 );
@@ -244,6 +253,7 @@ pub(super) fn relay<'a>(
             Err(err) => {
                 bytes.report(
                     metrics,
+                    name,
                     counters.client_to_server.load(Ordering::Relaxed),
                     counters.server_to_client.load(Ordering::Relaxed),
                 );
@@ -260,6 +270,16 @@ pub(super) fn relay<'a>(
                 );
             }
         }
+    }
+}
+
+/// The sampler's next tick; never, without a timer.
+async fn next_tick(tick: &mut Option<tokio::time::Interval>) {
+    match tick {
+        Some(tick) => {
+            tick.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -326,7 +346,7 @@ fn log_end(
     (local, remote): (Option<&LastSample>, Option<&LastSample>),
     segments: (&str, &str),
     transports: (&str, &str),
-    congestion_controls: &(Option<String>, Option<String>),
+    congestion_controls: &(Option<&str>, Option<&str>),
     sample_age: Duration,
 ) {
     let get = |s: Option<&LastSample>, f: fn(&LastSample) -> u64| s.map(f);
@@ -337,8 +357,8 @@ fn log_end(
         // tcp, or tls for a peer segment encrypted with `transport = "tls"`.
         local_transport = transports.0,
         remote_transport = transports.1,
-        local_congestion_control = congestion_controls.0.as_deref(),
-        remote_congestion_control = congestion_controls.1.as_deref(),
+        local_congestion_control = congestion_controls.0,
+        remote_congestion_control = congestion_controls.1,
         bytes_client_to_server = report.client_to_server_bytes,
         bytes_server_to_client = report.server_to_client_bytes,
         client_to_server_end = ?report.client_to_server_end,
@@ -371,41 +391,47 @@ fn log_end(
 /// Final tcp_info of the (local, remote) segment, read by the relay's close callback.
 type FinalStats = (Option<TcpStats>, Option<TcpStats>);
 
-/// Adds only what is new since the last report to the byte counters.
+/// Adds only what is new since the last report to the byte counters. Holds no labels: they
+/// are made when there is something to add (every idle connection holds a reporter).
+#[derive(Default)]
 pub(super) struct ByteReporter {
-    c2s: DirectionLabels,
-    s2c: DirectionLabels,
     reported: (u64, u64),
 }
 
 impl ByteReporter {
-    pub(super) fn new(listener: &str) -> ByteReporter {
-        ByteReporter {
-            c2s: DirectionLabels {
-                listener: listener.to_string(),
-                direction: "client_to_server",
-            },
-            s2c: DirectionLabels {
-                listener: listener.to_string(),
-                direction: "server_to_client",
-            },
-            reported: (0, 0),
-        }
-    }
-
-    /// Takes the running totals `c2s` and `s2c`; counts what they add.
-    pub(super) fn report(&mut self, metrics: &Metrics, c2s: u64, s2c: u64) {
-        add_new(metrics, &self.c2s, &mut self.reported.0, c2s);
-        add_new(metrics, &self.s2c, &mut self.reported.1, s2c);
+    /// Takes the running totals `c2s` and `s2c` of a connection of `listener`; counts what
+    /// they add.
+    pub(super) fn report(&mut self, metrics: &Metrics, listener: &str, c2s: u64, s2c: u64) {
+        add_new(
+            metrics,
+            (listener, "client_to_server"),
+            &mut self.reported.0,
+            c2s,
+        );
+        add_new(
+            metrics,
+            (listener, "server_to_client"),
+            &mut self.reported.1,
+            s2c,
+        );
     }
 }
 
-/// Adds to the byte counter of `labels` what `total` has beyond `reported`.
-fn add_new(metrics: &Metrics, labels: &DirectionLabels, reported: &mut u64, total: u64) {
+/// Adds to the byte counter of `(listener, direction)` what `total` has beyond `reported`.
+fn add_new(
+    metrics: &Metrics,
+    (listener, direction): (&str, &'static str),
+    reported: &mut u64,
+    total: u64,
+) {
     if total > *reported {
+        let labels = DirectionLabels {
+            listener: listener.to_string(),
+            direction,
+        };
         metrics
             .bytes
-            .get_or_create(labels)
+            .get_or_create(&labels)
             .inc_by(total - *reported);
         *reported = total;
     }
@@ -439,43 +465,45 @@ impl From<&TcpStats> for LastSample {
     }
 }
 
-/// tcp_info of one segment's socket (owned by the relay, known by [`SocketId`]).
+/// tcp_info of one segment's socket (owned by the relay, known by [`SocketId`]). Its metric
+/// labels are made when a value is counted: every idle connection holds two segments.
 struct Segment {
     socket: SocketId,
-    labels: SegmentLabels,
+    /// The segment's label: local or peer, remote or peer.
+    segment: &'static str,
     last: Option<LastSample>,
     retrans_reported: u32,
 }
 
 impl Segment {
-    fn new(listener: &str, (socket, segment): (SocketId, &'static str)) -> Segment {
+    fn new((socket, segment): (SocketId, &'static str)) -> Segment {
         Segment {
             socket,
-            labels: SegmentLabels {
-                listener: listener.to_string(),
-                segment,
-            },
+            segment,
             last: None,
             retrans_reported: 0,
         }
     }
 
-    fn sample(&mut self, metrics: &Metrics) -> bool {
+    fn labels(&self, listener: &str) -> SegmentLabels {
+        SegmentLabels {
+            listener: listener.to_string(),
+            segment: self.segment,
+        }
+    }
+
+    fn sample(&mut self, metrics: &Metrics, listener: &str) -> bool {
         let stats = match self.socket.borrow() {
             Some(fd) => midway_tcp::tcp_stats(fd),
             None => return false,
         };
-        self.take(metrics, stats)
+        self.take(metrics, listener, stats)
     }
 
-    fn sample_fd(&mut self, metrics: &Metrics, fd: BorrowedFd<'_>) -> bool {
-        self.take(metrics, midway_tcp::tcp_stats(fd))
-    }
-
-    fn take<E>(&mut self, metrics: &Metrics, stats: Result<TcpStats, E>) -> bool {
+    fn take<E>(&mut self, metrics: &Metrics, listener: &str, stats: Result<TcpStats, E>) -> bool {
         match stats {
             Ok(stats) => {
-                self.record(metrics, stats);
+                self.record(metrics, listener, stats);
                 true
             }
             Err(_) => false,
@@ -483,34 +511,36 @@ impl Segment {
     }
 
     /// Takes `stats` as the latest values; the retransmit counter gets what is new.
-    fn record(&mut self, metrics: &Metrics, stats: TcpStats) {
+    fn record(&mut self, metrics: &Metrics, listener: &str, stats: TcpStats) {
         if stats.total_retrans > self.retrans_reported {
             metrics
                 .retransmits
-                .get_or_create(&self.labels)
+                .get_or_create(&self.labels(listener))
                 .inc_by(u64::from(stats.total_retrans - self.retrans_reported));
             self.retrans_reported = stats.total_retrans;
         }
         self.last = Some(LastSample::from(&stats));
     }
 
-    fn observe(&self, metrics: &Metrics) {
+    fn observe(&self, metrics: &Metrics, listener: &str) {
         if let Some(stats) = &self.last {
+            let labels = self.labels(listener);
             if stats.rtt_us > 0 {
                 metrics
                     .srtt
-                    .get_or_create(&self.labels)
+                    .get_or_create(&labels)
                     .observe(f64::from(stats.rtt_us) / 1e6);
             }
             metrics
                 .cwnd
-                .get_or_create(&self.labels)
+                .get_or_create(&labels)
                 .observe(f64::from(stats.snd_cwnd));
         }
     }
 }
 
-/// Samples both segments right after connect and every few seconds while bytes move.
+/// Samples both segments right after connect and every few seconds while bytes move. The
+/// listener's name, for the metric labels, is passed in rather than kept.
 struct SegmentSampler {
     local: Segment,
     remote: Segment,
@@ -521,14 +551,10 @@ struct SegmentSampler {
 
 impl SegmentSampler {
     /// `client` and `server` with their segment labels (local or peer, remote or peer).
-    fn new(
-        listener: &str,
-        client: (SocketId, &'static str),
-        server: (SocketId, &'static str),
-    ) -> SegmentSampler {
+    fn new(client: (SocketId, &'static str), server: (SocketId, &'static str)) -> SegmentSampler {
         SegmentSampler {
-            local: Segment::new(listener, client),
-            remote: Segment::new(listener, server),
+            local: Segment::new(client),
+            remote: Segment::new(server),
             last_sample: Instant::now(),
             last_observed: false,
         }
@@ -540,19 +566,21 @@ impl SegmentSampler {
     fn first_sample(
         &mut self,
         metrics: &Metrics,
+        listener: &str,
         (client, server): (Option<&TcpStream>, Option<&TcpStream>),
-    ) -> (Option<String>, Option<String>) {
+    ) -> (Option<&'static str>, Option<&'static str>) {
         let mut sampled = false;
         let mut first = |segment: &mut Segment, stream: Option<&TcpStream>| {
             let fd = stream?.as_fd();
-            sampled |= segment.sample_fd(metrics, fd);
+            sampled |= segment.take(metrics, listener, midway_tcp::tcp_stats(fd));
             let name = midway_sys::tcp_info::congestion_control_of(fd).ok()?;
+            let name = interned(name);
             metrics
                 .segment_congestion_control
                 .get_or_create(&CongestionLabels {
-                    listener: segment.labels.listener.clone(),
-                    segment: segment.labels.segment,
-                    congestion_control: name.clone(),
+                    listener: listener.to_string(),
+                    segment: segment.segment,
+                    congestion_control: name.to_string(),
                 })
                 .inc();
             Some(name)
@@ -569,9 +597,9 @@ impl SegmentSampler {
     }
 
     /// Reads both sockets' tcp_info (retransmit counter updated at once).
-    fn sample(&mut self, metrics: &Metrics) {
-        let a = self.local.sample(metrics);
-        let b = self.remote.sample(metrics);
+    fn sample(&mut self, metrics: &Metrics, listener: &str) {
+        let a = self.local.sample(metrics, listener);
+        let b = self.remote.sample(metrics, listener);
         if a || b {
             self.last_sample = Instant::now();
             self.last_observed = false;
@@ -579,16 +607,16 @@ impl SegmentSampler {
     }
 
     /// A periodic sample of a live connection: also goes into the srtt / cwnd histograms.
-    fn sample_live(&mut self, metrics: &Metrics) {
-        self.sample(metrics);
-        self.observe_once(metrics);
+    fn sample_live(&mut self, metrics: &Metrics, listener: &str) {
+        self.sample(metrics, listener);
+        self.observe_once(metrics, listener);
     }
 
     /// Puts the current values into the histograms unless they are there already.
-    fn observe_once(&mut self, metrics: &Metrics) {
+    fn observe_once(&mut self, metrics: &Metrics, listener: &str) {
         if !self.last_observed {
-            self.local.observe(metrics);
-            self.remote.observe(metrics);
+            self.local.observe(metrics, listener);
+            self.remote.observe(metrics, listener);
             self.last_observed = true;
         }
     }
@@ -597,13 +625,14 @@ impl SegmentSampler {
     fn record_final(
         &mut self,
         metrics: &Metrics,
+        listener: &str,
         local: Option<TcpStats>,
         remote: Option<TcpStats>,
     ) {
         let mut any = false;
         for (segment, stats) in [(&mut self.local, local), (&mut self.remote, remote)] {
             if let Some(stats) = stats {
-                segment.record(metrics, stats);
+                segment.record(metrics, listener, stats);
                 any = true;
             }
         }
@@ -616,11 +645,26 @@ impl SegmentSampler {
     /// The last sample stands for the end — normally the final one from the relay's close
     /// callback (then `tcp_info_age_ms` is about 0); it is observed unless a live sample already
     /// put these very values into the histograms.
-    fn finish(&mut self, metrics: &Metrics) {
-        self.observe_once(metrics);
+    fn finish(&mut self, metrics: &Metrics, listener: &str) {
+        self.observe_once(metrics, listener);
     }
 
     fn last_sample_age(&self) -> Duration {
         self.last_sample.elapsed()
     }
+}
+
+/// A congestion control's name as a `&'static str`: each connection keeps the names of its
+/// two segments' algorithms for its end-of-connection log, and a `String` each was two heap
+/// blocks per idle connection. Each name is stored once for the process's life; the kernel
+/// knows a handful (those built in or loaded as modules), so the set stays that small.
+fn interned(name: String) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = names.iter().find(|known| **known == name) {
+        return known;
+    }
+    let name: &'static str = Box::leak(name.into_boxed_str());
+    names.push(name);
+    name
 }
