@@ -25,7 +25,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{field, Instrument};
 
 use super::backoff::{pause_unless_shutdown, Backoff};
 use super::connect::close_now;
@@ -168,19 +167,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             tracing::debug!(listener = %name, client = %peer, "served over max_connections: queued before the overload bypass");
         }
 
-        let (local_profile, remote_profile) = state.profiles.for_client(peer.ip());
-        // Behind a load balancer, the client and its profiles are known once the header is
-        // read (`Connection::take_proxy_header` records them then).
-        let known = (!behind_balancer).then_some(());
-        let span = tracing::info_span!(
-            "conn",
-            listener = %name,
-            client = known.map(|()| field::display(peer)),
-            proxied_by = behind_balancer.then(|| field::display(peer)),
-            dst = field::Empty,
-            local_profile = known.map(|()| field::display(&local_profile.name)),
-            remote_profile = known.map(|()| field::display(&remote_profile.name)),
-        );
+        // The connection's span is made in its task (`Connection::accepted_span`).
         let conn = Connection {
             shared: shared.clone(),
             listener: state.config,
@@ -196,7 +183,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             shutdown: draining.clone(),
             _permits: (permit, client_permit),
         };
-        tracker.spawn(conn.serve(stream).instrument(span));
+        tracker.spawn(conn.serve(stream));
     }
 }
 

@@ -11,7 +11,7 @@ use midway_relay::RelayCounters;
 use midway_tcp::{Role, TcpProfile};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::field;
+use tracing::{field, Instrument};
 
 use super::access_links::SharedLink;
 use super::connect::{apply_established, close_now, connect, resolve_first, Outgoing};
@@ -49,7 +49,8 @@ pub(super) struct Connection {
     /// The client: the connecting address, or the one a load balancer's PROXY header names.
     pub(super) peer: SocketAddr,
     /// Set when `peer` came from a PROXY header.
-    pub(super) proxied: Option<ProxiedBy>,
+    /// Boxed: most connections have none, and the slot is in every connection's task.
+    pub(super) proxied: Option<Box<ProxiedBy>>,
     pub(super) cancel: CancellationToken,
     /// Fires when shutdown begins (before the grace period).
     pub(super) shutdown: CancellationToken,
@@ -100,63 +101,146 @@ impl Connection {
     /// Serves the connection to its end; every outcome is logged and counted.
     ///
     /// The task's future is as large as its largest state, and it lives as long as the
-    /// connection: the states that are large and short (opening a transport, finding the target
-    /// and connecting, with TLS handshakes and peer headers) or belong to another kind of
-    /// listener (the HTTP engine) are boxed, so an idle relayed connection keeps only the
-    /// relay's state (its per-connection memory, `midway-bench --idle`).
+    /// connection: everything before the relay (a PROXY header, opening a transport with its
+    /// TLS handshake, finding the target and connecting, and the HTTP engine of an HTTP
+    /// listener) is one boxed future, freed when the relay starts, so an idle relayed
+    /// connection keeps only the relay's state (its per-connection memory, `midway-bench
+    /// --idle`).
+    ///
+    /// The connection's `conn` span (made at accept, fields recorded as they become known)
+    /// covers that setup; the relay runs in one remade from the same fields while it moves
+    /// bytes and dropped while it is parked ([`Connection::relay`]).
     ///
     /// An `async move` block, not an async fn: an async fn stores each argument twice in its
     /// future (the argument and the local it becomes).
     pub(super) fn serve(self, client: TcpStream) -> impl Future<Output = ()> {
-        let (mut this, mut client) = (self, client);
+        let (mut this, client) = (self, client);
         async move {
             let _active = ActiveGuard::new(this.shared.clone(), this.listener.clone());
-            let started = Instant::now();
-            if this
-                .listener
-                .proxy_protocol
-                .expects_header_from(this.peer.ip())
-            {
-                let cancel = this.cancel.clone();
-                let taken = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    taken = this.take_proxy_header(&mut client) => taken,
-                };
-                if let Err(err) = taken {
-                    this.refuse(&err, "connection not relayed");
-                    close_now(client);
-                    return;
-                }
-            }
-            if let Some(http) = this.http.clone() {
-                Box::pin(this.serve_http(client, http, started)).await;
+            // Matched where it is produced: a named result would keep its slot in the task
+            // for the connection's life.
+            let Some((split, _chain)) = Box::pin(this.prepare(client)).await else {
                 return;
-            }
-            let (local, _) = this.profiles();
-            // Matched where it is produced: a named result would keep its slot (104 bytes)
-            // in the task for the connection's life.
-            let client = match tokio::select! {
-                _ = this.cancel.cancelled() => {
-                    tracing::debug!("cancelled during setup");
-                    return;
-                }
-                opened = Box::pin(this.open(client, local)) => opened,
-            } {
-                Ok(client) => client,
-                Err(err) => {
-                    this.refuse(&err, "connection not relayed");
-                    return;
-                }
             };
-            this.split(client, started).await;
+            this.relay(split).await;
         }
     }
 
     /// Serves a stream of a QUIC peer listener's tunnel, which needs no opening: the header,
     /// the onward connection and the relay, as for a connection accepted over TCP.
-    pub(super) async fn serve_stream(self, client: PeerLink) {
-        let _active = ActiveGuard::new(self.shared.clone(), self.listener.clone());
-        self.split(client, Instant::now()).await;
+    pub(super) fn serve_stream(self, client: PeerLink) -> impl Future<Output = ()> {
+        let (this, client) = (self, client);
+        async move {
+            let _active = ActiveGuard::new(this.shared.clone(), this.listener.clone());
+            let prepare = this
+                .prepare_split(client, Instant::now())
+                .instrument(this.accepted_span());
+            let Some((split, _chain)) = Box::pin(prepare).await else {
+                return;
+            };
+            this.relay(split).await;
+        }
+    }
+
+    /// Everything before the relay: the PROXY header of a listed load balancer, then either
+    /// the HTTP engine (an HTTP listener's connection, served to its end here) or opening the
+    /// listener's transport, finding the target and connecting onward. The split connection
+    /// ready to relay, with the chain registration to hold while it lives; `None` when it
+    /// ended here (logged and counted).
+    async fn prepare(&mut self, client: TcpStream) -> Option<(Split, Option<Box<Chain>>)> {
+        let span = self.accepted_span();
+        self.prepare_in_span(client).instrument(span).await
+    }
+
+    async fn prepare_in_span(&mut self, client: TcpStream) -> Option<(Split, Option<Box<Chain>>)> {
+        let mut client = client;
+        let started = Instant::now();
+        if self
+            .listener
+            .proxy_protocol
+            .expects_header_from(self.peer.ip())
+        {
+            let cancel = self.cancel.clone();
+            let taken = tokio::select! {
+                _ = cancel.cancelled() => return None,
+                taken = self.take_proxy_header(&mut client) => taken,
+            };
+            if let Err(err) = taken {
+                self.refuse(&err, "connection not relayed");
+                close_now(client);
+                return None;
+            }
+        }
+        if let Some(http) = self.http.clone() {
+            Box::pin(self.serve_http(client, http, started)).await;
+            return None;
+        }
+        let (local, _) = self.profiles();
+        let opened = tokio::select! {
+            _ = self.cancel.cancelled() => {
+                tracing::debug!("cancelled during setup");
+                return None;
+            }
+            opened = self.open(client, local) => opened,
+        };
+        let client = match opened {
+            Ok(client) => client,
+            Err(err) => {
+                self.refuse(&err, "connection not relayed");
+                return None;
+            }
+        };
+        self.prepare_split(client, started).await
+    }
+
+    /// The connection's `conn` span as accepted: behind a load balancer, the client and its
+    /// profiles are recorded once the PROXY header is read ([`Connection::take_proxy_header`]),
+    /// the destination once it is known.
+    fn accepted_span(&self) -> tracing::Span {
+        let behind_balancer = self
+            .listener
+            .proxy_protocol
+            .expects_header_from(self.peer.ip());
+        let known = (!behind_balancer).then_some(());
+        let (local, remote) = self.profiles();
+        tracing::info_span!(
+            "conn",
+            listener = %self.listener.name,
+            client = known.map(|()| field::display(self.peer)),
+            proxied_by = behind_balancer.then(|| field::display(self.peer)),
+            dst = field::Empty,
+            local_profile = known.map(|()| field::display(&local.name)),
+            remote_profile = known.map(|()| field::display(&remote.name)),
+        )
+    }
+
+    /// Relays `split` to its end (see [`relay::relay`]) in the connection's `conn` span,
+    /// remade from the connection's fields whenever the relay runs: held by every idle
+    /// connection, a span cost about 440 bytes in the subscriber (its slot, its map of
+    /// extensions, its formatted fields). The destination is the address connected to (a
+    /// name the client gave appears resolved here).
+    fn relay(&self, split: Split) -> impl Future<Output = ()> + '_ {
+        let dst = split.target;
+        let span = move || {
+            let (local, remote) = self.profiles();
+            tracing::info_span!(
+                "conn",
+                listener = %self.listener.name,
+                client = %self.peer,
+                proxied_by = self.proxied.as_ref().map(|proxied| field::display(proxied.balancer)),
+                dst = dst.map(field::display),
+                local_profile = %local.name,
+                remote_profile = %remote.name,
+            )
+        };
+        relay::relay(
+            split,
+            &self.listener,
+            &self.shared,
+            self.generation.config.idle_timeout,
+            self.cancel.clone(),
+            span,
+        )
     }
 
     /// Reads the PROXY header a listed load balancer starts the connection with, and admits
@@ -191,38 +275,16 @@ impl Connection {
             .ok_or_else(|| refused(ProxyHeaderRefusal::ClientLimit(peer.ip())))?;
         self._permits.1 = Some(permit);
         self.peer = peer;
-        self.proxied = Some(ProxiedBy { destination });
+        self.proxied = Some(Box::new(ProxiedBy {
+            balancer,
+            destination,
+        }));
         let span = tracing::Span::current();
         span.record("client", field::display(peer));
         let (local, remote) = self.profiles();
         span.record("local_profile", field::display(&local.name));
         span.record("remote_profile", field::display(&remote.name));
         Ok(())
-    }
-
-    /// Finds the target, connects onward and relays.
-    #[allow(
-        clippy::manual_async_fn,
-        reason = "an async fn would store its arguments twice for the connection's life"
-    )]
-    fn split(&self, client: PeerLink, started: Instant) -> impl Future<Output = ()> + '_ {
-        // Boxed: finding the target and connecting are large states that end before the relay
-        // starts; inline, their slots would stay in the task for the connection's whole life.
-        // Made here, not in the block: the block would keep the client's slot (80 bytes) too.
-        let prepare = Box::pin(self.prepare_split(client, started));
-        async move {
-            let Some((split, _chain)) = prepare.await else {
-                return;
-            };
-            relay::relay(
-                split,
-                &self.listener,
-                &self.shared,
-                self.generation.config.idle_timeout,
-                self.cancel.clone(),
-            )
-            .await;
-        }
     }
 
     /// Finds the target and connects onward: the split connection ready to relay, with the
@@ -370,17 +432,16 @@ impl Connection {
                     Some(chain) => chain,
                     None => self.generation.peering.start_chain(self.peer),
                 };
-                let (stream, sent_at_connect) = self
-                    .generation
-                    .peering
-                    .connect_through(
-                        index,
-                        &chain,
-                        destination,
-                        plain_client,
-                        config.connect_timeout,
-                    )
-                    .await?;
+                // Boxed: inline, the peer path's state (14 KB) would be in every connection's
+                // setup, and touching it costs each accept.
+                let (stream, sent_at_connect) = Box::pin(self.generation.peering.connect_through(
+                    index,
+                    &chain,
+                    destination,
+                    plain_client,
+                    config.connect_timeout,
+                ))
+                .await?;
                 tracing::debug!(peer = %config.peers[index].name, transport = stream.transport(), "connected through peer");
                 // A warm connection's SYN went long ago; its packets from here on are marked.
                 if let (Some(class), Some(socket)) = (client_class, stream.tcp()) {
@@ -435,7 +496,10 @@ impl Connection {
     /// the address the client connected to there (carried on, as HAProxy's `send-proxy` does
     /// after `accept-proxy`).
     fn original_destination(&self, remote: &TcpStream) -> Result<SocketAddr, SetupError> {
-        let carried = self.proxied.and_then(|proxied| proxied.destination);
+        let carried = self
+            .proxied
+            .as_ref()
+            .and_then(|proxied| proxied.destination);
         match (&self.listener.intercept, carried) {
             (Intercept::Forward { .. }, Some(destination)) => Ok(destination),
             _ => remote
@@ -452,7 +516,7 @@ impl Connection {
     /// [`super::connect::upstream_connector`]). Access control, limits and the active gauge
     /// were handled like for any connection; the socket memory guard counts it and caps its
     /// client socket like a relayed one's.
-    async fn serve_http(self, client: TcpStream, http: HttpListener, started: Instant) {
+    async fn serve_http(&self, client: TcpStream, http: HttpListener, started: Instant) {
         let name = &self.listener.name;
         let metrics = &self.shared.metrics;
         let (local, _) = self.profiles();

@@ -33,6 +33,8 @@ const MAX_READS: usize = 128;
 /// Where a connection accepted through a load balancer came from.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ProxiedBy {
+    /// The load balancer that sent the header.
+    pub(super) balancer: SocketAddr,
     /// The address the client connected to at the load balancer, when the header named one.
     pub(super) destination: Option<SocketAddr>,
 }

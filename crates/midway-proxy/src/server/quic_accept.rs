@@ -12,7 +12,6 @@ use midway_quic::{accept_handshake, Connection as Tunnel, Endpoint, Incoming, Qu
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{field, Instrument};
 
 use super::connection::Connection;
 use super::error::ErrorChain;
@@ -139,15 +138,6 @@ async fn accept_streams(
         };
         cx.shared.metrics.accepted.get_or_create(&labels).inc();
         cx.shared.served.fetch_add(1, Ordering::Relaxed);
-        let (local_profile, remote_profile) = state.profiles.for_client(from.ip());
-        let span = tracing::info_span!(
-            "conn",
-            listener = %cx.name,
-            client = %from,
-            dst = field::Empty,
-            local_profile = %local_profile.name,
-            remote_profile = %remote_profile.name,
-        );
         let conn = Connection {
             shared: cx.shared.clone(),
             listener: state.config,
@@ -162,6 +152,6 @@ async fn accept_streams(
             _permits: (permit, None),
         };
         let stream = PeerLink::Quic(QuicPeer::new(send, recv));
-        cx.tracker.spawn(conn.serve_stream(stream).instrument(span));
+        cx.tracker.spawn(conn.serve_stream(stream));
     }
 }

@@ -15,6 +15,7 @@ use midway_relay::{OnClose, PeerSide, RelayCounters, RelayModel, RelayOptions, R
 use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 use super::access_links::SharedLink;
 use super::dscp::ServerClassCarrier;
@@ -67,13 +68,22 @@ pub(super) struct Split {
 /// for the connection's whole life even after it is moved on (the two segments, 160 bytes,
 /// were stored so in every idle connection's task). The future holds only what the relay's
 /// life and its end need.
-pub(super) fn relay<'a>(
+///
+/// Everything runs in the connection's span, which `make_span` makes: now, and again whenever
+/// the relay runs after a park; the span is dropped while the relay is parked.
+pub(super) fn relay<'a, S>(
     split: Split,
     listener: &'a Arc<ListenerConfig>,
     shared: &'a Shared,
     idle_timeout: Duration,
     cancel: CancellationToken,
-) -> impl Future<Output = ()> + 'a {
+    make_span: S,
+) -> impl Future<Output = ()> + 'a
+where
+    S: Fn() -> Span + Send + 'a,
+{
+    let mut span = Some(make_span());
+    let entered = span.as_ref().map(Span::enter);
     let name = &listener.name;
     let metrics = &shared.metrics;
     // Each socket's id once (an fstat each), copied to every holder below.
@@ -161,8 +171,8 @@ pub(super) fn relay<'a>(
         options,
         cancel,
     );
-    let (started, segments, sent_at_connect) =
-        (split.started, split.segments, split.sent_at_connect);
+    let (started, sent_at_connect) = (split.started, split.sent_at_connect);
+    drop(entered);
     async move {
         let metrics = &shared.metrics;
         // Taken in, so held to the end: the control socket's entry, the access link's
@@ -219,58 +229,81 @@ pub(super) fn relay<'a>(
                     }
                 }
             });
-            memory::following_caps(memory.as_mut(), sampled_relay).await
+            let following = std::pin::pin!(memory::following_caps(memory.as_mut(), sampled_relay));
+            in_span_while_running(following, &make_span, &mut span, &counters.parked).await
         }
         .map(|mut report| {
             report.client_to_server_bytes += sent_at_connect;
             report
         });
-        let duration = started.elapsed();
-        if let Some(last) = final_stats.get() {
-            let (local, remote) = &**last;
-            sampler.record_final(metrics, name, local.clone(), remote.clone());
-        }
-        sampler.finish(metrics, name);
-        let (local, remote) = (&sampler.local.last, &sampler.remote.last);
-        match result {
-            Ok(report) => {
-                bytes.report(
-                    metrics,
-                    name,
-                    report.client_to_server_bytes,
-                    report.server_to_client_bytes,
-                );
-                log_end(
-                    &report,
-                    duration,
-                    (local.as_ref(), remote.as_ref()),
-                    segments,
-                    transports,
-                    &congestion_controls,
-                    sampler.last_sample_age(),
-                );
+        span.get_or_insert_with(&make_span).in_scope(|| {
+            let duration = started.elapsed();
+            if let Some(last) = final_stats.get() {
+                let (local, remote) = &**last;
+                sampler.record_final(metrics, name, local.clone(), remote.clone());
             }
-            Err(err) => {
-                bytes.report(
-                    metrics,
-                    name,
-                    counters.client_to_server.load(Ordering::Relaxed),
-                    counters.server_to_client.load(Ordering::Relaxed),
-                );
-                metrics
-                    .relay_errors
-                    .get_or_create(&Metrics::listener(name))
-                    .inc();
-                tracing::warn!(
-                    error = %ErrorChain(&err),
-                    bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
-                    bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
-                    duration_ms = duration.as_millis() as u64,
-                    "relay failed"
-                );
+            sampler.finish(metrics, name);
+            let (local, remote) = (&sampler.local.last, &sampler.remote.last);
+            match result {
+                Ok(report) => {
+                    bytes.report(
+                        metrics,
+                        name,
+                        report.client_to_server_bytes,
+                        report.server_to_client_bytes,
+                    );
+                    log_end(
+                        &report,
+                        duration,
+                        (local.as_ref(), remote.as_ref()),
+                        (sampler.local.segment, sampler.remote.segment),
+                        transports,
+                        &congestion_controls,
+                        sampler.last_sample_age(),
+                    );
+                }
+                Err(err) => {
+                    bytes.report(
+                        metrics,
+                        name,
+                        counters.client_to_server.load(Ordering::Relaxed),
+                        counters.server_to_client.load(Ordering::Relaxed),
+                    );
+                    metrics
+                        .relay_errors
+                        .get_or_create(&Metrics::listener(name))
+                        .inc();
+                    tracing::warn!(
+                        error = %ErrorChain(&err),
+                        bytes_client_to_server = counters.client_to_server.load(Ordering::Relaxed),
+                        bytes_server_to_client = counters.server_to_client.load(Ordering::Relaxed),
+                        duration_ms = duration.as_millis() as u64,
+                        "relay failed"
+                    );
+                }
             }
-        }
+        });
     }
+}
+
+/// Polls `work` in the connection's span (`span`, made by `make_span` when it is `None`),
+/// which it drops while the relay is parked (`parked`) and leaves in `span` at the end. Not an
+/// async fn: that would keep a second copy of its arguments in every connection's task.
+fn in_span_while_running<'w, F: Future, S: Fn() -> Span>(
+    mut work: Pin<&'w mut F>,
+    make_span: &'w S,
+    span: &'w mut Option<Span>,
+    parked: &'w std::sync::atomic::AtomicBool,
+) -> impl Future<Output = F::Output> + 'w {
+    std::future::poll_fn(move |cx| {
+        let poll = span
+            .get_or_insert_with(make_span)
+            .in_scope(|| work.as_mut().poll(cx));
+        if poll.is_pending() && parked.load(Ordering::Acquire) {
+            *span = None;
+        }
+        poll
+    })
 }
 
 /// The sampler's next tick; never, without a timer.
