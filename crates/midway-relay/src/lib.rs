@@ -99,7 +99,9 @@ pub struct RelayCounters {
     pub parked: AtomicBool,
     /// Notified (`notify_one`, so a waiter that comes late still wakes) each time a parked
     /// relay wakes up, for whatever reason: a watcher that samples the connection can sleep
-    /// while it is parked instead of waking on a timer (thousands of idle connections).
+    /// while it is parked instead of waking on a timer (thousands of idle connections). The
+    /// relay never waits on it, so whoever supervises the connection may notify it too, to
+    /// have that watcher look again.
     pub resumed: tokio::sync::Notify,
 }
 

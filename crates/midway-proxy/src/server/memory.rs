@@ -136,6 +136,17 @@ impl MemoryCaps {
         *memory.caps.borrow_and_update()
     }
 
+    /// Applies the guard's caps if they changed since they were last applied. A relayed
+    /// connection calls this whenever its task wakes: the guard wakes every registered
+    /// connection when the caps change ([`super::registry::Registry::wake_all`]), so no
+    /// connection keeps a future of its own waiting for the change (about 200 bytes each).
+    pub(super) fn follow(&mut self) {
+        if self.caps.has_changed().unwrap_or(false) {
+            let caps = *self.caps.borrow_and_update();
+            self.apply(caps);
+        }
+    }
+
     /// Applies `caps` to every socket that is still the one registered.
     fn apply(&mut self, caps: Option<BufferCaps>) {
         for socket in &mut self.sockets {

@@ -87,6 +87,14 @@ impl Registry {
         }
     }
 
+    /// Wakes every open connection's supervising task (through its counters' `resumed`), which
+    /// then looks again at what may have changed: the memory guard's caps.
+    pub(super) fn wake_all(&self) {
+        for entry in lock(&self.entries).values() {
+            entry.counters.resumed.notify_one();
+        }
+    }
+
     /// Ends connection `id` with a reset toward both ends; `false` if it is not open.
     pub(super) fn close(&self, id: u64) -> bool {
         match lock(&self.entries).get(&id) {

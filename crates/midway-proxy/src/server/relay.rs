@@ -20,7 +20,7 @@ use tracing::Span;
 use super::access_links::SharedLink;
 use super::dscp::ServerClassCarrier;
 use super::error::ErrorChain;
-use super::memory::{self, MemoryCaps};
+use super::memory::MemoryCaps;
 use super::peer_link::PeerLink;
 use super::pool::WarmPool;
 use super::registry::Entry;
@@ -193,6 +193,9 @@ where
                     return result;
                 }
                 loop {
+                    if let Some(memory) = memory.as_mut() {
+                        memory.follow();
+                    }
                     if tick.is_none() && !counters.parked.load(Ordering::Acquire) {
                         tick = Some(tokio::time::interval_at(
                             tokio::time::Instant::now() + TCP_INFO_SAMPLE_INTERVAL,
@@ -206,7 +209,8 @@ where
                                 carrier.as_mut().await;
                             }
                         }, if carry_server_class.is_some() => carry_server_class = None,
-                        () = counters.resumed.notified(), if tick.is_none() => {}
+                        // A resumed relay, or the memory guard's new caps (`Registry::wake_all`).
+                        () = counters.resumed.notified() => {}
                         () = next_tick(&mut tick), if tick.is_some() => {
                             let moved = (
                                 counters.client_to_server.load(Ordering::Relaxed),
@@ -229,8 +233,7 @@ where
                     }
                 }
             });
-            let following = std::pin::pin!(memory::following_caps(memory.as_mut(), sampled_relay));
-            in_span_while_running(following, &make_span, &mut span, &counters.parked).await
+            in_span_while_running(sampled_relay, &make_span, &mut span, &counters.parked).await
         }
         .map(|mut report| {
             report.client_to_server_bytes += sent_at_connect;

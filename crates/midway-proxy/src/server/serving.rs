@@ -197,7 +197,11 @@ fn spawn_access_link_sampler(proxy: &Proxy, cancel: &CancellationToken) -> Optio
 fn spawn_memory_sampler(proxy: &Proxy, cancel: &CancellationToken) -> Option<JoinHandle<()>> {
     let guard = proxy.shared.socket_memory.clone()?;
     let metrics = proxy.shared.metrics.clone();
+    let registry = proxy.shared.registry.clone();
     let on_change = move |caps: Option<BufferCaps>, machine: u64, live: usize| {
+        // The new caps are published already; each relayed connection applies them to its
+        // own sockets when woken (only its task may touch them: it owns and closes them).
+        registry.wake_all();
         metrics
             .socket_buffer_cap
             .set(caps.map_or(0, |c| i64::from(c.recv)));
