@@ -21,7 +21,7 @@ use super::generation::{Generation, HttpListener};
 use super::intercept::{Accepted, Target};
 use super::log_limit::admit_out_of_resources;
 use super::memory::{self, leaves_buffers, MemoryCaps};
-use super::peer_link::PeerLink;
+use super::peer_link::{PeerLink, Transport};
 use super::peering::{self, Chain};
 use super::pool::WarmPool;
 use super::profiles::ListenerProfiles;
@@ -442,7 +442,7 @@ impl Connection {
                     config.connect_timeout,
                 ))
                 .await?;
-                tracing::debug!(peer = %config.peers[index].name, transport = stream.transport(), "connected through peer");
+                tracing::debug!(peer = %config.peers[index].name, transport = stream.transport().as_str(), "connected through peer");
                 // A warm connection's SYN went long ago; its packets from here on are marked.
                 if let (Some(class), Some(socket)) = (client_class, stream.tcp()) {
                     if let Err(err) = dscp::mark(socket, class) {
@@ -554,7 +554,7 @@ impl Connection {
             started,
             counters: counters.clone(),
             sockets: [client_id, SocketId::of(None)],
-            segments: [("local", "tcp"), ("remote", "tcp")],
+            segments: [("local", Transport::Tcp), ("remote", Transport::Tcp)],
             peer: None,
             cancel: self.cancel.clone(),
         });

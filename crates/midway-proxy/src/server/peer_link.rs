@@ -57,12 +57,31 @@ impl PeerLink {
         }
     }
 
-    /// The transport's name, for logs and metric labels.
-    pub(super) fn transport(&self) -> &'static str {
+    /// The transport, for logs and the control socket's status.
+    pub(super) fn transport(&self) -> Transport {
         match self {
-            PeerLink::Tcp(_) => "tcp",
-            PeerLink::Tls(_) => "tls",
-            PeerLink::Quic(_) => "quic",
+            PeerLink::Tcp(_) => Transport::Tcp,
+            PeerLink::Tls(_) => Transport::Tls,
+            PeerLink::Quic(_) => Transport::Quic,
+        }
+    }
+}
+
+/// A segment's transport: a byte where its name would be 16 (every idle connection keeps its
+/// two segments' transports, for the end-of-connection log and the control socket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Transport {
+    Tcp,
+    Tls,
+    Quic,
+}
+
+impl Transport {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+            Transport::Quic => "quic",
         }
     }
 }

@@ -18,6 +18,7 @@ use std::time::Instant;
 use midway_relay::{RelayCounters, RelayModel};
 use tokio_util::sync::CancellationToken;
 
+use super::peer_link::Transport;
 use super::pool::WarmPool;
 use super::socket_id::SocketId;
 use crate::config::ListenerConfig;
@@ -33,7 +34,7 @@ pub(super) struct Entry {
     /// The accepted segment's socket, then the onward one's (none for a QUIC stream).
     pub(super) sockets: [SocketId; 2],
     /// Each segment's role (local, remote or peer) and transport (tcp, tls or quic).
-    pub(super) segments: [(&'static str, &'static str); 2],
+    pub(super) segments: [(&'static str, Transport); 2],
     /// The peer the connection goes through (its name is in the pool's config).
     pub(super) peer: Option<Arc<WarmPool>>,
     /// Cancelling it resets both ends (the relay's close rule for a cancelled connection).
@@ -50,7 +51,7 @@ struct Snapshot {
     started: Instant,
     counters: Arc<RelayCounters>,
     sockets: [(i32, Option<u64>); 2],
-    segments: [(&'static str, &'static str); 2],
+    segments: [(&'static str, Transport); 2],
     peer: Option<Arc<WarmPool>>,
 }
 
@@ -173,7 +174,7 @@ fn status(s: Snapshot) -> ConnectionStatus {
         .zip(s.segments)
         .map(|(&(fd, inode), (role, transport))| SegmentStatus {
             role: role.into(),
-            transport: transport.into(),
+            transport: transport.as_str().into(),
             tcp: read_tcp_info(fd, inode),
         })
         .collect();

@@ -21,7 +21,7 @@ use super::access_links::SharedLink;
 use super::dscp::ServerClassCarrier;
 use super::error::ErrorChain;
 use super::memory::MemoryCaps;
-use super::peer_link::PeerLink;
+use super::peer_link::{PeerLink, Transport};
 use super::pool::WarmPool;
 use super::registry::Entry;
 use super::shared::Shared;
@@ -381,8 +381,8 @@ fn log_end(
     duration: Duration,
     (local, remote): (Option<&LastSample>, Option<&LastSample>),
     segments: (&str, &str),
-    transports: (&str, &str),
-    congestion_controls: &(Option<&str>, Option<&str>),
+    transports: (Transport, Transport),
+    congestion_controls: &(Option<CongestionName>, Option<CongestionName>),
     sample_age: Duration,
 ) {
     let get = |s: Option<&LastSample>, f: fn(&LastSample) -> u64| s.map(f);
@@ -391,10 +391,10 @@ fn log_end(
         local_segment = segments.0,
         remote_segment = segments.1,
         // tcp, or tls for a peer segment encrypted with `transport = "tls"`.
-        local_transport = transports.0,
-        remote_transport = transports.1,
-        local_congestion_control = congestion_controls.0,
-        remote_congestion_control = congestion_controls.1,
+        local_transport = transports.0.as_str(),
+        remote_transport = transports.1.as_str(),
+        local_congestion_control = congestion_controls.0.map(CongestionName::as_str),
+        remote_congestion_control = congestion_controls.1.map(CongestionName::as_str),
         bytes_client_to_server = report.client_to_server_bytes,
         bytes_server_to_client = report.server_to_client_bytes,
         client_to_server_end = ?report.client_to_server_end,
@@ -604,22 +604,21 @@ impl SegmentSampler {
         metrics: &Metrics,
         listener: &str,
         (client, server): (Option<&TcpStream>, Option<&TcpStream>),
-    ) -> (Option<&'static str>, Option<&'static str>) {
+    ) -> (Option<CongestionName>, Option<CongestionName>) {
         let mut sampled = false;
         let mut first = |segment: &mut Segment, stream: Option<&TcpStream>| {
             let fd = stream?.as_fd();
             sampled |= segment.take(metrics, listener, midway_tcp::tcp_stats(fd));
             let name = midway_sys::tcp_info::congestion_control_of(fd).ok()?;
-            let name = interned(name);
             metrics
                 .segment_congestion_control
                 .get_or_create(&CongestionLabels {
                     listener: listener.to_string(),
                     segment: segment.segment,
-                    congestion_control: name.to_string(),
+                    congestion_control: name.clone(),
                 })
                 .inc();
-            Some(name)
+            CongestionName::of(name)
         };
         let names = (
             first(&mut self.local, client),
@@ -690,17 +689,37 @@ impl SegmentSampler {
     }
 }
 
-/// A congestion control's name as a `&'static str`: each connection keeps the names of its
-/// two segments' algorithms for its end-of-connection log, and a `String` each was two heap
-/// blocks per idle connection. Each name is stored once for the process's life; the kernel
-/// knows a handful (those built in or loaded as modules), so the set stays that small.
-fn interned(name: String) -> &'static str {
-    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(known) = names.iter().find(|known| **known == name) {
-        return known;
+/// A congestion control's name, kept for the end-of-connection log as its place in a table
+/// of the names seen: one byte where a `String` was a heap block and 24 bytes, and a
+/// `&'static str` 16, in every idle connection's task (twice). Each name is stored once for
+/// the process's life; the kernel knows a handful (those built in or loaded as modules).
+#[derive(Clone, Copy, Debug)]
+struct CongestionName(u8);
+
+static CONGESTION_NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+impl CongestionName {
+    /// `None` past 256 different names (not logged then; the metric still counts them).
+    fn of(name: String) -> Option<CongestionName> {
+        let mut names = CONGESTION_NAMES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let index = match names.iter().position(|known| **known == name) {
+            Some(index) => index,
+            None => {
+                names.push(Box::leak(name.into_boxed_str()));
+                names.len() - 1
+            }
+        };
+        u8::try_from(index).ok().map(CongestionName)
     }
-    let name: &'static str = Box::leak(name.into_boxed_str());
-    names.push(name);
-    name
+
+    fn as_str(self) -> &'static str {
+        CONGESTION_NAMES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(usize::from(self.0))
+            .copied()
+            .unwrap_or("?")
+    }
 }
