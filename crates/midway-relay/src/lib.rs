@@ -119,7 +119,22 @@ impl RelayCounters {
 /// chance to read per-socket state such as `tcp_info` (final RTT, cwnd, retransmissions) — a
 /// sample taken earlier by the caller may be seconds old. It runs on the relay's task: keep it
 /// to a few syscalls.
-pub type OnClose = Arc<dyn Fn(BorrowedFd<'_>, BorrowedFd<'_>) + Send + Sync>;
+///
+/// A trait, not a closure type, so that the value that keeps what the hook reads can be the
+/// hook itself (one allocation per connection, not two); every such closure is one.
+pub trait CloseHook: Send + Sync {
+    /// The relay is about to close `client` and `server`.
+    fn closing(&self, client: BorrowedFd<'_>, server: BorrowedFd<'_>);
+}
+
+impl<F: Fn(BorrowedFd<'_>, BorrowedFd<'_>) + Send + Sync> CloseHook for F {
+    fn closing(&self, client: BorrowedFd<'_>, server: BorrowedFd<'_>) {
+        self(client, server)
+    }
+}
+
+/// See [`CloseHook`].
+pub type OnClose = Arc<dyn CloseHook>;
 
 /// Per-connection options.
 #[derive(Clone, Default)]

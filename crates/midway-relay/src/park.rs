@@ -3,8 +3,10 @@
 //! relay that starts again handles each as it always does), cancellation, or the end of the
 //! idle timeout.
 
+use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -12,7 +14,8 @@ use socket2::SockRef;
 use tokio::io::Interest;
 
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
+use tokio::time::Sleep;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::Side;
 
@@ -33,23 +36,40 @@ pub(crate) enum Woke {
 /// Waits on a parked connection's sockets. `idle_left`: the idle timeout's remaining time
 /// (none: no idle timeout).
 ///
-/// The sockets are polled for readiness in place rather than through a `readable()` future
-/// each: this future lives in every idle connection's relay, and two such futures were more
-/// than half of it (632 bytes in all, now about a third of that).
-pub(crate) async fn wait(
-    client: &TcpStream,
-    server: &TcpStream,
-    cancel: &CancellationToken,
+/// A future of its own rather than an async fn with a `select!`: it lives in every idle
+/// connection's relay, and an async fn keeps its arguments twice and a `readable()` future per
+/// socket (632 bytes in all; this is the two references, the cancellation's future and the
+/// timer). The sockets are polled for readiness in place.
+pub(crate) fn wait<'a>(
+    client: &'a TcpStream,
+    server: &'a TcpStream,
+    cancel: &'a CancellationToken,
     idle_left: Option<Duration>,
-) -> Woke {
-    let idle = async {
-        match idle_left {
-            Some(left) => tokio::time::sleep(left).await,
-            None => std::future::pending().await,
-        }
-    };
-    let input = std::future::poll_fn(|cx| {
-        for (side, stream) in [(Side::Client, client), (Side::Server, server)] {
+) -> Wait<'a> {
+    Wait {
+        sockets: [client, server],
+        cancelled: cancel.cancelled(),
+        idle: idle_left.map(tokio::time::sleep),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`wait`].
+    pub(crate) struct Wait<'a> {
+        sockets: [&'a TcpStream; 2],
+        #[pin]
+        cancelled: WaitForCancellationFuture<'a>,
+        #[pin]
+        idle: Option<Sleep>,
+    }
+}
+
+impl Future for Wait<'_> {
+    type Output = Woke;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Woke> {
+        let this = self.project();
+        for (side, stream) in [Side::Client, Side::Server].into_iter().zip(*this.sockets) {
             if let Poll::Ready(error) = poll_input(stream, cx) {
                 return Poll::Ready(match error {
                     Some(error) => Woke::Failed(side, error),
@@ -57,12 +77,15 @@ pub(crate) async fn wait(
                 });
             }
         }
+        if this.cancelled.poll(cx).is_ready() {
+            return Poll::Ready(Woke::Cancelled);
+        }
+        if let Some(idle) = this.idle.as_pin_mut() {
+            if idle.poll(cx).is_ready() {
+                return Poll::Ready(Woke::IdleDeadline);
+            }
+        }
         Poll::Pending
-    });
-    tokio::select! {
-        woke = input => woke,
-        () = cancel.cancelled() => Woke::Cancelled,
-        () = idle => Woke::IdleDeadline,
     }
 }
 

@@ -174,8 +174,8 @@ pub async fn relay_peer_stream<S: PeerStream>(
     let peer = peer_read.unsplit(peer_write);
     if let (Some(on_close), Some(peer_socket)) = (&options.on_close, peer.socket()) {
         match side {
-            PeerSide::Server => on_close(tcp.as_fd(), peer_socket),
-            PeerSide::Client => on_close(peer_socket, tcp.as_fd()),
+            PeerSide::Server => on_close.closing(tcp.as_fd(), peer_socket),
+            PeerSide::Client => on_close.closing(peer_socket, tcp.as_fd()),
         }
     }
     if matches!(stop, Stop::BothDone) {
@@ -273,7 +273,7 @@ pub async fn relay_peer_streams<C: PeerStream, S: PeerStream>(
     if let (Some(on_close), Some(a), Some(b)) =
         (&options.on_close, client.socket(), server.socket())
     {
-        on_close(a, b);
+        on_close.closing(a, b);
     }
     if matches!(stop, Stop::BothDone) {
         drop((client, server));

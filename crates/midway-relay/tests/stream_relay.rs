@@ -454,17 +454,19 @@ async fn on_close_gets_the_client_and_server_sockets_in_order() {
         let seen: Arc<std::sync::Mutex<Option<(String, String)>>> = Arc::default();
         let slot = Arc::clone(&seen);
         let mut setup = Setup::new(side);
-        setup.on_close = Some(Arc::new(move |client, server| {
-            let peer = |fd| {
-                socket2::SockRef::from(&fd)
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_socket())
-                    .map(|a| a.to_string())
-                    .unwrap_or_default()
-            };
-            *slot.lock().unwrap() = Some((peer(client), peer(server)));
-        }));
+        setup.on_close = Some(Arc::new(
+            move |client: std::os::fd::BorrowedFd<'_>, server: std::os::fd::BorrowedFd<'_>| {
+                let peer = |fd| {
+                    socket2::SockRef::from(&fd)
+                        .local_addr()
+                        .ok()
+                        .and_then(|a| a.as_socket())
+                        .map(|a| a.to_string())
+                        .unwrap_or_default()
+                };
+                *slot.lock().unwrap() = Some((peer(client), peer(server)));
+            },
+        ));
         let relayed = setup.start().await;
         let ends = (
             relayed.client.peer_addr().unwrap().to_string(),

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use midway_relay::{OnClose, PeerSide, RelayCounters, RelayModel, RelayOptions, RelayReport};
+use midway_relay::{
+    CloseHook, OnClose, PeerSide, RelayCounters, RelayModel, RelayOptions, RelayReport,
+};
 use midway_tcp::TcpStats;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -130,16 +132,8 @@ where
     // so the end-of-connection log and histograms get final values, not a stale sample.
     // Boxed when set: two `tcp_info`s (320 bytes) are not held through the connection's
     // life for its last moment.
-    let final_stats: Arc<OnceLock<Box<FinalStats>>> = Arc::default();
-    let on_close: OnClose = {
-        let slot = final_stats.clone();
-        Arc::new(move |client: BorrowedFd<'_>, server: BorrowedFd<'_>| {
-            let _ = slot.set(Box::new((
-                midway_tcp::tcp_stats(client).ok(),
-                midway_tcp::tcp_stats(server).ok(),
-            )));
-        })
-    };
+    let final_stats = Arc::new(FinalStatsSlot::default());
+    let on_close: OnClose = final_stats.clone();
     let options = RelayOptions {
         idle_timeout: Some(idle_timeout),
         counters: counters.clone(),
@@ -241,7 +235,7 @@ where
         });
         span.get_or_insert_with(&make_span).in_scope(|| {
             let duration = started.elapsed();
-            if let Some(last) = final_stats.get() {
+            if let Some(last) = final_stats.0.get() {
                 let (local, remote) = &**last;
                 sampler.record_final(metrics, name, local.clone(), remote.clone());
             }
@@ -426,6 +420,19 @@ fn log_end(
 
 /// Final tcp_info of the (local, remote) segment, read by the relay's close callback.
 type FinalStats = (Option<TcpStats>, Option<TcpStats>);
+
+/// Where the relay's close hook leaves [`FinalStats`]: the hook and the slot are one value.
+#[derive(Default)]
+struct FinalStatsSlot(OnceLock<Box<FinalStats>>);
+
+impl CloseHook for FinalStatsSlot {
+    fn closing(&self, client: BorrowedFd<'_>, server: BorrowedFd<'_>) {
+        let _ = self.0.set(Box::new((
+            midway_tcp::tcp_stats(client).ok(),
+            midway_tcp::tcp_stats(server).ok(),
+        )));
+    }
+}
 
 /// Adds only what is new since the last report to the byte counters. Holds no labels: they
 /// are made when there is something to add (every idle connection holds a reporter).

@@ -154,7 +154,7 @@ pub(crate) fn failed_while_parked(
     error: io::Error,
 ) -> Result<RelayReport, RelayError> {
     if let Some(on_close) = &options.on_close {
-        on_close(client.as_fd(), server.as_fd());
+        on_close.closing(client.as_fd(), server.as_fd());
     }
     drop(client);
     drop(server);
@@ -361,7 +361,7 @@ pub(crate) async fn run(
         }
     }
     if let Some(on_close) = &options.on_close {
-        on_close(client.as_fd(), server.as_fd());
+        on_close.closing(client.as_fd(), server.as_fd());
     }
     // After a clean end one of these closes also sends the last direction's FIN
     // (`finish_direction`). Close the other socket first, so that by the time the peer sees
