@@ -249,9 +249,13 @@ async fn connect_one(
         target: target.clone(),
         source,
     };
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-        .map_err(io_err)?;
-    sock.set_nonblocking(true).map_err(io_err)?;
+    // Non-blocking from the start (SOCK_NONBLOCK): two fcntl calls fewer per connection.
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )
+    .map_err(io_err)?;
     profile.apply_before_connect(&sock)?;
     if let Some(class) = outgoing.class {
         // Before connect, so the SYN carries the client's marking too.
