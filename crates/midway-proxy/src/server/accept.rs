@@ -167,7 +167,7 @@ pub(super) async fn accept_loop(cx: AcceptLoop) {
             tracing::debug!(listener = %name, client = %peer, "served over max_connections: queued before the overload bypass");
         }
 
-        // The connection's span is made in its task (`Connection::accepted_span`).
+        // The connection's span is made in its task (`Connection::span`).
         let conn = Connection {
             shared: shared.clone(),
             listener: state.config,

@@ -134,7 +134,7 @@ impl Connection {
             let _active = ActiveGuard::new(this.shared.clone(), this.listener.clone());
             let prepare = this
                 .prepare_split(client, Instant::now())
-                .instrument(this.accepted_span());
+                .instrument(this.span(None));
             let Some((split, _chain)) = Box::pin(prepare).await else {
                 return;
             };
@@ -148,7 +148,7 @@ impl Connection {
     /// ready to relay, with the chain registration to hold while it lives; `None` when it
     /// ended here (logged and counted).
     async fn prepare(&mut self, client: TcpStream) -> Option<(Split, Option<Box<Chain>>)> {
-        let span = self.accepted_span();
+        let span = self.span(None);
         self.prepare_in_span(client).instrument(span).await
     }
 
@@ -193,22 +193,28 @@ impl Connection {
         self.prepare_split(client, started).await
     }
 
-    /// The connection's `conn` span as accepted: behind a load balancer, the client and its
-    /// profiles are recorded once the PROXY header is read ([`Connection::take_proxy_header`]),
-    /// the destination once it is known.
-    fn accepted_span(&self) -> tracing::Span {
-        let behind_balancer = self
-            .listener
-            .proxy_protocol
-            .expects_header_from(self.peer.ip());
-        let known = (!behind_balancer).then_some(());
+    /// The connection's `conn` span, from what is known of it now. Made at the start of the
+    /// task (without a destination; it is recorded once known) and again whenever the relay
+    /// runs. Behind a load balancer whose PROXY header is not read yet, the client and its
+    /// profiles are unknown: [`Connection::take_proxy_header`] records them.
+    fn span(&self, dst: Option<SocketAddr>) -> tracing::Span {
+        let header_pending = self.proxied.is_none()
+            && self
+                .listener
+                .proxy_protocol
+                .expects_header_from(self.peer.ip());
+        let known = (!header_pending).then_some(());
+        let proxied_by = match &self.proxied {
+            Some(proxied) => Some(proxied.balancer),
+            None => header_pending.then_some(self.peer),
+        };
         let (local, remote) = self.profiles();
         tracing::info_span!(
             "conn",
             listener = %self.listener.name,
             client = known.map(|()| field::display(self.peer)),
-            proxied_by = behind_balancer.then(|| field::display(self.peer)),
-            dst = field::Empty,
+            proxied_by = proxied_by.map(field::display),
+            dst = dst.map(field::display),
             local_profile = known.map(|()| field::display(&local.name)),
             remote_profile = known.map(|()| field::display(&remote.name)),
         )
@@ -221,18 +227,7 @@ impl Connection {
     /// name the client gave appears resolved here).
     fn relay(&self, split: Split) -> impl Future<Output = ()> + '_ {
         let dst = split.target;
-        let span = move || {
-            let (local, remote) = self.profiles();
-            tracing::info_span!(
-                "conn",
-                listener = %self.listener.name,
-                client = %self.peer,
-                proxied_by = self.proxied.as_ref().map(|proxied| field::display(proxied.balancer)),
-                dst = dst.map(field::display),
-                local_profile = %local.name,
-                remote_profile = %remote.name,
-            )
-        };
+        let span = move || self.span(dst);
         relay::relay(
             split,
             &self.listener,
