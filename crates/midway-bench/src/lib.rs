@@ -204,6 +204,14 @@ pub struct ConnectionRateRow {
     pub connections_per_second: f64,
     /// Connections that failed during the run.
     pub failures: u64,
+    /// The proxy's CPU time (user and system, its own threads) per completed connection, in
+    /// microseconds; `None` without a proxy. On a machine whose cores the client, the server
+    /// and the proxy share, a proxy that spends more per connection leaves less for the others,
+    /// so this says why one rate is below another.
+    pub proxy_cpu_us_per_connection: Option<f64>,
+    /// The whole machine's busy time (every process and the kernel's network processing) per
+    /// completed connection, in microseconds.
+    pub machine_cpu_us_per_connection: f64,
 }
 
 /// Memory one idle split connection costs in one case in one round.
@@ -392,20 +400,9 @@ fn run_case(
             .unwrap_or_else(|error| failed_run(round, case, streams, &error));
         report.runs.push(run);
     }
-    {
-        match workloads::connection_rate(
-            net,
-            SocketAddr::from((case.connect_addr(), CPS_PORT)),
-            Duration::from_secs(options.cps_seconds.into()),
-        ) {
-            Ok((rate, failures)) => report.connection_rate.push(ConnectionRateRow {
-                case: case.name(),
-                round,
-                connections_per_second: rate,
-                failures,
-            }),
-            Err(error) => eprintln!("   connection rate failed: {error:#}"),
-        }
+    match measure_connection_rate(net, case, proxy.as_ref(), round, options.cps_seconds) {
+        Ok(row) => report.connection_rate.push(row),
+        Err(error) => eprintln!("   connection rate failed: {error:#}"),
     }
     if let Some(proxy) = proxy {
         if options.idle_connections > 0 {
@@ -563,6 +560,37 @@ fn start_proxy(
         pid: process.id(),
         process,
     }))
+}
+
+/// The connection rate through `case` for `seconds`, with the CPU time each connection cost.
+fn measure_connection_rate(
+    net: &BenchNet,
+    case: Case,
+    proxy: Option<&RunningProxy>,
+    round: u32,
+    seconds: u32,
+) -> anyhow::Result<ConnectionRateRow> {
+    let cpu_before = proxy.map(|p| procfs::cpu_seconds(p.pid)).transpose()?;
+    let machine_before = procfs::machine_busy_seconds()?;
+    let run = workloads::connection_rate(
+        net,
+        SocketAddr::from((case.connect_addr(), CPS_PORT)),
+        Duration::from_secs(seconds.into()),
+    )?;
+    let machine_cpu = procfs::machine_busy_seconds()? - machine_before;
+    let proxy_cpu = match (proxy, cpu_before) {
+        (Some(p), Some(before)) => Some(procfs::cpu_seconds(p.pid)? - before),
+        _ => None,
+    };
+    let per_connection = |cpu: f64| cpu * 1e6 / (run.completed.max(1) as f64);
+    Ok(ConnectionRateRow {
+        case: case.name(),
+        round,
+        connections_per_second: run.completed as f64 / run.seconds,
+        failures: run.failed,
+        proxy_cpu_us_per_connection: proxy_cpu.map(per_connection),
+        machine_cpu_us_per_connection: per_connection(machine_cpu),
+    })
 }
 
 fn measure_throughput(

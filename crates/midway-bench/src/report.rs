@@ -44,22 +44,34 @@ pub fn render_markdown(report: &BenchReport) -> String {
     out.push_str(&render_throughput_table(&report.throughput));
     let _ = writeln!(
         out,
-        "\n| case | rounds | connections/s | failures |\n|---|---:|---:|---:|"
+        "\n| case | rounds | connections/s | failures | proxy CPU-µs/conn | machine CPU-µs/conn |\n\
+         |---|---:|---:|---:|---:|---:|"
     );
     for r in &report.connection_rate_summary {
-        let failures: u64 = report
+        let rows: Vec<_> = report
             .connection_rate
             .iter()
             .filter(|row| row.case == r.case)
-            .map(|row| row.failures)
-            .sum();
+            .collect();
+        let failures: u64 = rows.iter().map(|row| row.failures).sum();
+        let proxy_cpu: Vec<f64> = rows
+            .iter()
+            .filter_map(|row| row.proxy_cpu_us_per_connection)
+            .collect();
+        let machine_cpu: Vec<f64> = rows
+            .iter()
+            .map(|row| row.machine_cpu_us_per_connection)
+            .collect();
+        let cpu = |values: &[f64]| Spread::of(values).map_or("-".into(), |s| spread(&s, 1.0, 0));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             r.case,
             r.rounds,
             spread(&r.spread, 1.0, 0),
-            failures
+            failures,
+            cpu(&proxy_cpu),
+            cpu(&machine_cpu),
         );
     }
     let _ = writeln!(

@@ -90,13 +90,20 @@ impl CloseServer {
     }
 }
 
-/// Connections per second from the client host to `addr`: several threads each connect, read the
-/// server's byte until EOF, and close, for `duration`.
+/// What one connection-rate run did: connections completed and failed, in `seconds`.
+pub(crate) struct RateRun {
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    pub(crate) seconds: f64,
+}
+
+/// Connections from the client host to `addr` for `duration`: several threads each connect, read
+/// the server's byte until EOF, and close.
 pub(crate) fn connection_rate(
     net: &BenchNet,
     addr: SocketAddr,
     duration: Duration,
-) -> anyhow::Result<(f64, u64)> {
+) -> anyhow::Result<RateRun> {
     const THREADS: usize = 8;
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -135,11 +142,11 @@ pub(crate) fn connection_rate(
             .join()
             .map_err(|_| anyhow::anyhow!("connection-rate worker panicked"))??;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    Ok((
-        done.load(Ordering::Relaxed) as f64 / elapsed,
-        failed.load(Ordering::Relaxed),
-    ))
+    Ok(RateRun {
+        completed: done.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// Samples the machine's TCP memory in the background and keeps the peak.
