@@ -5,9 +5,12 @@
 //!   scale is chosen from the receive buffer at SYN time, and accepted sockets inherit buffers,
 //!   MSS, mark and every other option below from the listener (the child is a clone of it).
 //! - [`TcpProfile::apply_before_connect`]: the same set on an outgoing socket before `connect()`.
-//! - [`TcpProfile::apply_established`]: on the accepted or connected socket; sets again what
-//!   an established socket takes (so the profile holds even if the listener was set up
-//!   elsewhere) and arms `TCP_QUICKACK`.
+//! - [`TcpProfile::apply_established`]: on the accepted or connected socket. What it still
+//!   has to set depends on where the socket came from ([`CarriedOptions`]): a connected socket
+//!   and one accepted from a listener with the same profile carry every option already, so only
+//!   the congestion control (which a route's `congctl` replaces at connect and accept) is put
+//!   back; a socket accepted from a listener with another profile gets them all. Either way it
+//!   arms `TCP_QUICKACK`, which does not stick.
 //!
 //! Every `setsockopt` that fails is an error naming the knob; nothing is skipped. Knobs that
 //! Linux offers only per destination (initial window, duplicate-ACK threshold, RTO floor above
@@ -61,6 +64,20 @@ impl fmt::Display for Role {
             Role::Probe => "probe",
         })
     }
+}
+
+/// Which of a profile's socket options an established socket already carries, for
+/// [`TcpProfile::apply_established`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CarriedOptions {
+    /// All of them: they were set on this socket before `connect()`
+    /// ([`TcpProfile::apply_before_connect`]), or on the listener it was accepted from with
+    /// this same profile ([`TcpProfile::apply_to_listener`]; Linux makes the accepted socket a
+    /// copy of the listener).
+    All,
+    /// None to rely on: the listener it was accepted from carries another profile (a client
+    /// prefix's own) or was set up elsewhere.
+    None,
 }
 
 /// A knob of a profile that cannot be honoured.
@@ -440,14 +457,34 @@ impl TcpProfile {
         self.set_socket_options(sock.as_fd(), role)
     }
 
-    /// Knobs on an accepted or connected socket: congestion control, RTO floor, delayed-ACK
-    /// ceiling (+ `TCP_QUICKACK`), keepalive, user timeout, not-sent low-water mark, nodelay,
-    /// pacing ceiling.
+    /// Knobs on an accepted or connected socket that `carried` says it does not have yet:
+    /// with [`CarriedOptions::None`] the route mark and every socket option (congestion
+    /// control, RTO floor, delayed-ACK ceiling, keepalive, user timeout, not-sent low-water
+    /// mark, nodelay, pacing ceiling); with [`CarriedOptions::All`] only the congestion control, which a route's
+    /// `congctl` metric replaces at connect and accept (setting the one in use again is a
+    /// no-op in the kernel). Then `TCP_QUICKACK` when the profile turns delayed ACKs off.
     /// Buffers and MSS are not touched: they were fixed at SYN time by the listener or by
     /// [`TcpProfile::apply_before_connect`], and a late `SO_RCVBUF` would only shrink the
     /// window without changing the scale.
-    pub fn apply_established(&self, fd: BorrowedFd<'_>, role: Role) -> Result<(), KnobError> {
-        self.set_socket_options(fd, role)?;
+    pub fn apply_established(
+        &self,
+        fd: BorrowedFd<'_>,
+        role: Role,
+        carried: CarriedOptions,
+    ) -> Result<(), KnobError> {
+        match carried {
+            CarriedOptions::None => {
+                // The mark first: a marked socket's next packet is routed again, through
+                // the profile's route knobs.
+                self.set_mark(fd)?;
+                self.set_socket_options(fd, role)?;
+            }
+            CarriedOptions::All => {
+                if let Some(cc) = self.kernel_congestion_control() {
+                    set_congestion_control(fd, cc).map_err(self.err("congestion_control", role))?;
+                }
+            }
+        }
         if self.delayed_ack == Some(false) {
             // Not sticky in the kernel; the route metric `quickack 1` and the delayed-ACK
             // ceiling keep ACKs prompt afterwards.

@@ -29,7 +29,7 @@
 //! ```no_run
 //! use std::collections::BTreeMap;
 //! use std::os::fd::AsFd;
-//! use midway_tcp::{resolve_profiles, ProfileSpec, Role, RouteKnobs, TcpProfile};
+//! use midway_tcp::{resolve_profiles, CarriedOptions, ProfileSpec, Role, RouteKnobs, TcpProfile};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let specs: BTreeMap<String, ProfileSpec> = BTreeMap::new(); // from `[profiles.*]`
@@ -46,12 +46,12 @@
 //! local.apply_to_listener(&listener)?; // before bind/listen
 //! // ... bind, listen, accept:
 //! let (accepted, _) = listener.accept()?;
-//! local.apply_established(accepted.as_fd(), Role::Accepted)?;
+//! local.apply_established(accepted.as_fd(), Role::Accepted, CarriedOptions::All)?;
 //!
 //! let outgoing = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
 //! remote.apply_before_connect(&outgoing)?;
 //! // ... connect:
-//! remote.apply_established(outgoing.as_fd(), Role::Outgoing)?;
+//! remote.apply_established(outgoing.as_fd(), Role::Outgoing, CarriedOptions::All)?;
 //! route_knobs.remove()?; // at stop (drop also removes)
 //! # Ok(())
 //! # }
@@ -70,7 +70,7 @@ mod verify;
 
 /// Raw socket-option access the integration tests use to check what the knobs did.
 pub use apply::{delack_floor_us, get_int, get_max_pacing_rate, TCP_DELACK_MAX_US, TCP_RTO_MIN_US};
-pub use apply::{KnobError, Role};
+pub use apply::{CarriedOptions, KnobError, Role};
 pub use bufrule::BufRuleError;
 pub use fast_open::{
     fast_open_sysctl_needed, FastOpenSide, DEFAULT_FAST_OPEN_QUEUE, FAST_OPEN_SYSCTL,

@@ -9,7 +9,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
 
 use midway_bpf::Algorithm;
-use midway_tcp::{congestion_control_of, KnobError, ReadBackWhen, Role, TcpProfile};
+use midway_tcp::{
+    congestion_control_of, CarriedOptions, KnobError, ReadBackWhen, Role, TcpProfile,
+};
 use midway_testkit::netns::Netns;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -32,11 +34,11 @@ fn read_back(applied: &TcpProfile, expected: &TcpProfile) -> (String, Vec<(Strin
     applied.apply_before_connect(&outgoing).unwrap();
     outgoing.connect(&listener.local_addr().unwrap()).unwrap();
     applied
-        .apply_established(outgoing.as_fd(), Role::Outgoing)
+        .apply_established(outgoing.as_fd(), Role::Outgoing, CarriedOptions::All)
         .unwrap();
     let (accepted, _) = listener.accept().unwrap();
     applied
-        .apply_established(accepted.as_fd(), Role::Accepted)
+        .apply_established(accepted.as_fd(), Role::Accepted, CarriedOptions::All)
         .unwrap();
     let when = ReadBackWhen {
         before_data: true,

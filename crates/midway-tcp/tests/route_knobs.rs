@@ -15,8 +15,8 @@ use midway_sys::netlink::{
     AddressSpec, Family, Metric, Netlink, Route, RouteMetric, TcpMetricsCache, VethEnd, TABLE_MAIN,
 };
 use midway_tcp::{
-    delack_floor_us, get_int, tcp_stats, ReadBackWhen, Role, RouteKnobs, RouteKnobsError,
-    TcpProfile, TCP_DELACK_MAX_US,
+    delack_floor_us, get_int, tcp_stats, CarriedOptions, ReadBackWhen, Role, RouteKnobs,
+    RouteKnobsError, TcpProfile, TCP_DELACK_MAX_US,
 };
 use midway_testkit::netns::Netns;
 use midway_testkit::wait::wait_until;
@@ -122,12 +122,12 @@ fn connect(t: &Topology, server_profile: &TcpProfile, client_profile: &TcpProfil
         s
     });
     client_profile
-        .apply_established(outgoing.as_fd(), Role::Outgoing)
+        .apply_established(outgoing.as_fd(), Role::Outgoing, CarriedOptions::All)
         .unwrap();
     let (accepted, peer) = listener.accept().unwrap();
     assert_eq!(peer.as_socket().unwrap().ip(), std::net::IpAddr::V4(CLIENT));
     server_profile
-        .apply_established(accepted.as_fd(), Role::Accepted)
+        .apply_established(accepted.as_fd(), Role::Accepted, CarriedOptions::All)
         .unwrap();
     Conn { accepted, outgoing }
 }

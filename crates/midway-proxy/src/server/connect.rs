@@ -5,13 +5,13 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use midway_http::ConnectUpstream;
-use midway_tcp::{Role, TcpProfile};
+use midway_tcp::{CarriedOptions, Role, TcpProfile};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -38,19 +38,25 @@ pub(super) fn close_now(stream: TcpStream) {
     drop(stream);
 }
 
-/// The profile steps of an established proxy socket: TCP_NODELAY unless the profile decides
-/// (see [`default_nodelay`]), then the profile's established-socket knobs for `role`.
+/// The profile steps of an established proxy socket: the knobs `carried` says it lacks (see
+/// [`TcpProfile::apply_established`]), TCP_NODELAY among them unless the profile decides (see
+/// [`default_nodelay`]).
 pub(super) fn apply_established(
     stream: &TcpStream,
     profile: &TcpProfile,
     role: Role,
+    carried: CarriedOptions,
 ) -> Result<(), SetupError> {
-    default_nodelay(stream, profile)?;
-    profile.apply_established(stream.as_fd(), role)?;
+    if carried == CarriedOptions::None {
+        default_nodelay(stream.as_fd(), profile).map_err(SetupError::Nodelay)?;
+    }
+    profile.apply_established(stream.as_fd(), role, carried)?;
     Ok(())
 }
 
-/// Turns Nagle's algorithm off on a proxy socket unless `profile` sets `nodelay` itself.
+/// Turns Nagle's algorithm off on a proxy socket unless `profile` sets `nodelay` itself: on
+/// listeners (accepted sockets inherit it) and on outgoing sockets before connect, like the
+/// profile's own options.
 ///
 /// A proxy forwards what it has when it has it; the end hosts already decided how to batch
 /// their writes. With Nagle on, the short tail of every relayed chunk (or every small HTTP
@@ -58,9 +64,9 @@ pub(super) fn apply_established(
 /// costs up to its delayed-ACK time per chunk, and under load keeps megabytes queued in the
 /// socket (see docs/results/bench/README.md, "A profile of the relay"). HAProxy and Squid also set
 /// TCP_NODELAY on both sides. A profile can still ask for Nagle with `nodelay = false`.
-fn default_nodelay(stream: &TcpStream, profile: &TcpProfile) -> Result<(), SetupError> {
+pub(super) fn default_nodelay(fd: BorrowedFd<'_>, profile: &TcpProfile) -> io::Result<()> {
     if profile.nodelay.is_none() {
-        stream.set_nodelay(true).map_err(SetupError::Nodelay)?;
+        midway_sys::sockopt::set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
     }
     Ok(())
 }
@@ -86,7 +92,7 @@ pub(super) fn upstream_connector(
         let denied = denied.clone();
         let socket_memory = socket_memory.clone();
         Box::pin(async move {
-            let stream = connect(
+            let (stream, _) = connect(
                 &TargetAddr::Ip(addr),
                 &profile,
                 Outgoing::default(),
@@ -95,7 +101,8 @@ pub(super) fn upstream_connector(
             )
             .await
             .map_err(SetupError::into_io)?;
-            apply_established(&stream, &profile, Role::Outgoing).map_err(SetupError::into_io)?;
+            apply_established(&stream, &profile, Role::Outgoing, CarriedOptions::All)
+                .map_err(SetupError::into_io)?;
             if let Some(guard) = &socket_memory {
                 memory::cap_once(guard, &stream, leaves_buffers(&profile));
             }
@@ -169,32 +176,32 @@ pub(super) struct Outgoing<'a> {
 }
 
 /// Resolves `target` and connects the remote segment with `profile`, as `outgoing` says, to
-/// the first of its addresses that is not in `denied` and accepts.
+/// the first of its addresses that is not in `denied` and accepts. Returns the socket and the
+/// address it connected to.
 pub(super) async fn connect(
     target: &TargetAddr,
     profile: &TcpProfile,
     outgoing: Outgoing<'_>,
     denied: Option<&DeniedDestinations>,
     timeout: Duration,
-) -> Result<TcpStream, SetupError> {
-    let target_text = target.to_string();
+) -> Result<(TcpStream, SocketAddr), SetupError> {
     let attempt = async {
         let addrs = resolve(target, denied).await?;
         let mut last_err = None;
         for addr in addrs {
             match connect_with_backup(addr, profile, outgoing).await {
-                Ok(stream) => return Ok(stream),
+                Ok(stream) => return Ok((stream, addr)),
                 Err(err) => last_err = Some(err),
             }
         }
-        Err(last_err.unwrap_or(SetupError::NoAddress {
-            target: target_text.clone(),
+        Err(last_err.unwrap_or_else(|| SetupError::NoAddress {
+            target: target.to_string(),
         }))
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(result) => result,
         Err(_) => Err(SetupError::ConnectTimeout {
-            target: target_text,
+            target: target.to_string(),
         }),
     }
 }
@@ -244,9 +251,8 @@ async fn connect_one(
     profile: &TcpProfile,
     outgoing: Outgoing<'_>,
 ) -> Result<TcpStream, SetupError> {
-    let target = addr.to_string();
     let io_err = |source| SetupError::Connect {
-        target: target.clone(),
+        target: addr.to_string(),
         source,
     };
     // Non-blocking from the start (SOCK_NONBLOCK): two fcntl calls fewer per connection.
@@ -257,6 +263,7 @@ async fn connect_one(
     )
     .map_err(io_err)?;
     profile.apply_before_connect(&sock)?;
+    default_nodelay(sock.as_fd(), profile).map_err(SetupError::Nodelay)?;
     if let Some(class) = outgoing.class {
         // Before connect, so the SYN carries the client's marking too.
         super::dscp::mark(&sock, class).map_err(io_err)?;

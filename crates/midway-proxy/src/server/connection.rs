@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use midway_relay::RelayCounters;
-use midway_tcp::{Role, TcpProfile};
+use midway_tcp::{CarriedOptions, Role, TcpProfile};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{field, Instrument};
@@ -339,6 +339,17 @@ impl Connection {
         self.profiles.for_client(self.peer.ip())
     }
 
+    /// What an accepted socket carries of its `local` profile: all its options when the
+    /// listener carries the same profile (accepted sockets are copies of it; a reload puts a
+    /// listener's new profile on the socket it keeps), none when a client prefix has its own.
+    fn carried_by_listener(&self, local: &TcpProfile) -> CarriedOptions {
+        if local.name == self.listener.local_profile {
+            CarriedOptions::All
+        } else {
+            CarriedOptions::None
+        }
+    }
+
     /// Counts and logs a connection that ends before relaying or serving.
     fn refuse(&self, err: &SetupError, message: &str) {
         self.shared
@@ -372,7 +383,12 @@ impl Connection {
     /// Applies the local profile and opens the listener's transport (a peer listener's TLS
     /// handshake) on the accepted socket.
     async fn open(&self, client: TcpStream, local: &TcpProfile) -> Result<PeerLink, SetupError> {
-        apply_established(&client, local, Role::Accepted)?;
+        apply_established(
+            &client,
+            local,
+            Role::Accepted,
+            self.carried_by_listener(local),
+        )?;
         let timeout = self.generation.config.handshake_timeout;
         self.listener
             .intercept
@@ -456,7 +472,7 @@ impl Connection {
             addr = TargetAddr::Ip(destination);
         }
         let sent_at_connect = AtomicU64::new(0);
-        let mut stream = connect(
+        let (mut stream, connected_to) = connect(
             &addr,
             remote,
             Outgoing {
@@ -469,7 +485,7 @@ impl Connection {
             config.connect_timeout,
         )
         .await?;
-        apply_established(&stream, remote, Role::Outgoing)?;
+        apply_established(&stream, remote, Role::Outgoing, CarriedOptions::All)?;
         if self.listener.proxy_protocol.send {
             // At a gateway the client is the one the peer header names.
             let client = target.chain.as_ref().map_or(self.peer, Chain::client);
@@ -477,7 +493,7 @@ impl Connection {
             proxied::send_header(&mut stream, client, destination, config.connect_timeout).await?;
         }
         Ok(Onward {
-            target: stream.peer_addr().ok(),
+            target: Some(connected_to),
             stream: PeerLink::Tcp(stream),
             segment: "remote",
             chain: target.chain,
@@ -518,7 +534,8 @@ impl Connection {
         // The engine writes a response's head and its body pieces as they come; with Nagle on,
         // a short piece waits for the client's (often delayed) ACK of the previous one, which
         // cost the lab's web pages more than a second each.
-        let prepared = apply_established(&client, local, Role::Accepted).and_then(|()| {
+        let carried = self.carried_by_listener(local);
+        let prepared = apply_established(&client, local, Role::Accepted, carried).and_then(|()| {
             self.listener
                 .intercept
                 .check_http_client(&client, self.listener_addr)

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use midway_tcp::TcpProfile;
+use midway_tcp::{KnobError, Role, TcpProfile};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::accept::{accept_loop, AcceptLoop};
-use super::connect::set_transparent;
+use super::connect::{default_nodelay, set_transparent};
 use super::error::ProxyError;
 use super::generation::Generation;
 use super::handover::{Inherited, ListenerKey};
@@ -165,7 +165,8 @@ fn local_profile<'p>(
         })
 }
 
-/// Puts `listener`'s local `profile` on its listening socket, and asks it to keep the traffic
+/// Puts `listener`'s local `profile` on its listening socket (TCP_NODELAY too unless the
+/// profile decides, see [`default_nodelay`]), and asks it to keep the traffic
 /// class its clients' packets carry when the listener carries DSCP (off again when a reload
 /// turns that off): accepted sockets inherit the listener's options.
 fn put_profile(
@@ -180,6 +181,16 @@ fn put_profile(
             profile: profile.name.clone(),
             source: Box::new(source),
         })?;
+    default_nodelay(sock.as_fd(), profile).map_err(|source| ProxyError::ListenerProfile {
+        listener: listener.name.clone(),
+        profile: profile.name.clone(),
+        source: Box::new(KnobError::Set {
+            profile: profile.name.clone(),
+            knob: "nodelay",
+            role: Role::Listener,
+            source,
+        }),
+    })?;
     midway_sys::tos::set_keep_received_class(sock.as_fd(), listener.carry_dscp).map_err(|source| {
         ProxyError::KeepClientClass {
             listener: listener.name.clone(),

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use midway_sys::sockopt::idle_and_open;
-use midway_tcp::{Role, TcpProfile};
+use midway_tcp::{CarriedOptions, Role, TcpProfile};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -215,7 +215,7 @@ impl WarmPool {
     /// a new client no round trip either.
     async fn connect(&self) -> Result<PeerLink, SetupError> {
         let result = async {
-            let stream = connect(
+            let (stream, _) = connect(
                 &self.config.address,
                 &self.profile,
                 Outgoing::default(),
@@ -223,7 +223,7 @@ impl WarmPool {
                 self.connect_timeout,
             )
             .await?;
-            apply_established(&stream, &self.profile, Role::Outgoing)?;
+            apply_established(&stream, &self.profile, Role::Outgoing, CarriedOptions::All)?;
             match &self.config.transport {
                 PeerTransport::Tcp => Ok(PeerLink::Tcp(stream)),
                 PeerTransport::Tls { client, .. } | PeerTransport::Quic { client, .. } => {
