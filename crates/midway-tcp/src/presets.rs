@@ -107,7 +107,7 @@ pub(crate) fn preset_spec(name: &str) -> Option<ProfileSpec> {
         // `lan`: a segment over a short, clean link inside the operator's own network: the
         // gateway's side towards a data centre, a chain of proxies in one rack, the bench's
         // veth pairs. Measured on the 2-core bench at 100 streams, end hosts on BBR
-        // (docs/results/bench/README.md, session 7):
+        // (docs/results/bench/README.md, "The TCP settings of midway's sockets", 2026-11-21):
         // - congestion_control = cubic: such a link has no random loss for BBR to ride out,
         //   and BBR needs pacing, which the kernel then does per socket with a timer of its
         //   own unless the interface's qdisc is `fq`. Most interfaces run pfifo_fast, virtual
