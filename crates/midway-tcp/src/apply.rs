@@ -460,9 +460,9 @@ impl TcpProfile {
     /// Knobs on an accepted or connected socket that `carried` says it does not have yet:
     /// with [`CarriedOptions::None`] the route mark and every socket option (congestion
     /// control, RTO floor, delayed-ACK ceiling, keepalive, user timeout, not-sent low-water
-    /// mark, nodelay, pacing ceiling); with [`CarriedOptions::All`] only the congestion control, which a route's
-    /// `congctl` metric replaces at connect and accept (setting the one in use again is a
-    /// no-op in the kernel). Then `TCP_QUICKACK` when the profile turns delayed ACKs off.
+    /// mark, nodelay, pacing ceiling); with [`CarriedOptions::All`] only the congestion
+    /// control, which a route's `congctl` metric replaces at connect and accept (setting the
+    /// one in use again is a no-op in the kernel). Then `TCP_QUICKACK` when the profile turns delayed ACKs off.
     /// Buffers and MSS are not touched: they were fixed at SYN time by the listener or by
     /// [`TcpProfile::apply_before_connect`], and a late `SO_RCVBUF` would only shrink the
     /// window without changing the scale.
