@@ -13,6 +13,9 @@ use crate::connections::proxy_max_connections;
 use crate::netns::{CLIENT_PREFIX, ROUTER_CLIENT_SIDE, SERVER_ADDR};
 use crate::{all_ports, BenchOptions, Case, METRICS_ADDR, TRANSPARENT_PORT};
 
+/// midway's `shutdown_grace` in the bench: what is still open this long after SIGTERM is reset.
+pub(crate) const MIDWAY_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// midway's config for a case: one forward listener per port, or one transparent listener for
 /// all of them, with the profile under test on both segments; then the `--midway-proxy-extra`
 /// lines (TOML in the `[proxy]` table, where a table header may open another table such as
@@ -40,7 +43,7 @@ pub(crate) fn midway_config(
         .timeouts(
             Duration::from_secs(5),
             Duration::from_secs(600),
-            Duration::from_secs(2),
+            MIDWAY_SHUTDOWN_GRACE,
         )
         .metrics(
             METRICS_ADDR

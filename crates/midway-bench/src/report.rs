@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::configs::MIDWAY_SHUTDOWN_GRACE;
+use crate::connections::STOP_LIMIT;
 use crate::summary::{Spread, ThroughputSummary};
 use crate::{BenchReport, ConnectionsRow};
 
@@ -150,6 +152,34 @@ pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
             r.answered_at_end,
             r.connections,
             r.hold_seconds,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nThe proxy stopped (SIGTERM) with the connections open: how long until it exited, and how \
+         each connection ended. midway resets what is open when its `shutdown_grace` ({} s here) \
+         runs out; a clean end of stream is a truncation the client cannot see.\n\n\
+         | case | SIGTERM to exit, s | client: reset / clean end / other / none | \
+         server: reset / clean end / other / none |\n|---|---:|---:|---:|",
+        MIDWAY_SHUTDOWN_GRACE.as_secs()
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} / {} / {} / {} | {} / {} / {} / {} |",
+            r.case,
+            r.stop_seconds.map_or_else(
+                || format!("not within {} s", STOP_LIMIT.as_secs()),
+                |s| format!("{s:.1}")
+            ),
+            r.client_resets,
+            r.client_clean_ends,
+            r.client_other_ends,
+            r.client_no_end,
+            r.server_resets,
+            r.server_clean_ends,
+            r.server_other_ends,
+            r.server_no_end,
         );
     }
     for r in rows {

@@ -1,6 +1,6 @@
 //! The benchmark command end to end, as a user runs it, in its smallest form: every part
 //! (namespaces, iperf3, midway in both modes, spliced HAProxy, connection rate, idle memory,
-//! many concurrent connections)
+//! many concurrent connections and the proxy's stop with them open)
 //! must produce figures, and the options that shape the run must reach the report. The figures
 //! themselves are not judged here: they are benchmark output, not test assertions.
 //!
@@ -116,6 +116,13 @@ fn the_smallest_bench_run_reports_every_case() {
         assert_eq!(row["answered_at_end"], 200, "{row}");
         assert_eq!(row["server_accepted"], 200, "{row}");
         assert!(row["proxy_open_fds"].as_u64().unwrap() >= 400, "{row}");
+        // Then the proxy was stopped with them open. midway's close rule: a connection it
+        // cannot finish ends with a reset at both ends, never a clean end of stream.
+        if row["case"].as_str().unwrap().starts_with("midway") {
+            assert!(row["stop_seconds"].as_f64().is_some(), "{row}");
+            assert_eq!(row["client_resets"], 200, "{row}");
+            assert_eq!(row["server_resets"], 200, "{row}");
+        }
     }
     // The bench removes what it made.
     let left = midway_testkit::netns::namespaces_of_pid(pid);

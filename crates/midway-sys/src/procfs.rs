@@ -250,6 +250,17 @@ pub fn tcp_sockets_in_use(pid: u32) -> io::Result<u64> {
         .ok_or_else(|| unexpected(format!("no \"TCP: inuse N\" line in {path}")))
 }
 
+/// The state letter of a process (field 3 of /proc/PID/stat: `R`, `S`, `Z` for one that exited
+/// and waits for its parent, ...); `None` once it is gone.
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); with the pid
 /// it identifies a process even after pid reuse.
 pub fn process_start_time(pid: i32) -> Option<u64> {
@@ -262,6 +273,13 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_process_has_a_state() {
+        let state = process_state(std::process::id()).unwrap();
+        assert!(matches!(state, 'R' | 'S'), "{state}");
+        assert_eq!(process_state(u32::MAX), None);
+    }
 
     #[test]
     fn busy_ticks_leave_out_idle_and_iowait() {

@@ -1,6 +1,7 @@
 //! The traffic of `--connections`: an echo server in the server host that holds every
 //! connection, and a generator in the client host that opens them with a bounded number in
-//! flight, keeps each alive with a one-byte echo, and at the end of the hold asks each once more.
+//! flight, keeps each alive with a one-byte echo, at the end of the hold asks each once more,
+//! and then, while the proxy is told to stop, watches how each connection ends at both ends.
 //!
 //! Each side is one task per connection on a single-threaded tokio runtime of its own, on a
 //! thread that entered its host's namespace (sockets belong to the namespace they were made
@@ -24,10 +25,85 @@ use crate::workloads::listen_with_backlog;
 /// The byte every echo carries.
 const PING: u8 = b'k';
 
+/// How a connection's socket ended, seen from one end: a reset, a clean end of stream (a FIN),
+/// or another error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    Reset,
+    Clean,
+    Other,
+}
+
+impl End {
+    fn of_error(error: &std::io::Error) -> End {
+        match error.kind() {
+            std::io::ErrorKind::ConnectionReset => End::Reset,
+            _ => End::Other,
+        }
+    }
+}
+
+/// Ends counted at one side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ends {
+    pub(crate) resets: u64,
+    pub(crate) clean: u64,
+    pub(crate) other: u64,
+}
+
+impl Ends {
+    fn count(&mut self, end: End) {
+        match end {
+            End::Reset => self.resets += 1,
+            End::Clean => self.clean += 1,
+            End::Other => self.other += 1,
+        }
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.resets + self.clean + self.other
+    }
+}
+
+/// What the echo server saw, shared with its tasks.
+#[derive(Default)]
+pub(crate) struct EchoTally {
+    accepted: AtomicU64,
+    resets: AtomicU64,
+    clean: AtomicU64,
+    other: AtomicU64,
+}
+
+impl EchoTally {
+    fn count(&self, end: End) {
+        let counter = match end {
+            End::Reset => &self.resets,
+            End::Clean => &self.clean,
+            End::Other => &self.other,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections accepted in all.
+    pub(crate) fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// How the connections that ended so far ended.
+    pub(crate) fn ends(&self) -> Ends {
+        Ends {
+            resets: self.resets.load(Ordering::Relaxed),
+            clean: self.clean.load(Ordering::Relaxed),
+            other: self.other.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The echo server, stopped (and every connection it holds closed) by [`EchoServer::stop`].
 pub(crate) struct EchoServer {
     stop: oneshot::Sender<()>,
-    thread: InHost<u64>,
+    thread: InHost<()>,
+    tally: Arc<EchoTally>,
 }
 
 /// Starts an echo server on every address of `addrs` in the server host; returns once all of
@@ -38,6 +114,8 @@ pub(crate) fn start_echo_server(
 ) -> anyhow::Result<EchoServer> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stop, stopped) = oneshot::channel::<()>();
+    let tally = Arc::new(EchoTally::default());
+    let tasks_tally = tally.clone();
     let thread = net.in_host(Host::Server, move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -45,14 +123,13 @@ pub(crate) fn start_echo_server(
         // Dropping the runtime at the end of this closure cancels every echo task and closes
         // its socket.
         runtime.block_on(async move {
-            let accepted = Arc::new(AtomicU64::new(0));
             for addr in addrs {
                 let listener = TcpListener::from_std(listen_with_backlog(addr)?)?;
-                tokio::spawn(accept_and_echo(listener, accepted.clone()));
+                tokio::spawn(accept_and_echo(listener, tasks_tally.clone()));
             }
             let _ = ready_tx.send(());
             let _ = stopped.await;
-            Ok(accepted.load(Ordering::Relaxed))
+            Ok(())
         })
     });
     if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
@@ -62,25 +139,35 @@ pub(crate) fn start_echo_server(
         };
         return Err(error.context("the echo server"));
     }
-    Ok(EchoServer { stop, thread })
+    Ok(EchoServer {
+        stop,
+        thread,
+        tally,
+    })
 }
 
 impl EchoServer {
+    /// What it saw so far, live.
+    pub(crate) fn tally(&self) -> Arc<EchoTally> {
+        self.tally.clone()
+    }
+
     /// Stops it; how many connections it accepted in all.
     pub(crate) fn stop(self) -> anyhow::Result<u64> {
         let _ = self.stop.send(());
         self.thread
             .join()
-            .map_err(|_| anyhow::anyhow!("the echo server panicked"))?
+            .map_err(|_| anyhow::anyhow!("the echo server panicked"))??;
+        Ok(self.tally.accepted())
     }
 }
 
-async fn accept_and_echo(listener: TcpListener, accepted: Arc<AtomicU64>) {
+async fn accept_and_echo(listener: TcpListener, tally: Arc<EchoTally>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                accepted.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(echo_until_closed(stream));
+                tally.accepted.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(echo_until_closed(stream, tally.clone()));
             }
             // Out of descriptors or memory: the connection waits in the accept queue, and the
             // generator counts it if it never gets an answer.
@@ -89,15 +176,18 @@ async fn accept_and_echo(listener: TcpListener, accepted: Arc<AtomicU64>) {
     }
 }
 
-async fn echo_until_closed(mut stream: TcpStream) {
+/// Echoes until the connection ends, and counts how it ended (the server end of what a
+/// stopping proxy does to its connections).
+async fn echo_until_closed(mut stream: TcpStream, tally: Arc<EchoTally>) {
     let mut buf = [0u8; 64];
     loop {
         let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) => return tally.count(End::Clean),
             Ok(n) => n,
+            Err(error) => return tally.count(End::of_error(&error)),
         };
-        if stream.write_all(&buf[..n]).await.is_err() {
-            return;
+        if let Err(error) = stream.write_all(&buf[..n]).await {
+            return tally.count(End::of_error(&error));
         }
     }
 }
@@ -121,6 +211,8 @@ pub(crate) struct Plan {
     pub(crate) hold: Duration,
     /// How long each connection may take to answer the echo at the end of the hold.
     pub(crate) answer_limit: Duration,
+    /// After the final check, how long each connection waits for its end (the proxy stopping).
+    pub(crate) end_limit: Duration,
 }
 
 /// How the opening went.
@@ -152,12 +244,22 @@ pub(crate) struct Holding {
     pub(crate) final_check: Duration,
 }
 
-/// Where each connection task is: holding with keep-alives, asked for the final echo, or told
-/// to close.
+/// How the connections that answered the final check ended at the client while the proxy
+/// stopped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Ending {
+    pub(crate) ends: Ends,
+    /// Connections that saw no end within the limit.
+    pub(crate) no_end: u64,
+}
+
+/// Where each connection task is: holding with keep-alives, asked for the final echo, waiting
+/// for its end while the proxy stops, or told to close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Hold,
     FinalCheck,
+    WatchEnd,
     Close,
 }
 
@@ -167,28 +269,41 @@ struct Tally {
     keepalive_failures: AtomicU64,
 }
 
+/// What the generator found: the opening, the hold, and the ends while the proxy stopped,
+/// with what the two hooks measured.
+pub(crate) struct Generated<M, S> {
+    pub(crate) opening: Opening,
+    pub(crate) at_n: M,
+    pub(crate) holding: Holding,
+    pub(crate) at_stop: S,
+    pub(crate) ending: Ending,
+}
+
 /// Runs the generator in the client host: opens `plan.count` connections, runs `at_n` on a
 /// thread of its own while all of them are open (the measurements at N), holds them for
-/// `plan.hold`, asks each for a last echo and closes them.
-pub(crate) fn run_generator<M: Send + 'static>(
+/// `plan.hold`, asks each for a last echo, then runs `at_stop` (which stops the proxy) on a
+/// thread of its own while each connection that answered waits for its end, and closes them.
+pub(crate) fn run_generator<M: Send + 'static, S: Send + 'static>(
     net: &BenchNet,
     plan: Plan,
     at_n: impl FnOnce() -> anyhow::Result<M> + Send + 'static,
-) -> anyhow::Result<(Opening, M, Holding)> {
+    at_stop: impl FnOnce() -> anyhow::Result<S> + Send + 'static,
+) -> anyhow::Result<Generated<M, S>> {
     net.in_host(Host::Client, move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        runtime.block_on(generate(plan, at_n))
+        runtime.block_on(generate(plan, at_n, at_stop))
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the connection generator panicked"))?
 }
 
-async fn generate<M: Send + 'static>(
+async fn generate<M: Send + 'static, S: Send + 'static>(
     plan: Plan,
     at_n: impl FnOnce() -> anyhow::Result<M> + Send + 'static,
-) -> anyhow::Result<(Opening, M, Holding)> {
+    at_stop: impl FnOnce() -> anyhow::Result<S> + Send + 'static,
+) -> anyhow::Result<Generated<M, S>> {
     anyhow::ensure!(
         !plan.targets.is_empty() && !plan.sources.is_empty(),
         "the generator needs targets and sources"
@@ -199,6 +314,7 @@ async fn generate<M: Send + 'static>(
     let (phase_tx, phase_rx) = watch::channel(Phase::Hold);
     let (opened_tx, mut opened_rx) = mpsc::unbounded_channel();
     let (answer_tx, mut answer_rx) = mpsc::unbounded_channel();
+    let (end_tx, mut end_rx) = mpsc::unbounded_channel();
     let started = Instant::now();
     for index in 0..plan.count {
         tokio::spawn(connection(
@@ -206,12 +322,15 @@ async fn generate<M: Send + 'static>(
             plan.clone(),
             permits.clone(),
             phase_rx.clone(),
-            opened_tx.clone(),
-            answer_tx.clone(),
+            Reports {
+                opened: opened_tx.clone(),
+                answers: answer_tx.clone(),
+                ends: end_tx.clone(),
+            },
             tally.clone(),
         ));
     }
-    drop((opened_tx, answer_tx, phase_rx));
+    drop((opened_tx, answer_tx, end_tx, phase_rx));
 
     let mut opening = Opening::default();
     while let Some(outcome) = opened_rx.recv().await {
@@ -248,23 +367,56 @@ async fn generate<M: Send + 'static>(
     holding.final_check = asked.elapsed();
     holding.keepalive_echoes = tally.keepalive_echoes.load(Ordering::Relaxed);
     holding.keepalive_failures = tally.keepalive_failures.load(Ordering::Relaxed);
+
+    // Each connection that answered now waits for its end; the proxy is told to stop.
+    let _ = phase_tx.send(Phase::WatchEnd);
+    let at_stop = tokio::task::spawn_blocking(at_stop);
+    let mut ending = Ending::default();
+    let _ = tokio::time::timeout(plan.end_limit + Duration::from_secs(5), async {
+        while let Some(end) = end_rx.recv().await {
+            match end {
+                Some(end) => ending.ends.count(end),
+                None => ending.no_end += 1,
+            }
+        }
+    })
+    .await;
+    let at_stop = at_stop.await.context("the stop's measurement panicked")?;
     let _ = phase_tx.send(Phase::Close);
-    Ok((opening, at_n?, holding))
+    Ok(Generated {
+        opening,
+        at_n: at_n?,
+        holding,
+        at_stop: at_stop?,
+        ending,
+    })
+}
+
+/// Where a connection task reports each step.
+struct Reports {
+    opened: mpsc::UnboundedSender<Result<(Duration, bool), String>>,
+    answers: mpsc::UnboundedSender<bool>,
+    /// How the connection ended while the proxy stopped; `None`: no end within the limit.
+    ends: mpsc::UnboundedSender<Option<End>>,
 }
 
 /// One connection's life: open it (within the in-flight bound), report how long that took,
 /// echo a byte every `keepalive_every` (the first at a point spread over the period, so the
 /// echoes of connections opened together do not come together), answer the final check,
-/// close when told.
+/// wait for its end while the proxy stops, close when told.
 async fn connection(
     index: usize,
     plan: Arc<Plan>,
     permits: Arc<Semaphore>,
     mut phase: watch::Receiver<Phase>,
-    opened: mpsc::UnboundedSender<Result<(Duration, bool), String>>,
-    answers: mpsc::UnboundedSender<bool>,
+    reports: Reports,
     tally: Arc<Tally>,
 ) {
+    let Reports {
+        opened,
+        answers,
+        ends,
+    } = reports;
     let source = plan.sources[index % plan.sources.len()];
     let target = plan.targets[(index / plan.sources.len()) % plan.targets.len()];
     let Ok(permit) = permits.acquire().await else {
@@ -315,6 +467,22 @@ async fn connection(
     let answered = echo(&mut stream, plan.answer_limit).await.is_ok();
     let _ = answers.send(answered);
     drop(answers);
+    if !answered {
+        return;
+    }
+    if phase.wait_for(|p| *p != Phase::FinalCheck).await.is_err() {
+        return;
+    }
+    let mut byte = [0u8; 1];
+    let end = match tokio::time::timeout(plan.end_limit, stream.read(&mut byte)).await {
+        Err(_) => None,
+        Ok(Ok(0)) => Some(End::Clean),
+        // A byte nobody asked for is not how a connection should end either.
+        Ok(Ok(_)) => Some(End::Other),
+        Ok(Err(error)) => Some(End::of_error(&error)),
+    };
+    let _ = ends.send(end);
+    drop(ends);
     let _ = phase.wait_for(|p| *p == Phase::Close).await;
 }
 

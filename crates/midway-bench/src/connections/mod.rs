@@ -12,7 +12,13 @@
 //!   socket structures too, and the generator's and echo server's memory);
 //! - the headroom at N: the proxy's open descriptors against its RLIMIT_NOFILE, MemAvailable;
 //! - after `--hold` seconds of one-byte keep-alive echoes (every [`KEEPALIVE_EVERY`] per
-//!   connection, spread over the period), how many connections answered a last echo.
+//!   connection, spread over the period), how many connections answered a last echo;
+//! - then the proxy's stop with all of them open (SIGTERM, as a service manager stops it): how
+//!   long until it exited, and how each connection ended at the client and at the server. A
+//!   connection a proxy cannot finish should end with a reset at both ends, never with a clean
+//!   end of stream that the client cannot tell from a complete answer (midway resets what is
+//!   still open when its `shutdown_grace`, [`crate::configs::MIDWAY_SHUTDOWN_GRACE`] in the
+//!   bench, runs out).
 //!
 //! The bench holds a client and a server socket per connection and the proxy two, so both need
 //! an open-file limit above 2 N: [`files_needed`].
@@ -20,15 +26,17 @@
 mod load;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use midway_sys::procfs;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde::Serialize;
 
 use crate::netns::{BenchNet, SERVER_ADDR};
 use crate::{BenchOptions, Case};
-pub(crate) use load::{Holding, Opening};
+use load::{EchoTally, Ends, Generated};
 
 /// The ports the connections go to, in turn. Several, because the proxy connects to the server
 /// from one address (the router's), and one (source, destination) pair has only the router's
@@ -62,6 +70,13 @@ const OPEN_LIMIT: Duration = Duration::from_secs(10);
 const ANSWER_LIMIT: Duration = Duration::from_secs(30);
 /// Descriptors beyond two per connection: iperf3's and the proxy's own, listeners, logs.
 const FD_RESERVE: u64 = 1024;
+/// How long the proxy may take to exit after SIGTERM with every connection open.
+pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(60);
+/// How long each client connection waits for its end once the stop begins: the proxy's limit
+/// and a margin.
+const END_LIMIT: Duration = Duration::from_secs(70);
+/// After the proxy exited, how long the echo server gets to see every connection's end.
+const SERVER_END_LIMIT: Duration = Duration::from_secs(10);
 
 /// Open files the bench and the proxy each need for `connections` held connections.
 pub(crate) fn files_needed(connections: usize) -> u64 {
@@ -153,6 +168,63 @@ pub struct ConnectionsRow {
     pub answered_at_end: u64,
     /// From asking all of them for the last echo to the last answer, seconds.
     pub final_check_seconds: f64,
+    /// From SIGTERM to the proxy's exit with the connections open, seconds; `None` if it had
+    /// not exited within `STOP_LIMIT` (60 s).
+    pub stop_seconds: Option<f64>,
+    /// Connections that answered the last echo and then, while the proxy stopped, ended at the
+    /// client with a reset.
+    pub client_resets: u64,
+    /// ... with a clean end of stream (a FIN): a client cannot tell it from a complete answer.
+    pub client_clean_ends: u64,
+    /// ... with another error.
+    pub client_other_ends: u64,
+    /// ... with no end within `END_LIMIT` (70 s).
+    pub client_no_end: u64,
+    /// The proxy's connections to the echo server (every one it accepted) that ended there
+    /// with a reset.
+    pub server_resets: u64,
+    /// ... with a clean end of stream.
+    pub server_clean_ends: u64,
+    /// ... with another error.
+    pub server_other_ends: u64,
+    /// ... not at all within `SERVER_END_LIMIT` (10 s) of the proxy's exit.
+    pub server_no_end: u64,
+}
+
+/// What the proxy's stop looked like from outside: when it exited, and how the echo server's
+/// connections ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Stopping {
+    pub(crate) exit: Option<Duration>,
+    pub(crate) server_ends: Ends,
+    pub(crate) server_no_end: u64,
+}
+
+/// Sends SIGTERM to the proxy `pid`, waits (at most [`STOP_LIMIT`]) until it has exited, then
+/// (at most [`SERVER_END_LIMIT`]) until the echo server has seen an end of every connection.
+fn stop_proxy(pid: u32, server: &EchoTally) -> anyhow::Result<Stopping> {
+    let pid_arg = i32::try_from(pid).context("the proxy's pid")?;
+    let asked = Instant::now();
+    kill(Pid::from_raw(pid_arg), Signal::SIGTERM).context("SIGTERM to the proxy")?;
+    let mut exit = None;
+    while asked.elapsed() < STOP_LIMIT {
+        // Exited: gone, or a zombie until the bench reaps it.
+        if matches!(procfs::process_state(pid), None | Some('Z')) {
+            exit = Some(asked.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let exited = Instant::now();
+    while server.ends().total() < server.accepted() && exited.elapsed() < SERVER_END_LIMIT {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let server_ends = server.ends();
+    Ok(Stopping {
+        exit,
+        server_ends,
+        server_no_end: server.accepted().saturating_sub(server_ends.total()),
+    })
 }
 
 /// What the bench reads about the proxy and the machine, before and at N.
@@ -217,38 +289,46 @@ pub(crate) fn measure(
         keepalive_every: KEEPALIVE_EVERY,
         hold,
         answer_limit: ANSWER_LIMIT,
+        end_limit: END_LIMIT,
     };
-    let generated = load::run_generator(net, plan, move || {
-        // As in the idle measurement: the allocator settles after the burst of accepts.
-        std::thread::sleep(Duration::from_millis(500));
-        Snapshot::take(proxy_pid).context("with the connections open")
-    });
+    let server = echo.tally();
+    let generated = load::run_generator(
+        net,
+        plan,
+        move || {
+            // As in the idle measurement: the allocator settles after the burst of accepts.
+            std::thread::sleep(Duration::from_millis(500));
+            Snapshot::take(proxy_pid).context("with the connections open")
+        },
+        move || stop_proxy(proxy_pid, &server),
+    );
     let server_accepted = echo.stop()?;
-    let (opening, at_n, holding) = generated?;
     Ok(row(
         case,
         (count, in_flight),
         hold,
-        &opening,
         &before,
-        &at_n,
-        &holding,
+        &generated?,
         server_accepted,
     ))
 }
 
 /// The figures from what was measured. Pure.
-#[allow(clippy::too_many_arguments)]
 fn row(
     case: Case,
     (count, in_flight): (usize, usize),
     hold: Duration,
-    opening: &Opening,
     before: &Snapshot,
-    at_n: &Snapshot,
-    holding: &Holding,
+    generated: &Generated<Snapshot, Stopping>,
     server_accepted: u64,
 ) -> ConnectionsRow {
+    let Generated {
+        opening,
+        at_n,
+        holding,
+        at_stop: stopping,
+        ending,
+    } = generated;
     let opened = opening.latencies.len();
     let per_connection = |grown: u64| grown as f64 / opened.max(1) as f64;
     let ms = |p: f64| percentile(&opening.latencies, p).map(|d| d.as_secs_f64() * 1e3);
@@ -285,6 +365,15 @@ fn row(
         keepalive_failures: holding.keepalive_failures,
         answered_at_end: holding.answered,
         final_check_seconds: holding.final_check.as_secs_f64(),
+        stop_seconds: stopping.exit.map(|d| d.as_secs_f64()),
+        client_resets: ending.ends.resets,
+        client_clean_ends: ending.ends.clean,
+        client_other_ends: ending.ends.other,
+        client_no_end: ending.no_end,
+        server_resets: stopping.server_ends.resets,
+        server_clean_ends: stopping.server_ends.clean,
+        server_other_ends: stopping.server_ends.other,
+        server_no_end: stopping.server_no_end,
     }
 }
 
@@ -299,6 +388,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    use super::load::{Ending, Holding, Opening};
     use super::*;
 
     fn ms(values: &[u64]) -> Vec<Duration> {
@@ -345,14 +435,34 @@ mod tests {
             answered: 4,
             final_check: Duration::from_millis(30),
         };
+        let generated = Generated {
+            opening,
+            at_n,
+            holding,
+            at_stop: Stopping {
+                exit: Some(Duration::from_millis(2500)),
+                server_ends: Ends {
+                    resets: 3,
+                    clean: 1,
+                    other: 0,
+                },
+                server_no_end: 0,
+            },
+            ending: Ending {
+                ends: Ends {
+                    resets: 4,
+                    clean: 0,
+                    other: 0,
+                },
+                no_end: 0,
+            },
+        };
         let row = row(
             Case::MidwayForward,
             (5, 2),
             Duration::from_secs(60),
-            &opening,
             &before,
-            &at_n,
-            &holding,
+            &generated,
             4,
         );
         assert_eq!((row.opened, row.failed_to_open), (4, 1));
@@ -362,6 +472,9 @@ mod tests {
         assert_eq!(row.open_latency_p50_ms, Some(2.0));
         assert_eq!(row.open_latency_max_ms, Some(4.0));
         assert_eq!((row.answered_at_end, row.hold_seconds), (4, 60));
+        assert_eq!(row.stop_seconds, Some(2.5));
+        assert_eq!((row.client_resets, row.client_clean_ends), (4, 0));
+        assert_eq!((row.server_resets, row.server_clean_ends), (3, 1));
     }
 
     #[test]
