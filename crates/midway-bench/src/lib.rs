@@ -71,7 +71,7 @@ const IPERF_PROCESSES: usize = 8;
 const IDLE_PORT: u16 = 6000;
 const CPS_PORT: u16 = 6001;
 const TRANSPARENT_PORT: u16 = 7000;
-const METRICS_ADDR: &str = "127.0.0.1:9464";
+pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9464";
 
 /// What one benchmark run measures and how (the command line, parsed).
 #[derive(Debug, Clone)]
@@ -152,6 +152,11 @@ impl Case {
             Case::Haproxy => "haproxy",
             Case::HaproxySplice => "haproxy-splice",
         }
+    }
+
+    /// Whether the proxy under test is midway.
+    fn is_midway(self) -> bool {
+        matches!(self, Case::MidwayForward | Case::MidwayTransparent)
     }
 
     /// Where a client connects to reach `port` on the server in this case.

@@ -200,7 +200,8 @@ impl BenchNet {
             .with_context(|| format!("cannot read {key} in {host:?}"))
     }
 
-    fn netns_path(&self, host: Host) -> PathBuf {
+    /// The path of the host's network namespace (to enter from a thread of one's own).
+    pub(crate) fn netns_path(&self, host: Host) -> PathBuf {
         self.topology.netns_path(host.name())
     }
 
@@ -397,8 +398,7 @@ impl BenchNet {
         host: Host,
         f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
     ) -> InHost<T> {
-        let path = self.topology.netns_path(host.name());
-        match midway_sys::netns::spawn_in(&path, f) {
+        match midway_sys::netns::spawn_in(&self.netns_path(host), f) {
             Ok(handle) => InHost::Running(handle),
             Err(error) => InHost::Failed(error),
         }

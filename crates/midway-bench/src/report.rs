@@ -126,13 +126,14 @@ pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
         "\n| case | connections opened | in flight | open s | connect+echo p50 / p99 / max ms | retransmitted | \
          proxy RSS MiB at N | proxy KiB/conn | kernel TCP KiB/conn (sockstat, machine-wide) | \
          machine KiB/conn (MemAvailable) | proxy fds / limit | MemAvailable GiB at N | \
-         answered after hold |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+         midway's own count at N | answered after hold |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} of {} | {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} / {} | {:.1} | {} of {} after {} s |",
+            "| {} | {} of {} | {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} / {} | {:.1} | {} | {} of {} after {} s |",
             r.case,
             r.opened,
             r.connections,
@@ -149,6 +150,7 @@ pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
             r.proxy_open_fds,
             r.proxy_fd_limit,
             r.mem_available_at_n_bytes as f64 / 1073741824.0,
+            r.proxy_counted_at_n.map_or("-".into(), |n| n.to_string()),
             r.answered_at_end,
             r.connections,
             r.hold_seconds,

@@ -276,49 +276,9 @@ pub(crate) fn parse_squid_access_log(text: &str) -> SquidLogSummary {
     summary
 }
 
-/// Samples of metric family `name` (matched by suffix, so a registry prefix does not matter):
-/// (labels text, value).
-fn samples<'a>(exposition: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
-    exposition.lines().filter_map(move |line| {
-        if line.starts_with('#') {
-            return None;
-        }
-        let (metric, rest) = line.split_once(' ')?;
-        let (metric_name, labels) = match metric.split_once('{') {
-            Some((metric_name, _)) => {
-                let (labels, _) = line.split_once('{')?.1.split_once('}')?;
-                (metric_name, labels)
-            }
-            None => (metric, ""),
-        };
-        if !(metric_name == name || metric_name.ends_with(&format!("_{name}"))) {
-            return None;
-        }
-        let value_text = if labels.is_empty() {
-            rest
-        } else {
-            line.rsplit_once('}')?.1
-        };
-        let value = value_text.split_whitespace().next()?.parse().ok()?;
-        Some((labels, value))
-    })
-}
-
-/// Sum of every sample of metric `name` (None when midway does not export it).
-pub(crate) fn metric_sum(exposition: &str, name: &str) -> Option<f64> {
-    let mut found = false;
-    let total = samples(exposition, name)
-        .map(|(_, value)| {
-            found = true;
-            value
-        })
-        .sum();
-    found.then_some(total)
-}
-
 /// Sum of the gauge `connections_active` (None when midway does not export it).
 pub(crate) fn active_connections(exposition: &str) -> Option<f64> {
-    metric_sum(exposition, "connections_active")
+    midway_launch::metrics::metric_sum(exposition, "connections_active")
 }
 
 /// Sums `midway_segment_retransmits_total` by segment from a Prometheus text exposition:
@@ -341,7 +301,8 @@ pub(crate) fn parse_segment_retransmits(exposition: &str) -> BTreeMap<String, u6
         sums.insert("local".to_string(), 0);
         sums.insert("remote".to_string(), 0);
     }
-    for (labels, value) in samples(exposition, "segment_retransmits_total") {
+    for (labels, value) in midway_launch::metrics::samples(exposition, "segment_retransmits_total")
+    {
         let Some(segment) = labels.split(',').find_map(|label| {
             let (key, value) = label.split_once('=')?;
             (key.trim() == "segment").then(|| value.trim().trim_matches('"').to_string())
@@ -641,7 +602,6 @@ garbage line
             BTreeMap::from([("local".to_string(), 0), ("remote".to_string(), 0)])
         );
         assert!(parse_segment_retransmits("").is_empty());
-        assert_eq!(metric_sum(text, "bytes_total"), Some(99.0));
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 mod error;
 mod log;
+pub mod metrics;
 mod running;
 
 use std::ffi::{OsStr, OsString};

@@ -26,6 +26,7 @@
 mod load;
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -34,8 +35,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::Serialize;
 
-use crate::netns::{BenchNet, SERVER_ADDR};
-use crate::{BenchOptions, Case};
+use crate::netns::{BenchNet, Host, SERVER_ADDR};
+use crate::{BenchOptions, Case, METRICS_ADDR};
 use load::{EchoTally, Ends, Generated};
 
 /// The ports the connections go to, in turn. Several, because the proxy connects to the server
@@ -164,6 +165,9 @@ pub struct ConnectionsRow {
     pub keepalive_echoes: u64,
     /// Connections that stopped answering a keep-alive during the hold.
     pub keepalive_failures: u64,
+    /// midway's own count of the connections it serves (`midway_connections_active`, from its
+    /// metrics endpoint) with all of them open; `None` for HAProxy.
+    pub proxy_counted_at_n: Option<u64>,
     /// Connections that answered the last echo, after the hold.
     pub answered_at_end: u64,
     /// From asking all of them for the last echo to the last answer, seconds.
@@ -230,6 +234,8 @@ fn stop_proxy(pid: u32, server: &EchoTally) -> anyhow::Result<Stopping> {
 /// What the bench reads about the proxy and the machine, before and at N.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Snapshot {
+    /// midway's `midway_connections_active` (`None`: not midway, or unreadable).
+    pub(crate) proxy_counted: Option<u64>,
     pub(crate) proxy_rss: u64,
     pub(crate) machine_tcp: u64,
     pub(crate) mem_available: u64,
@@ -240,8 +246,22 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    fn take(proxy_pid: u32) -> anyhow::Result<Snapshot> {
+    /// The figures of the proxy `proxy_pid`; midway's count from its metrics endpoint when
+    /// `metrics` gives the router's namespace and the endpoint's address.
+    fn take(proxy_pid: u32, metrics: Option<&(PathBuf, SocketAddr)>) -> anyhow::Result<Snapshot> {
+        let proxy_counted = match metrics {
+            Some((netns, addr)) => {
+                let addr = *addr;
+                let text =
+                    midway_sys::netns::run_in(netns, move || midway_launch::metrics::scrape(addr))
+                        .and_then(|scraped| scraped)
+                        .context("midway's metrics endpoint")?;
+                midway_launch::metrics::metric_sum(&text, "connections_active").map(|n| n as u64)
+            }
+            None => None,
+        };
         Ok(Snapshot {
+            proxy_counted,
             proxy_rss: procfs::rss_bytes(proxy_pid)?,
             machine_tcp: procfs::machine_tcp_memory_bytes()?,
             mem_available: procfs::mem_available_bytes()?,
@@ -276,7 +296,16 @@ pub(crate) fn measure(
     )?;
     // Let the proxy's allocator settle after the earlier measurements' connections closed.
     std::thread::sleep(Duration::from_millis(500));
-    let before = Snapshot::take(proxy_pid).context("before opening")?;
+    let metrics = case
+        .is_midway()
+        .then(|| -> anyhow::Result<_> {
+            let addr = METRICS_ADDR
+                .parse()
+                .context("METRICS_ADDR is not a socket address")?;
+            Ok((net.netns_path(Host::Router), addr))
+        })
+        .transpose()?;
+    let before = Snapshot::take(proxy_pid, metrics.as_ref()).context("before opening")?;
     let plan = load::Plan {
         targets: CONNECTION_PORTS
             .iter()
@@ -298,7 +327,7 @@ pub(crate) fn measure(
         move || {
             // As in the idle measurement: the allocator settles after the burst of accepts.
             std::thread::sleep(Duration::from_millis(500));
-            Snapshot::take(proxy_pid).context("with the connections open")
+            Snapshot::take(proxy_pid, metrics.as_ref()).context("with the connections open")
         },
         move || stop_proxy(proxy_pid, &server),
     );
@@ -363,6 +392,7 @@ fn row(
         hold_seconds: u32::try_from(hold.as_secs()).unwrap_or(u32::MAX),
         keepalive_echoes: holding.keepalive_echoes,
         keepalive_failures: holding.keepalive_failures,
+        proxy_counted_at_n: at_n.proxy_counted,
         answered_at_end: holding.answered,
         final_check_seconds: holding.final_check.as_secs_f64(),
         stop_seconds: stopping.exit.map(|d| d.as_secs_f64()),
@@ -421,6 +451,7 @@ mod tests {
             ..Snapshot::default()
         };
         let at_n = Snapshot {
+            proxy_counted: Some(4),
             proxy_rss: 50_000,
             machine_tcp: 4096 * 3,
             mem_available: 900_000,
@@ -473,6 +504,7 @@ mod tests {
         assert_eq!(row.open_latency_max_ms, Some(4.0));
         assert_eq!((row.answered_at_end, row.hold_seconds), (4, 60));
         assert_eq!(row.stop_seconds, Some(2.5));
+        assert_eq!(row.proxy_counted_at_n, Some(4));
         assert_eq!((row.client_resets, row.client_clean_ends), (4, 0));
         assert_eq!((row.server_resets, row.server_clean_ends), (3, 1));
     }

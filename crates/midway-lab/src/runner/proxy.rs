@@ -2,13 +2,12 @@
 //! counters when it stops.
 
 use std::fs;
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use midway_labnet::{SpawnOptions, Topology};
+use midway_launch::metrics::{self, metric_sum};
 use midway_launch::{Launch, LaunchError, Place, Running};
 use midway_sys::command::Program;
 
@@ -379,7 +378,7 @@ fn add_midway_metrics(
             // Kept with the point's folder (--keep-point-dirs) for a closer look.
             let _ = fs::write(point_dir.join(&labels.metrics_file), &text);
             // A transparent listener that intercepted nothing would measure `direct`.
-            if cases::metric_sum(&text, "connections_accepted_total") == Some(0.0) {
+            if metric_sum(&text, "connections_accepted_total") == Some(0.0) {
                 bail!(
                     "the client's connection did not pass through midway in {host} (it accepted \
                      none)"
@@ -397,7 +396,7 @@ fn add_midway_metrics(
                     ("http_upstream_connects_total", "proxy_upstream_connects"),
                     ("http_upstream_reuses_total", "proxy_upstream_reuses"),
                 ] {
-                    if let Some(value) = cases::metric_sum(&text, metric) {
+                    if let Some(value) = metric_sum(&text, metric) {
                         measurement.extra.insert(key.into(), value);
                     }
                 }
@@ -445,22 +444,7 @@ fn settled_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
 /// GET /metrics from midway's endpoint inside `host`.
 fn scrape_metrics(topology: &Topology, host: &str) -> anyhow::Result<String> {
     let addr = cases::metrics_listen();
-    let text = topology.try_in_host(host, move || -> io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response)
-    })??;
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
-        bail!(
-            "metrics endpoint answered: {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    Ok(body.to_string())
+    Ok(topology.try_in_host(host, move || metrics::scrape(addr))??)
 }
 
 /// For an encrypted chain (`tls`, `quic`), a fresh key pair per midway, written into the point's
