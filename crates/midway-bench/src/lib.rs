@@ -155,7 +155,7 @@ impl Case {
     }
 
     /// Whether the proxy under test is midway.
-    fn is_midway(self) -> bool {
+    pub fn is_midway(self) -> bool {
         matches!(self, Case::MidwayForward | Case::MidwayTransparent)
     }
 

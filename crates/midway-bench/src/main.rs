@@ -201,10 +201,7 @@ fn main() -> anyhow::Result<()> {
         return tunnel(tunnel_args);
     }
     // Only the midway cases need the binary: `--cases direct,haproxy` runs without one.
-    let runs_midway = args
-        .cases
-        .iter()
-        .any(|case| matches!(case, Case::MidwayForward | Case::MidwayTransparent));
+    let runs_midway = args.cases.iter().any(|case| case.is_midway());
     let midway_bin = if runs_midway {
         std::fs::canonicalize(&args.midway)
             .map_err(|e| anyhow::anyhow!("midway binary {}: {e}", args.midway.display()))?

@@ -69,19 +69,15 @@ impl Ends {
 #[derive(Default)]
 pub(crate) struct EchoTally {
     accepted: AtomicU64,
-    resets: AtomicU64,
-    clean: AtomicU64,
-    other: AtomicU64,
+    ends: std::sync::Mutex<Ends>,
 }
 
 impl EchoTally {
     fn count(&self, end: End) {
-        let counter = match end {
-            End::Reset => &self.resets,
-            End::Clean => &self.clean,
-            End::Other => &self.other,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .count(end);
     }
 
     /// Connections accepted in all.
@@ -91,11 +87,10 @@ impl EchoTally {
 
     /// How the connections that ended so far ended.
     pub(crate) fn ends(&self) -> Ends {
-        Ends {
-            resets: self.resets.load(Ordering::Relaxed),
-            clean: self.clean.load(Ordering::Relaxed),
-            other: self.other.load(Ordering::Relaxed),
-        }
+        *self
+            .ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
