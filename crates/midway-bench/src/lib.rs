@@ -7,7 +7,9 @@
 //! - CPU seconds the proxy process spent per GB moved;
 //! - peak kernel TCP memory during the run against the pressure threshold;
 //! - connections per second (connect, one byte, close);
-//! - user-space memory of the proxy per idle split connection, and kernel TCP memory;
+//! - memory per idle split connection: the proxy's user space, the kernel's socket buffers and
+//!   slab objects (machine-wide; `direct` gives the end hosts' part, so the proxy's kernel share
+//!   is its row minus direct's);
 //! - with `--connections N`, whether the proxy holds N concurrent split connections: how fast
 //!   they open, what they cost in memory and descriptors, whether all still answer after
 //!   `--hold` seconds (see the `connections` module).
@@ -219,7 +221,8 @@ pub struct ConnectionRateRow {
     pub machine_cpu_us_per_connection: f64,
 }
 
-/// Memory one idle split connection costs in one case in one round.
+/// Memory one idle split connection costs in one case in one round (`direct`: the end hosts'
+/// kernel memory alone, the baseline a proxy's kernel share is read against).
 #[derive(Debug, Serialize)]
 pub struct IdleMemoryRow {
     /// Name of the case ([`Case::name`]).
@@ -228,14 +231,51 @@ pub struct IdleMemoryRow {
     pub round: u32,
     /// Idle split connections held open for the measurement.
     pub connections: usize,
-    /// Resident memory of the proxy process before they were opened, bytes.
-    pub proxy_rss_before_bytes: u64,
+    /// Resident memory of the proxy process before they were opened, bytes (`None`: direct).
+    pub proxy_rss_before_bytes: Option<u64>,
     /// Resident memory of the proxy process with them open, bytes.
-    pub proxy_rss_after_bytes: u64,
+    pub proxy_rss_after_bytes: Option<u64>,
     /// Growth of the proxy's resident memory per connection, bytes.
-    pub user_bytes_per_connection: f64,
-    /// Growth of the machine's kernel TCP memory per connection, bytes.
+    pub user_bytes_per_connection: Option<f64>,
+    /// Growth of the machine's kernel TCP memory (socket buffers) per connection, bytes.
     pub kernel_tcp_bytes_per_connection: f64,
+    /// Growth of the kernel's slab objects in use per connection, machine-wide (the structures
+    /// of every socket of the connection, the proxy's and the end hosts', with their files and
+    /// epoll registrations), bytes; `None` where `/proc/slabinfo` cannot be read.
+    pub kernel_slab_bytes_per_connection: Option<f64>,
+    /// The slab caches that grew most, per connection: where those bytes went.
+    pub kernel_slab_caches: Vec<SlabGrowth>,
+}
+
+/// One slab cache's growth per connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlabGrowth {
+    /// The cache's name in `/proc/slabinfo`.
+    pub cache: String,
+    /// Bytes per connection.
+    pub bytes_per_connection: f64,
+}
+
+/// The caches an idle row lists: the largest growths, down to a few bytes per connection.
+const SLAB_CACHES_LISTED: usize = 8;
+
+/// Each cache's growth per connection from `before` to `after`, largest first, the first
+/// [`SLAB_CACHES_LISTED`] that grew by at least 8 bytes per connection.
+fn slab_growth(
+    before: &procfs::SlabUsage,
+    after: &procfs::SlabUsage,
+    count: usize,
+) -> Vec<SlabGrowth> {
+    after
+        .growth_since(before)
+        .into_iter()
+        .map(|(cache, bytes)| SlabGrowth {
+            cache,
+            bytes_per_connection: bytes as f64 / count as f64,
+        })
+        .filter(|growth| growth.bytes_per_connection >= 8.0)
+        .take(SLAB_CACHES_LISTED)
+        .collect()
 }
 
 /// Everything one benchmark run measured, as written to `bench.json`.
@@ -370,10 +410,15 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
         |r| r.case,
         |r| r.connections_per_second,
     );
+    let proxied: Vec<&IdleMemoryRow> = report
+        .idle_memory
+        .iter()
+        .filter(|r| r.user_bytes_per_connection.is_some())
+        .collect();
     report.idle_memory_summary = summary::spread_by_case(
-        &report.idle_memory,
+        &proxied,
         |r| r.case,
-        |r| r.user_bytes_per_connection,
+        |r| r.user_bytes_per_connection.unwrap_or_default(),
     );
     Ok(report)
 }
@@ -409,13 +454,13 @@ fn run_case(
         Ok(row) => report.connection_rate.push(row),
         Err(error) => eprintln!("   connection rate failed: {error:#}"),
     }
-    if let Some(proxy) = proxy {
-        if options.idle_connections > 0 {
-            match measure_idle(net, case, &proxy, round, options.idle_connections) {
-                Ok(row) => report.idle_memory.push(row),
-                Err(error) => eprintln!("   idle memory failed: {error:#}"),
-            }
+    if options.idle_connections > 0 {
+        match measure_idle(net, case, proxy.as_ref(), round, options.idle_connections) {
+            Ok(row) => report.idle_memory.push(row),
+            Err(error) => eprintln!("   idle memory failed: {error:#}"),
         }
+    }
+    if let Some(proxy) = proxy {
         if first_round && options.connections > 0 {
             eprintln!(
                 "   {} connections, held {} s",
@@ -695,12 +740,14 @@ const IDLE_SETTLE: Duration = Duration::from_secs(2);
 fn measure_idle(
     net: &BenchNet,
     case: Case,
-    proxy: &RunningProxy,
+    proxy: Option<&RunningProxy>,
     round: u32,
     count: usize,
 ) -> anyhow::Result<IdleMemoryRow> {
-    let rss_before = procfs::rss_bytes(proxy.pid)?;
+    let rss = || proxy.map(|p| procfs::rss_bytes(p.pid)).transpose();
+    let rss_before = rss()?;
     let tcp_before = machine_tcp_memory_bytes()?;
+    let slab_before = procfs::slab_bytes_in_use().ok();
     let holder = workloads::hold_idle_connections(
         net,
         SocketAddr::from((SERVER_ADDR, IDLE_PORT)),
@@ -713,16 +760,27 @@ fn measure_idle(
     // last connection reached the server every connection has been quiet that long; the
     // allocator has settled after the burst of accepts too.
     std::thread::sleep(IDLE_SETTLE);
-    let rss_after = procfs::rss_bytes(proxy.pid)?;
+    let rss_after = rss()?;
     let tcp_after = machine_tcp_memory_bytes()?;
+    let slab_after = procfs::slab_bytes_in_use().ok();
     drop(holder);
+    let per_connection = |grew: f64| grew / count as f64;
+    let slab = slab_before.zip(slab_after);
     Ok(IdleMemoryRow {
         case: case.name(),
         round,
         connections: count,
         proxy_rss_before_bytes: rss_before,
         proxy_rss_after_bytes: rss_after,
-        user_bytes_per_connection: rss_after.saturating_sub(rss_before) as f64 / count as f64,
-        kernel_tcp_bytes_per_connection: tcp_after.saturating_sub(tcp_before) as f64 / count as f64,
+        user_bytes_per_connection: rss_before
+            .zip(rss_after)
+            .map(|(before, after)| per_connection(after.saturating_sub(before) as f64)),
+        kernel_tcp_bytes_per_connection: per_connection(tcp_after.saturating_sub(tcp_before) as f64),
+        kernel_slab_bytes_per_connection: slab
+            .as_ref()
+            .map(|(before, after)| per_connection(after.total() as f64 - before.total() as f64)),
+        kernel_slab_caches: slab.map_or_else(Vec::new, |(before, after)| {
+            slab_growth(&before, &after, count)
+        }),
     })
 }

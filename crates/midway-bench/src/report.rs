@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::configs::MIDWAY_SHUTDOWN_GRACE;
 use crate::connections::STOP_LIMIT;
 use crate::summary::{Spread, ThroughputSummary};
-use crate::{BenchReport, ConnectionsRow};
+use crate::{BenchReport, Case, ConnectionsRow, IdleMemoryRow};
 
 /// The report as markdown tables.
 pub fn render_markdown(report: &BenchReport) -> String {
@@ -76,32 +76,92 @@ pub fn render_markdown(report: &BenchReport) -> String {
             cpu(&machine_cpu),
         );
     }
+    out.push_str(&render_idle_table(report));
+    if !report.connections.is_empty() {
+        out.push_str(&render_connections_table(&report.connections));
+    }
+    out
+}
+
+/// The idle-memory table: the proxy's user-space bytes per idle connection, the kernel's (socket
+/// buffers and slab objects, machine-wide), the proxy's share of the slab (its row minus
+/// `direct`'s of the same round: the end hosts' sockets are in both), then where the slab bytes
+/// went in the first round.
+fn render_idle_table(report: &BenchReport) -> String {
+    let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| case | rounds | idle connections | proxy user-space KiB/conn | kernel TCP KiB/conn (machine-wide, all 4 sockets' share) |\n|---|---:|---:|---:|---:|"
+        "\n| case | rounds | idle connections | proxy user-space KiB/conn | kernel TCP buffers KiB/conn (sockstat) | \
+         kernel slab KiB/conn (machine-wide) | the proxy's kernel slab KiB/conn (minus direct) |\n\
+         |---|---:|---:|---:|---:|---:|---:|"
     );
-    for r in &report.idle_memory_summary {
-        let rows: Vec<_> = report
+    let mut cases: Vec<&str> = Vec::new();
+    for row in &report.idle_memory {
+        if !cases.contains(&row.case) {
+            cases.push(row.case);
+        }
+    }
+    let direct_slab = |round: u32| {
+        report
             .idle_memory
             .iter()
-            .filter(|row| row.case == r.case)
+            .find(|row| row.case == Case::Direct.name() && row.round == round)
+            .and_then(|row| row.kernel_slab_bytes_per_connection)
+    };
+    let kib = |values: &[f64]| Spread::of(values).map_or("-".into(), |s| spread(&s, 1024.0, 1));
+    for case in &cases {
+        let rows: Vec<&IdleMemoryRow> = report
+            .idle_memory
+            .iter()
+            .filter(|row| row.case == *case)
             .collect();
-        let kernel: Vec<f64> = rows
+        let user = report
+            .idle_memory_summary
+            .iter()
+            .find(|summed| summed.case == *case)
+            .map_or("-".into(), |summed| spread(&summed.spread, 1024.0, 1));
+        let buffers: Vec<f64> = rows
             .iter()
             .map(|row| row.kernel_tcp_bytes_per_connection)
             .collect();
+        let slab: Vec<f64> = rows
+            .iter()
+            .filter_map(|row| row.kernel_slab_bytes_per_connection)
+            .collect();
+        let share: Vec<f64> = if *case == Case::Direct.name() {
+            Vec::new()
+        } else {
+            rows.iter()
+                .filter_map(|row| {
+                    Some(row.kernel_slab_bytes_per_connection? - direct_slab(row.round)?)
+                })
+                .collect()
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
-            r.case,
-            r.rounds,
+            "| {case} | {} | {} | {user} | {} | {} | {} |",
+            rows.len(),
             rows.first().map_or(0, |row| row.connections),
-            spread(&r.spread, 1024.0, 1),
-            Spread::of(&kernel).map_or("-".into(), |k| spread(&k, 1024.0, 1)),
+            kib(&buffers),
+            kib(&slab),
+            kib(&share),
         );
     }
-    if !report.connections.is_empty() {
-        out.push_str(&render_connections_table(&report.connections));
+    let first: Vec<&IdleMemoryRow> = report
+        .idle_memory
+        .iter()
+        .filter(|row| row.round == 1 && !row.kernel_slab_caches.is_empty())
+        .collect();
+    if !first.is_empty() {
+        out.push_str("\nWhere the kernel's slab bytes per idle connection went (first round, machine-wide, bytes):\n\n| case | caches that grew |\n|---|---|\n");
+        for row in first {
+            let caches: Vec<String> = row
+                .kernel_slab_caches
+                .iter()
+                .map(|growth| format!("{} {:.0}", growth.cache, growth.bytes_per_connection))
+                .collect();
+            let _ = writeln!(out, "| {} | {} |", row.case, caches.join(", "));
+        }
     }
     out
 }
@@ -124,16 +184,16 @@ pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
     let _ = writeln!(
         out,
         "\n| case | connections opened | in flight | open s | connect+echo p50 / p99 / max ms | retransmitted | \
-         proxy RSS MiB at N | proxy KiB/conn | kernel TCP KiB/conn (sockstat, machine-wide) | \
-         machine KiB/conn (MemAvailable) | proxy fds / limit | MemAvailable GiB at N | \
+         proxy RSS MiB at N | proxy KiB/conn | kernel TCP buffers KiB/conn (sockstat) | \
+         kernel slab KiB/conn (machine-wide) | machine KiB/conn (MemAvailable) | proxy fds / limit | MemAvailable GiB at N | \
          midway's own count at N | answered after hold |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} of {} | {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} / {} | {:.1} | {} | {} of {} after {} s |",
+            "| {} | {} of {} | {} | {:.1} | {} / {} / {} | {} | {:.0} | {:.1} | {:.1} | {} | {:.1} | {} / {} | {:.1} | {} | {} of {} after {} s |",
             r.case,
             r.opened,
             r.connections,
@@ -146,6 +206,8 @@ pub(crate) fn render_connections_table(rows: &[ConnectionsRow]) -> String {
             r.proxy_rss_at_n_bytes as f64 / 1048576.0,
             r.user_bytes_per_connection / 1024.0,
             r.kernel_tcp_bytes_per_connection / 1024.0,
+            r.kernel_slab_bytes_per_connection
+                .map_or("-".into(), |bytes| format!("{:.1}", bytes / 1024.0)),
             r.machine_bytes_per_connection / 1024.0,
             r.proxy_open_fds,
             r.proxy_fd_limit,

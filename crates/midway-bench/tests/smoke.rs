@@ -90,14 +90,26 @@ fn the_smallest_bench_run_reports_every_case() {
         assert_eq!(row["failures"], 0, "{row}");
     }
     let idle = report["idle_memory"].as_array().unwrap();
-    assert_eq!(idle.len(), 3, "{idle:?}");
+    // direct too: the end hosts' kernel memory, which a proxy's kernel share is read against.
+    assert_eq!(idle.len(), 4, "{idle:?}");
     for row in idle {
         assert_eq!(row["connections"], 50, "{row}");
+        // The bench runs as root: the sockets' slab objects are counted.
+        assert!(
+            row["kernel_slab_bytes_per_connection"].as_f64().is_some(),
+            "{row}"
+        );
     }
-    // One round: each case's summary is that round's figure.
+    assert_eq!(idle[0]["case"], "direct");
+    assert!(
+        idle[0]["user_bytes_per_connection"].is_null(),
+        "{}",
+        idle[0]
+    );
+    // One round: each proxy case's summary is that round's figure.
     let summary = report["idle_memory_summary"].as_array().unwrap();
     assert_eq!(summary.len(), 3, "{summary:?}");
-    for (row, summed) in idle.iter().zip(summary) {
+    for (row, summed) in idle[1..].iter().zip(summary) {
         assert_eq!(row["case"], summed["case"], "{summed}");
         assert_eq!(summed["rounds"], 1, "{summed}");
         assert_eq!(

@@ -8,7 +8,8 @@
 //! - how long opening all of them took, and the p50 / p99 / max of connect plus first echo;
 //! - the proxy's RSS and its growth per connection, the machine's kernel TCP memory
 //!   (`/proc/net/sockstat` "TCP: mem", machine-wide: all four sockets of a split connection and
-//!   the bench's own) and the drop of MemAvailable per connection (everything: the kernel's
+//!   the bench's own), the kernel's slab objects (the sockets' structures, files and epoll
+//!   registrations, machine-wide too) and the drop of MemAvailable per connection (everything: the kernel's
 //!   socket structures too, and the generator's and echo server's memory);
 //! - the headroom at N: the proxy's open descriptors against its RLIMIT_NOFILE, MemAvailable;
 //! - after `--hold` seconds of one-byte keep-alive echoes (every [`KEEPALIVE_EVERY`] per
@@ -143,6 +144,9 @@ pub struct ConnectionsRow {
     pub kernel_tcp_at_n_bytes: u64,
     /// Its growth per opened connection (all four sockets' buffers), bytes.
     pub kernel_tcp_bytes_per_connection: f64,
+    /// The growth of the kernel's slab objects in use per opened connection, machine-wide (the
+    /// structures of all four sockets, their files and epoll registrations), bytes.
+    pub kernel_slab_bytes_per_connection: Option<f64>,
     /// The drop of the machine's MemAvailable per opened connection, bytes: the proxy, the
     /// kernel's socket structures, the generator and the echo server together.
     pub machine_bytes_per_connection: f64,
@@ -238,6 +242,8 @@ pub(crate) struct Snapshot {
     pub(crate) proxy_counted: Option<u64>,
     pub(crate) proxy_rss: u64,
     pub(crate) machine_tcp: u64,
+    /// The kernel's slab objects in use (`None`: `/proc/slabinfo` unreadable).
+    pub(crate) machine_slab: Option<u64>,
     pub(crate) mem_available: u64,
     pub(crate) proxy_fds: u64,
     pub(crate) proxy_fd_limit: u64,
@@ -264,6 +270,7 @@ impl Snapshot {
             proxy_counted,
             proxy_rss: procfs::rss_bytes(proxy_pid)?,
             machine_tcp: procfs::machine_tcp_memory_bytes()?,
+            machine_slab: procfs::slab_bytes_in_use().ok().map(|slab| slab.total()),
             mem_available: procfs::mem_available_bytes()?,
             proxy_fds: procfs::open_fd_count(proxy_pid)?,
             proxy_fd_limit: procfs::open_file_limit(proxy_pid)?.0,
@@ -380,6 +387,10 @@ fn row(
         kernel_tcp_bytes_per_connection: per_connection(
             at_n.machine_tcp.saturating_sub(before.machine_tcp),
         ),
+        kernel_slab_bytes_per_connection: before
+            .machine_slab
+            .zip(at_n.machine_slab)
+            .map(|(before, at_n)| (at_n as f64 - before as f64) / opened.max(1) as f64),
         machine_bytes_per_connection: per_connection(
             before.mem_available.saturating_sub(at_n.mem_available),
         ),
@@ -447,6 +458,7 @@ mod tests {
         let before = Snapshot {
             proxy_rss: 10_000,
             machine_tcp: 4096,
+            machine_slab: Some(100_000),
             mem_available: 1_000_000,
             ..Snapshot::default()
         };
@@ -454,6 +466,7 @@ mod tests {
             proxy_counted: Some(4),
             proxy_rss: 50_000,
             machine_tcp: 4096 * 3,
+            machine_slab: Some(140_000),
             mem_available: 900_000,
             proxy_fds: 20,
             proxy_fd_limit: 1000,
@@ -499,6 +512,7 @@ mod tests {
         assert_eq!((row.opened, row.failed_to_open), (4, 1));
         assert_eq!(row.user_bytes_per_connection, 10_000.0);
         assert_eq!(row.kernel_tcp_bytes_per_connection, 2048.0);
+        assert_eq!(row.kernel_slab_bytes_per_connection, Some(10_000.0));
         assert_eq!(row.machine_bytes_per_connection, 25_000.0);
         assert_eq!(row.open_latency_p50_ms, Some(2.0));
         assert_eq!(row.open_latency_max_ms, Some(4.0));
