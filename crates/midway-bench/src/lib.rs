@@ -241,9 +241,12 @@ pub struct IdleMemoryRow {
     pub kernel_tcp_bytes_per_connection: f64,
     /// Growth of the kernel's slab objects in use per connection, machine-wide (the structures
     /// of every socket of the connection, the proxy's and the end hosts', with their files and
-    /// epoll registrations), bytes; `None` where `/proc/slabinfo` cannot be read.
+    /// epoll registrations; without the /proc inodes and dentries that something listing the
+    /// processes' descriptors makes, [`procfs::SlabUsage::without_proc_lookups`]), bytes;
+    /// `None` where `/proc/slabinfo` cannot be read.
     pub kernel_slab_bytes_per_connection: Option<f64>,
-    /// The slab caches that grew most, per connection: where those bytes went.
+    /// The slab caches that grew most, per connection, /proc's own included: where those bytes
+    /// went.
     pub kernel_slab_caches: Vec<SlabGrowth>,
 }
 
@@ -747,7 +750,7 @@ fn measure_idle(
     let rss = || proxy.map(|p| procfs::rss_bytes(p.pid)).transpose();
     let rss_before = rss()?;
     let tcp_before = machine_tcp_memory_bytes()?;
-    let slab_before = procfs::slab_bytes_in_use().ok();
+    let slab_before = procfs::slab_in_use().ok();
     let holder = workloads::hold_idle_connections(
         net,
         SocketAddr::from((SERVER_ADDR, IDLE_PORT)),
@@ -762,7 +765,7 @@ fn measure_idle(
     std::thread::sleep(IDLE_SETTLE);
     let rss_after = rss()?;
     let tcp_after = machine_tcp_memory_bytes()?;
-    let slab_after = procfs::slab_bytes_in_use().ok();
+    let slab_after = procfs::slab_in_use().ok();
     drop(holder);
     let per_connection = |grew: f64| grew / count as f64;
     let slab = slab_before.zip(slab_after);
@@ -776,9 +779,11 @@ fn measure_idle(
             .zip(rss_after)
             .map(|(before, after)| per_connection(after.saturating_sub(before) as f64)),
         kernel_tcp_bytes_per_connection: per_connection(tcp_after.saturating_sub(tcp_before) as f64),
-        kernel_slab_bytes_per_connection: slab
-            .as_ref()
-            .map(|(before, after)| per_connection(after.total() as f64 - before.total() as f64)),
+        kernel_slab_bytes_per_connection: slab.as_ref().map(|(before, after)| {
+            per_connection(
+                after.without_proc_lookups() as f64 - before.without_proc_lookups() as f64,
+            )
+        }),
         kernel_slab_caches: slab.map_or_else(Vec::new, |(before, after)| {
             slab_growth(&before, &after, count)
         }),

@@ -153,7 +153,7 @@ fn render_idle_table(report: &BenchReport) -> String {
         .filter(|row| row.round == 1 && !row.kernel_slab_caches.is_empty())
         .collect();
     if !first.is_empty() {
-        out.push_str("\nWhere the kernel's slab bytes per idle connection went (first round, machine-wide, bytes):\n\n| case | caches that grew |\n|---|---|\n");
+        out.push_str("\nWhere the kernel's slab bytes per idle connection went (first round, machine-wide, bytes; `proc_inode_cache` and as many dentries, made by whatever lists the processes' descriptors in /proc, are left out of the figures above):\n\n| case | caches that grew |\n|---|---|\n");
         for row in first {
             let caches: Vec<String> = row
                 .kernel_slab_caches

@@ -270,37 +270,62 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// The kernel's slab caches by name: bytes in objects in use (`/proc/slabinfo`, readable by
-/// root only). A socket's structures live there, not in the TCP memory that
+/// The kernel's slab caches by name: objects in use and their size (`/proc/slabinfo`, readable
+/// by root only). A socket's structures live there, not in the TCP memory that
 /// [`machine_tcp_memory_bytes`] counts (its buffers): a `TCP` socket, its inode
 /// (`sock_inode_cache`), its open file (`filp`, `dentry`) and each epoll registration
 /// (`eventpoll_epi`), allocated whether or not a byte moves.
-pub fn slab_bytes_in_use() -> io::Result<SlabUsage> {
+pub fn slab_in_use() -> io::Result<SlabUsage> {
     let text = read("/proc/slabinfo")?;
     parse_slabinfo(&text).ok_or_else(|| unexpected("unexpected format of /proc/slabinfo".into()))
 }
 
-/// Bytes in use per slab cache, from [`slab_bytes_in_use`].
+/// Objects in use per slab cache, from [`slab_in_use`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlabUsage {
-    caches: std::collections::BTreeMap<String, u64>,
+    /// By cache name: objects in use, bytes per object.
+    caches: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 impl SlabUsage {
     /// All caches together, bytes.
     pub fn total(&self) -> u64 {
-        self.caches.values().sum()
+        self.caches
+            .values()
+            .map(|(objects, size)| objects * size)
+            .sum()
     }
 
-    /// Each cache's growth since `before` (negative if it shrank), largest growth first.
-    pub fn growth_since(&self, before: &SlabUsage) -> Vec<(String, i64)> {
-        let mut growth: Vec<(String, i64)> = self
+    /// [`SlabUsage::total`] without what looking into /proc made: each `proc_inode_cache`
+    /// object and as many dentries (every /proc inode a lookup makes comes with its dentry).
+    /// Listing a process's /proc/PID/fd makes one of each per descriptor, so a monitor that
+    /// lists every process's descriptors (some machines run one) would otherwise be counted
+    /// as a cost of the connections whose descriptors it lists.
+    pub fn without_proc_lookups(&self) -> u64 {
+        let (proc_inodes, proc_inode_size) = self
             .caches
-            .iter()
-            .map(|(name, &bytes)| {
-                let was = before.caches.get(name).copied().unwrap_or(0);
-                (name.clone(), bytes as i64 - was as i64)
-            })
+            .get("proc_inode_cache")
+            .copied()
+            .unwrap_or_default();
+        let dentry_size = self.caches.get("dentry").map_or(0, |(_, size)| *size);
+        self.total()
+            .saturating_sub(proc_inodes * (proc_inode_size + dentry_size))
+    }
+
+    /// Each cache's growth in bytes since `before` (negative if it shrank), largest growth
+    /// first.
+    pub fn growth_since(&self, before: &SlabUsage) -> Vec<(String, i64)> {
+        let bytes = |usage: &SlabUsage, name: &str| {
+            usage
+                .caches
+                .get(name)
+                .map_or(0, |(objects, size)| (objects * size) as i64)
+        };
+        let names: std::collections::BTreeSet<&String> =
+            self.caches.keys().chain(before.caches.keys()).collect();
+        let mut growth: Vec<(String, i64)> = names
+            .into_iter()
+            .map(|name| (name.clone(), bytes(self, name) - bytes(before, name)))
             .filter(|(_, grew)| *grew != 0)
             .collect();
         growth.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -323,7 +348,7 @@ fn parse_slabinfo(text: &str) -> Option<SlabUsage> {
         let active: u64 = fields.next()?.parse().ok()?;
         let _total: u64 = fields.next()?.parse().ok()?;
         let size: u64 = fields.next()?.parse().ok()?;
-        *caches.entry(name.to_string()).or_default() += active * size;
+        caches.insert(name.to_string(), (active, size));
     }
     Some(SlabUsage { caches })
 }
@@ -335,15 +360,33 @@ mod tests {
         let text = "slabinfo - version: 2.1\n\
 # name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : tunables <limit> <batchcount> <sharedfactor> : slabdata <active_slabs> <num_slabs> <sharedavail>\n\
 TCP                  130    143   2368   13    8 : tunables    0    0    0 : slabdata     11     11      0\n\
-filp                 441    441    192   21    1 : tunables    0    0    0 : slabdata     21     21      0\n";
+filp                 441    441    192   21    1 : tunables    0    0    0 : slabdata     21     21      0\n\
+proc_inode_cache      10     10    720   22    4 : tunables    0    0    0 : slabdata      1      1      0\n\
+dentry               100    105    192   21    1 : tunables    0    0    0 : slabdata      5      5      0\n";
         let before = parse_slabinfo(text).unwrap();
-        assert_eq!(before.total(), 130 * 2368 + 441 * 192);
-        let after =
-            parse_slabinfo(&text.replace("TCP                  130", "TCP                  140"))
-                .unwrap();
+        let total = 130 * 2368 + 441 * 192 + 10 * 720 + 100 * 192;
+        assert_eq!(before.total(), total);
+        // Each /proc inode and one dentry apiece are left out.
+        assert_eq!(before.without_proc_lookups(), total - 10 * (720 + 192));
+        let after = parse_slabinfo(
+            &text
+                .replace("TCP                  130", "TCP                  140")
+                .replace("proc_inode_cache      10", "proc_inode_cache      30")
+                .replace("dentry               100", "dentry               120"),
+        )
+        .unwrap();
         assert_eq!(
             after.growth_since(&before),
-            vec![("TCP".to_string(), 10 * 2368)]
+            vec![
+                ("TCP".to_string(), 10 * 2368),
+                ("proc_inode_cache".to_string(), 20 * 720),
+                ("dentry".to_string(), 20 * 192),
+            ]
+        );
+        // The /proc lookups between the two readings do not count; the sockets do.
+        assert_eq!(
+            after.without_proc_lookups() - before.without_proc_lookups(),
+            10 * 2368
         );
         assert_eq!(parse_slabinfo("something else\n"), None);
         assert_eq!(parse_slabinfo("slabinfo - version: 2.1\nTCP x\n"), None);

@@ -145,7 +145,8 @@ pub struct ConnectionsRow {
     /// Its growth per opened connection (all four sockets' buffers), bytes.
     pub kernel_tcp_bytes_per_connection: f64,
     /// The growth of the kernel's slab objects in use per opened connection, machine-wide (the
-    /// structures of all four sockets, their files and epoll registrations), bytes.
+    /// structures of all four sockets, their files and epoll registrations; /proc's own left
+    /// out, as for the idle figure), bytes.
     pub kernel_slab_bytes_per_connection: Option<f64>,
     /// The drop of the machine's MemAvailable per opened connection, bytes: the proxy, the
     /// kernel's socket structures, the generator and the echo server together.
@@ -242,7 +243,8 @@ pub(crate) struct Snapshot {
     pub(crate) proxy_counted: Option<u64>,
     pub(crate) proxy_rss: u64,
     pub(crate) machine_tcp: u64,
-    /// The kernel's slab objects in use (`None`: `/proc/slabinfo` unreadable).
+    /// The kernel's slab objects in use, without /proc's own (`None`: `/proc/slabinfo`
+    /// unreadable).
     pub(crate) machine_slab: Option<u64>,
     pub(crate) mem_available: u64,
     pub(crate) proxy_fds: u64,
@@ -270,7 +272,9 @@ impl Snapshot {
             proxy_counted,
             proxy_rss: procfs::rss_bytes(proxy_pid)?,
             machine_tcp: procfs::machine_tcp_memory_bytes()?,
-            machine_slab: procfs::slab_bytes_in_use().ok().map(|slab| slab.total()),
+            machine_slab: procfs::slab_in_use()
+                .ok()
+                .map(|slab| slab.without_proc_lookups()),
             mem_available: procfs::mem_available_bytes()?,
             proxy_fds: procfs::open_fd_count(proxy_pid)?,
             proxy_fd_limit: procfs::open_file_limit(proxy_pid)?.0,
