@@ -15,8 +15,20 @@ use super::serving::Serving;
 use super::shared::Shared;
 use super::Proxy;
 
-/// After the grace period, cancelled relays get this long to close their sockets.
+/// After the grace period, cancelled relays get this long to close their sockets, and
+/// [`CANCEL_WAIT_PER_CONNECTION`] more for each one still open: resetting a connection takes its
+/// task a turn and the kernel two resets (midway-bench stops midway with 2,000 to 8,000 open in
+/// 0.1-0.4 s past the grace, on two cores shared with the bench's ends), so 100,000 need
+/// seconds. Whatever is still open when the wait ends is reset by the kernel as the process
+/// exits: a relay arms `SO_LINGER` 0 on both sockets when it starts.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
+const CANCEL_WAIT_PER_CONNECTION: Duration = Duration::from_micros(50);
+
+/// How long `open` cancelled connections get to close (see [`CANCEL_WAIT`]).
+fn cancel_wait(open: usize) -> Duration {
+    let open = u32::try_from(open).unwrap_or(u32::MAX);
+    CANCEL_WAIT.saturating_add(CANCEL_WAIT_PER_CONNECTION.saturating_mul(open))
+}
 
 /// What happened during shutdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +141,7 @@ async fn drain(
             "grace period over; resetting the connections still open"
         );
         connections_cancel.cancel();
-        if tokio::time::timeout(CANCEL_WAIT, tracker.wait())
+        if tokio::time::timeout(cancel_wait(cancelled_after_grace), tracker.wait())
             .await
             .is_err()
         {
@@ -143,5 +155,20 @@ async fn drain(
         open_at_shutdown,
         cancelled_after_grace,
         time: drain_started.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_for_cancelled_connections_grows_with_their_number() {
+        assert_eq!(cancel_wait(0), Duration::from_secs(5));
+        assert_eq!(cancel_wait(100_000), Duration::from_secs(10));
+        // The unit's TimeoutStopSec (30 s) covers the shipped grace (10 s) and this wait at
+        // 100,000 connections, so systemd does not kill midway in the middle of its resets.
+        assert!(Duration::from_secs(10) + cancel_wait(100_000) < Duration::from_secs(30));
+        assert!(cancel_wait(usize::MAX) > cancel_wait(1_000_000));
     }
 }
