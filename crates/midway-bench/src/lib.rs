@@ -411,17 +411,12 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<BenchReport> {
     report.connection_rate_summary = summary::spread_by_case(
         &report.connection_rate,
         |r| r.case,
-        |r| r.connections_per_second,
+        |r| Some(r.connections_per_second),
     );
-    let proxied: Vec<&IdleMemoryRow> = report
-        .idle_memory
-        .iter()
-        .filter(|r| r.user_bytes_per_connection.is_some())
-        .collect();
     report.idle_memory_summary = summary::spread_by_case(
-        &proxied,
+        &report.idle_memory,
         |r| r.case,
-        |r| r.user_bytes_per_connection.unwrap_or_default(),
+        |r| r.user_bytes_per_connection,
     );
     Ok(report)
 }

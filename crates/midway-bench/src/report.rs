@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::configs::MIDWAY_SHUTDOWN_GRACE;
 use crate::connections::STOP_LIMIT;
-use crate::summary::{Spread, ThroughputSummary};
+use crate::summary::{self, Spread, ThroughputSummary};
 use crate::{BenchReport, Case, ConnectionsRow, IdleMemoryRow};
 
 /// The report as markdown tables.
@@ -95,12 +95,7 @@ fn render_idle_table(report: &BenchReport) -> String {
          kernel slab KiB/conn (machine-wide) | the proxy's kernel slab KiB/conn (minus direct) |\n\
          |---|---:|---:|---:|---:|---:|---:|"
     );
-    let mut cases: Vec<&str> = Vec::new();
-    for row in &report.idle_memory {
-        if !cases.contains(&row.case) {
-            cases.push(row.case);
-        }
-    }
+    let cases = summary::cases_in_order(&report.idle_memory, |row| row.case);
     let direct_slab = |round: u32| {
         report
             .idle_memory

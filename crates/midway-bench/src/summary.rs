@@ -46,13 +46,11 @@ pub struct CaseSpread {
     pub spread: Spread,
 }
 
-/// Per case, in the order the cases first appear in `rows`, the spread of `value` over its
-/// rows (one per round).
-pub(crate) fn spread_by_case<T>(
+/// The cases of `rows`, in the order they first appear.
+pub(crate) fn cases_in_order<T>(
     rows: &[T],
     case: impl Fn(&T) -> &'static str,
-    value: impl Fn(&T) -> f64,
-) -> Vec<CaseSpread> {
+) -> Vec<&'static str> {
     let mut cases: Vec<&'static str> = Vec::new();
     for row in rows {
         if !cases.contains(&case(row)) {
@@ -60,12 +58,22 @@ pub(crate) fn spread_by_case<T>(
         }
     }
     cases
+}
+
+/// Per case, in the order the cases first appear in `rows`, the spread of `value` over its
+/// rows (one per round); rows without a value are left out, and a case with none has no spread.
+pub(crate) fn spread_by_case<T>(
+    rows: &[T],
+    case: impl Fn(&T) -> &'static str,
+    value: impl Fn(&T) -> Option<f64>,
+) -> Vec<CaseSpread> {
+    cases_in_order(rows, &case)
         .into_iter()
         .filter_map(|name| {
             let values: Vec<f64> = rows
                 .iter()
                 .filter(|r| case(r) == name)
-                .map(&value)
+                .filter_map(&value)
                 .collect();
             Spread::of(&values).map(|spread| CaseSpread {
                 case: name,
@@ -214,8 +222,11 @@ mod tests {
             ("midway-forward", 6600.0),
             ("haproxy", 7400.0),
             ("midway-forward", 6300.0),
+            ("direct", f64::NAN),
         ];
-        let spreads = spread_by_case(&rows, |r| r.0, |r| r.1);
+        // A row without the figure (direct has no proxy memory) is left out, and so is a case
+        // that has none.
+        let spreads = spread_by_case(&rows, |r| r.0, |r| (!r.1.is_nan()).then_some(r.1));
         assert_eq!(spreads.len(), 2);
         assert_eq!(spreads[0].case, "midway-forward");
         assert_eq!(spreads[0].rounds, 3);
